@@ -1,0 +1,1 @@
+"""Launch ranks: locally through mpirun, on a cluster through Slurm."""

@@ -1,0 +1,114 @@
+"""Launch ranks on this machine with Open MPI's mpirun, always under a timeout.
+
+``mpirun_command`` is a pure function from what to run to the argument list; ``run`` executes it
+with a wall-clock limit and kills the whole process group on expiry, so a hung rank can never
+hang the caller. mpirun itself ends the job when any rank exits non-zero.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import List, Mapping, Optional, Sequence
+
+from ..errors import UserError
+
+# Settings every local job gets (the caller's environment wins).
+LOCAL_ENV = {
+    # Open MPI refuses root without these; CI and containers run as root.
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    # No InfiniBand/UCX probing on a workstation: quieter and faster start-up.
+    "OMPI_MCA_pml": "ob1",
+    "OMPI_MCA_btl": "self,vader,tcp",
+    "OMPI_MCA_btl_base_warn_component_unused": "0",
+    "PMIX_MCA_gds": "hash",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed: float
+    timed_out: bool
+    argv: List[str]
+
+
+def find_mpirun() -> str:
+    path = shutil.which("mpirun") or shutil.which("mpiexec")
+    if not path:
+        raise UserError("mpirun not found on PATH: install Open MPI (apt-get install openmpi-bin "
+                        "libopenmpi-dev) or load your cluster's MPI module (module load openmpi)")
+    return path
+
+
+def mpirun_command(np: int, command: Sequence[str], *, mpirun: Optional[str] = None,
+                   oversubscribe: Optional[bool] = None, bind: str = "none",
+                   extra: Sequence[str] = ()) -> List[str]:
+    """The argv of ``mpirun -np N ... command``.
+
+    Oversubscription is allowed when more ranks than cores are asked for (tests on a laptop);
+    binding is off by default because ranks of a local study share a few cores with TensorFlow's
+    threads, and a rank pinned to one core would starve its own threads.
+    """
+    if np <= 0:
+        raise UserError(f"rank count must be positive, got {np}")
+    mpirun = mpirun or find_mpirun()
+    argv = [mpirun, "-np", str(np)]
+    if oversubscribe is None:
+        oversubscribe = np > (os.cpu_count() or 1)
+    if oversubscribe:
+        argv.append("--oversubscribe")
+    if bind:
+        argv += ["--bind-to", bind]
+    argv += ["--tag-output"] if os.environ.get("HPCDL_TAG_OUTPUT") else []
+    argv += list(extra)
+    return argv + list(command)
+
+
+def hpcdl_command(args: Sequence[str], python: Optional[str] = None) -> List[str]:
+    """``python -m hpcdl ARGS`` with the interpreter running now (the venv's)."""
+    return [python or sys.executable, "-m", "hpcdl", *args]
+
+
+def job_env(env: Optional[Mapping[str, str]] = None) -> dict:
+    out = dict(LOCAL_ENV)
+    out.update(os.environ if env is None else env)
+    return out
+
+
+def run(argv: Sequence[str], timeout: float, env: Optional[Mapping[str, str]] = None,
+        cwd=None, stream: bool = False) -> Result:
+    """Run ``argv`` in its own process group; on timeout kill the group and say so."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(list(argv), stdout=None if stream else subprocess.PIPE,
+                            stderr=None if stream else subprocess.PIPE, text=True,
+                            env=job_env(env), cwd=cwd, start_new_session=True)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        out, err = proc.communicate()
+    return Result(proc.returncode, out or "", err or "", time.monotonic() - t0, timed_out, list(argv))
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -1,0 +1,186 @@
+"""Run records: the schema, the manifest, and crash-safe append/read of JSON Lines.
+
+One record per run, one line per record. Writers append the whole line in a single ``write``
+under an exclusive ``flock`` and ``fsync`` it, so several jobs of a study may append to the same
+file at once and a crash leaves at most one torn last line. Readers report a torn or corrupt line
+and skip it; they never rewrite the file.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional
+
+SCHEMA = "hpcdl.run/1"
+
+
+class TornRecordWarning(UserWarning):
+    """A line of a results file could not be parsed (a writer died mid-line, or the file was edited)."""
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def append(path, record: dict) -> Path:
+    """Append one record as one line: a single write, under flock, then fsync."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, sort_keys=True, separators=(",", ":"), default=_jsonable) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            # A previous writer killed mid-line leaves no newline at the end: start on a fresh line
+            # so that the torn fragment stays one bad line and this record stays whole.
+            size = os.fstat(fd).st_size
+            if size:
+                with open(path, "rb") as check:
+                    check.seek(size - 1)
+                    if check.read(1) != b"\n":
+                        line = b"\n" + line
+            view = memoryview(line)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    return path
+
+
+def read(path, *, warn: bool = True) -> List[dict]:
+    """All good records of a results file (an absent file has none); torn lines are reported."""
+    return list(iter_records(path, warn=warn))
+
+
+def iter_records(path, *, warn: bool = True) -> Iterator[dict]:
+    path = Path(path)
+    if not path.exists():
+        return
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            text = raw.strip()
+            if not text:
+                continue
+            try:
+                rec = json.loads(text)
+                if not isinstance(rec, dict):
+                    raise ValueError("not an object")
+            except (ValueError, UnicodeDecodeError) as exc:
+                if warn:
+                    warnings.warn(f"{path}:{lineno}: skipping a torn or corrupt record ({exc})",
+                                  TornRecordWarning, stacklevel=2)
+                continue
+            yield rec
+
+
+def _jsonable(obj):
+    try:
+        import numpy as np
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+# --- the manifest -------------------------------------------------------------------------------
+
+def _git_commit(start: Optional[Path] = None) -> Optional[str]:
+    start = start or Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(start), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        if out.returncode == 0:
+            commit = out.stdout.strip()
+            dirty = subprocess.run(["git", "-C", str(start), "status", "--porcelain", "-uno"],
+                                   capture_output=True, text=True, timeout=5).stdout.strip()
+            return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return None
+
+
+def package_version(*names: str) -> Optional[str]:
+    from importlib import metadata
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def mpi_library_version() -> Optional[str]:
+    """The MPI library's own version line, from mpi4py when it is loaded, else ``mpirun --version``."""
+    mod = sys.modules.get("mpi4py.MPI")
+    if mod is not None:
+        try:
+            return mod.Get_library_version().strip().splitlines()[0]
+        except Exception:  # noqa: BLE001 - a broken MPI must not break a record
+            pass
+    try:
+        out = subprocess.run(["mpirun", "--version"], capture_output=True, text=True, timeout=10)
+        first = (out.stdout or out.stderr).strip().splitlines()
+        return first[0] if first else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def versions() -> dict:
+    return {
+        "python": platform.python_version(),
+        "hpcdl": _hpcdl_version(),
+        "tensorflow": package_version("tensorflow-cpu", "tensorflow", "tensorflow-gpu", "tf-nightly"),
+        "horovod": package_version("horovod"),
+        "mpi4py": package_version("mpi4py"),
+        "numpy": package_version("numpy"),
+        "mpi": mpi_library_version(),
+    }
+
+
+def _hpcdl_version() -> str:
+    from . import __version__
+    return __version__
+
+
+def manifest(layout=None, hosts: Optional[Iterable[str]] = None, extra: Optional[dict] = None) -> dict:
+    """Everything needed to trust a record later: code, versions, hosts, layout and settings."""
+    from . import cluster
+    layout = layout or cluster.discover()
+    env = cluster.launcher_env()
+    man = {
+        "git_commit": _git_commit(),
+        "versions": versions(),
+        "hosts": sorted(set(hosts)) if hosts else [layout.host or socket.gethostname()],
+        "layout": layout.as_dict(),
+        "slurm": {
+            "job_id": env.get("SLURM_JOB_ID"),
+            "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
+            "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
+            "restart_count": env.get("SLURM_RESTART_COUNT"),
+        },
+        "env": env,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "argv": sys.argv,
+        "time": now_iso(),
+    }
+    if extra:
+        man.update(extra)
+    return man

@@ -1,0 +1,85 @@
+"""MNIST softmax regression (y = softmax(Wx + b)), the seed articles' classifier.
+
+The real loader reads the standard ``mnist.npz`` (keys x_train, y_train, x_test, y_test) from
+``--data`` or ``HPCDL_DATA``. Nothing is downloaded. ``--data sklearn-digits`` builds a small real
+set of handwritten digits from the copy that ships inside scikit-learn (8x8 digits scaled up to
+28x28), for tests and for machines without MNIST.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from . import Workload, WorkloadError
+
+DIGITS = "sklearn-digits"
+
+
+def digits_arrays(seed: int = 0):
+    """scikit-learn's 1,797 real 8x8 digits as 28x28 uint8 images, split 80/20 by the seed."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as exc:
+        raise WorkloadError("--data sklearn-digits needs scikit-learn (pip install scikit-learn)") from exc
+    d = load_digits()
+    img = np.kron(d.images, np.ones((3, 3)))                  # 8x8 -> 24x24
+    img = np.pad(img, ((0, 0), (2, 2), (2, 2)))                # -> 28x28, centred like MNIST
+    img = np.clip(img * (255.0 / 16.0), 0, 255).astype(np.uint8)
+    order = np.random.default_rng(seed).permutation(len(img))
+    cut = int(0.8 * len(img))
+    tr, te = order[:cut], order[cut:]
+    return img[tr], d.target[tr].astype(np.int64), img[te], d.target[te].astype(np.int64)
+
+
+def write_digits_npz(path, seed: int = 0) -> Path:
+    """Write the digits set as an ``mnist.npz``-format file."""
+    x_train, y_train, x_test, y_test = digits_arrays(seed)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return path
+
+
+def load_npz(path):
+    path = Path(path)
+    if not path.is_file():
+        raise WorkloadError(f"MNIST data not found at {path}: give the standard mnist.npz with "
+                            f"--data PATH (or HPCDL_DATA), or use --data {DIGITS}")
+    try:
+        with np.load(path) as f:
+            arrays = [f[k] for k in ("x_train", "y_train", "x_test", "y_test")]
+    except (KeyError, ValueError, OSError) as exc:
+        raise WorkloadError(f"{path} is not an mnist.npz file (needs x_train, y_train, x_test, "
+                            f"y_test): {exc}") from exc
+    return arrays
+
+
+def build(opts) -> Workload:
+    import tensorflow as tf
+
+    data = getattr(opts, "data", None) or os.environ.get("HPCDL_DATA")
+    if not data:
+        raise WorkloadError("mnist needs its data and downloads nothing: give the standard "
+                            f"mnist.npz with --data PATH (or HPCDL_DATA), or --data {DIGITS}")
+    if data == DIGITS:
+        x_train, y_train, x_test, y_test = digits_arrays(int(getattr(opts, "seed", 0) or 0))
+    else:
+        x_train, y_train, x_test, y_test = load_npz(data)
+
+    def prep(x):
+        return (x.reshape(len(x), -1).astype(np.float32) / 255.0)
+
+    model = tf.keras.Sequential([
+        tf.keras.Input(shape=(784,)),
+        tf.keras.layers.Dense(10, kernel_initializer="zeros"),   # logits; softmax in the loss
+    ], name="softmax_regression")
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return Workload(name="mnist", model=model, loss=loss,
+                    make_optimizer=lambda lr: tf.keras.optimizers.SGD(lr),
+                    train=(prep(x_train), y_train.astype(np.int64)),
+                    test=(prep(x_test), y_test.astype(np.int64)),
+                    lr=0.5, ref_batch=100, batch_size=100, steps=1000, accuracy=True,
+                    info={"data": str(data), "train_samples": int(len(x_train)),
+                          "test_samples": int(len(x_test))})

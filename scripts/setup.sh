@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Set up hpcdl: OpenMPI, a Python 3.9-3.11 venv, tensorflow-cpu 2.15.1, Horovod 0.28.1 built
+# from source (TensorFlow + MPI + Gloo, NCCL where CUDA/NCCL exist), mpi4py, numpy, matplotlib,
+# pytest, and hpcdl itself. Idempotent: a second run checks stamps and returns in seconds.
+#
+# Environment:
+#   HPCDL_VENV            venv to create/use (default: .venv in the repository)
+#   HPCDL_PYTHON          interpreter to build the venv from (default: first of python3.11,
+#                         python3.10, python3.9, python3 that is 3.9-3.11)
+#   HPCDL_CACHE           where the built Horovod wheel is cached (default: ~/.cache/hpcdl)
+#   HOROVOD_GPU_OPERATIONS=NCCL   force an NCCL build (auto-detected when nvcc and nccl.h exist)
+#   HPCDL_WITH_SLURM=1    also install Debian's Slurm packages (for the real-cluster tests)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${HPCDL_VENV:-$ROOT/.venv}"
+CACHE="${HPCDL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpcdl}"
+TF_PIN="tensorflow-cpu==2.15.1"
+HVD_VERSION="0.28.1"
+SETUP_VERSION=3   # bump when the set of installed packages changes
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 2; }
+t0=$(date +%s)
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo "$@"; else return 1; fi; }
+can_root() { [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; }
+
+APT_UPDATED=0
+apt_install() {
+    command -v apt-get >/dev/null || return 1
+    can_root || return 1
+    if [ "$APT_UPDATED" = 0 ]; then
+        log "apt-get update"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+        APT_UPDATED=1
+    fi
+    log "apt-get install $*"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# --- 1. MPI ---------------------------------------------------------------------------------
+if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
+    if apt_install openmpi-bin libopenmpi-dev; then
+        log "installed OpenMPI from Debian packages"
+    else
+        die "no MPI found (mpirun/mpicc not on PATH). On a cluster, load the MPI module first, e.g. 'module load openmpi' (TSUBAME: 'module load openmpi'; ABCI: 'module load hpcx'), then re-run. On Debian/Ubuntu as root: apt-get install openmpi-bin libopenmpi-dev."
+    fi
+fi
+if [ "${HPCDL_WITH_SLURM:-0}" = 1 ] && ! command -v slurmctld >/dev/null; then
+    apt_install slurmctld slurmd slurm-client munge || log "cannot install Slurm (not root or no apt); the Slurm tests will skip"
+fi
+
+# --- 2. Python and the venv -------------------------------------------------------------------
+py_ok() { "$1" -c 'import sys; sys.exit(0 if (3, 9) <= sys.version_info[:2] <= (3, 11) else 1)' 2>/dev/null; }
+has_good_hvd() {   # a cluster module that already provides TensorFlow + Horovod(TF, MPI)
+    "$1" - <<'PY' 2>/dev/null
+import sys
+import tensorflow as tf
+import horovod.tensorflow as hvd
+sys.exit(0 if hvd.mpi_built() and tf.__version__ < "2.16" else 1)
+PY
+}
+
+PY="${HPCDL_PYTHON:-}"
+if [ -z "$PY" ]; then
+    for c in python3.11 python3.10 python3.9 python3; do
+        if command -v "$c" >/dev/null && py_ok "$c"; then PY="$(command -v "$c")"; break; fi
+    done
+fi
+[ -n "$PY" ] && py_ok "$PY" || die "need Python 3.9-3.11 for TensorFlow 2.15 (found: $(python3 --version 2>&1)). Load a python/3.11 module or set HPCDL_PYTHON."
+
+SYSTEM_STACK=0
+if [ ! -x "$VENV/bin/python" ]; then
+    if has_good_hvd "$PY"; then
+        SYSTEM_STACK=1
+        log "using the TensorFlow and Horovod already in $PY (venv with system site-packages)"
+        "$PY" -m venv --system-site-packages "$VENV"
+    else
+        log "creating $VENV with $("$PY" --version 2>&1)"
+        "$PY" -m venv "$VENV"
+    fi
+elif grep -q 'include-system-site-packages = true' "$VENV/pyvenv.cfg" 2>/dev/null && has_good_hvd "$VENV/bin/python"; then
+    SYSTEM_STACK=1
+fi
+VPY="$VENV/bin/python"
+PIP=("$VPY" -m pip --disable-pip-version-check -q)
+
+# The stamp records what was installed; an unchanged stamp means nothing to do.
+mpi_id="$(mpirun --version 2>/dev/null | head -1)"
+want_nccl=0
+if [ "${HOROVOD_GPU_OPERATIONS:-}" = NCCL ]; then want_nccl=1
+elif command -v nvcc >/dev/null && { [ -n "${NCCL_HOME:-}" ] || ls /usr/include/nccl.h /usr/local/cuda/include/nccl.h >/dev/null 2>&1; }; then want_nccl=1
+fi
+stamp_text="v$SETUP_VERSION|$("$VPY" --version 2>&1)|$mpi_id|nccl=$want_nccl|system=$SYSTEM_STACK|$(cat "$ROOT/setup.cfg" | cksum)"
+STAMP="$VENV/.hpcdl-setup"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$stamp_text" ] && "$VENV/bin/hpcdl" info --check >/dev/null 2>&1; then
+    log "up to date ($(( $(date +%s) - t0 )) s)"
+    exit 0
+fi
+
+# --- 3. Python packages -----------------------------------------------------------------------
+if [ "$SYSTEM_STACK" = 0 ]; then
+    log "installing $TF_PIN, mpi4py, numpy, matplotlib, pytest (about a minute)"
+    "${PIP[@]}" install --upgrade pip wheel setuptools 'cmake>=3.13,<4' >/dev/null
+    "${PIP[@]}" install "$TF_PIN" "numpy<2" mpi4py matplotlib pytest packaging psutil pyyaml cloudpickle
+else
+    "${PIP[@]}" install mpi4py matplotlib pytest "numpy<2"
+fi
+
+# --- 4. Horovod from source, cached -------------------------------------------------------------
+hvd_ok() {
+    "$VPY" - <<'PY' 2>/dev/null
+import sys
+import horovod.tensorflow as hvd
+sys.exit(0 if (hvd.mpi_built() and hvd.gloo_built()) else 1)
+PY
+}
+if [ "$SYSTEM_STACK" = 0 ] && ! { hvd_ok && [ -f "$STAMP" ] && grep -q "nccl=$want_nccl" "$STAMP"; }; then
+    tf_ver="$("$VPY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)" \
+        || die "TensorFlow does not import in $VENV"
+    pytag="$("$VPY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
+    key="$(printf '%s|%s|%s|nccl=%s' "$tf_ver" "$pytag" "$mpi_id" "$want_nccl" | cksum | cut -d' ' -f1)"
+    wdir="$CACHE/horovod-$HVD_VERSION-$key"
+    whl="$(ls "$wdir"/horovod-*.whl 2>/dev/null | head -1 || true)"
+    if [ -z "$whl" ]; then
+        log "building Horovod $HVD_VERSION from source against TensorFlow $tf_ver (about 3 minutes)"
+        mkdir -p "$wdir"
+        export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1
+        export HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
+        if [ "$want_nccl" = 1 ]; then
+            export HOROVOD_GPU_OPERATIONS=NCCL
+            log "CUDA and NCCL found: building with HOROVOD_GPU_OPERATIONS=NCCL"
+        else
+            unset HOROVOD_GPU_OPERATIONS || true
+            export HOROVOD_CPU_OPERATIONS="${HOROVOD_CPU_OPERATIONS:-MPI}"
+        fi
+        export MAKEFLAGS="-j$(nproc)"
+        blog="$wdir/build.log"
+        if ! PATH="$VENV/bin:$PATH" "${PIP[@]}" wheel --no-deps --no-build-isolation --no-binary horovod \
+                -w "$wdir" "horovod==$HVD_VERSION" >"$blog" 2>&1; then
+            tail -40 "$blog" >&2
+            die "Horovod build failed; full log: $blog"
+        fi
+        whl="$(ls "$wdir"/horovod-*.whl | head -1)"
+        log "built $(basename "$whl") (cached in $wdir)"
+    else
+        log "using cached Horovod wheel $whl"
+    fi
+    "${PIP[@]}" install --no-deps --force-reinstall "$whl"
+fi
+
+# --- 5. hpcdl itself ----------------------------------------------------------------------------
+"${PIP[@]}" install --no-deps --no-build-isolation -e "$ROOT" >/dev/null
+
+# --- 6. verify ----------------------------------------------------------------------------------
+check="$(PATH="$VENV/bin:$PATH" "$VENV/bin/horovodrun" --check-build 2>&1)" || die "horovodrun --check-build failed: $check"
+printf '%s\n' "$check" | sed 's/^/[setup]   /' >&2
+printf '%s\n' "$check" | grep -q '\[X\] TensorFlow' || die "Horovod was built without TensorFlow. Rebuild: rm -rf $CACHE/horovod-* && $0"
+printf '%s\n' "$check" | grep -q '\[X\] MPI' || die "Horovod was built without MPI (is mpicc on PATH?). Rebuild: rm -rf $CACHE/horovod-* && $0"
+"$VENV/bin/hpcdl" info --check >/dev/null || die "'hpcdl info --check' failed"
+printf '%s' "$stamp_text" >"$STAMP"
+log "done in $(( $(date +%s) - t0 )) s"
