@@ -1,0 +1,428 @@
+"""Read a study file and expand it into a validated list of runs.
+
+A study (``jobs/<name>.toml``) names a workload and its parameters, strong or weak scaling, the
+rank counts (``ranks = [1, 2]`` on one machine) or node counts x ranks per node (a cluster), the
+repeats, the backend and compression axes, how to run a point locally and the Slurm resources.
+:func:`load` checks all of it and raises :class:`StudyError` naming the file, the key and what is
+allowed; :meth:`Study.points` lists the runs in the order they are run.
+
+Standard library only: launchers, the report and the Slurm renderer all import this module.
+
+Example::
+
+    [study]
+    name = "expmlp-strong"
+    scaling = "strong"            # strong: global batch fixed; weak: per-rank batch fixed
+    repeats = 3
+
+    [workload]
+    name = "expmlp"
+    global_batch = 400            # strong scaling (batch_size = per-rank batch for weak)
+    steps = 300
+
+    [layout]
+    ranks = [1, 2]                # or: nodes = [1, 2, 4], ranks_per_node = 4
+
+    [axes]
+    backend = ["horovod"]
+    compression = ["none"]
+
+    [run]                         # local runs through mpirun
+    timeout = 300
+    threads_per_rank = 1
+
+    [slurm]
+    partition = "gpu"
+    time = "00:30:00"
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .errors import UserError
+
+try:
+    import tomllib as _toml
+except ModuleNotFoundError:  # pragma: no cover - Python < 3.11
+    import tomli as _toml  # type: ignore
+
+SCALINGS = ("strong", "weak")
+DEFAULT_BACKENDS = ("horovod",)
+DEFAULT_COMPRESSIONS = ("none", "fp16")
+DEFAULT_TIMEOUT = 600.0
+
+# [workload] keys -> (type, hpcdl train flag). batch_size/global_batch are handled per scaling.
+_WORKLOAD_KEYS: Dict[str, Tuple[type, str]] = {
+    "model": (str, "--model"),
+    "image_size": (int, "--image-size"),
+    "num_classes": (int, "--num-classes"),
+    "data": (str, "--data"),
+    "steps": (int, "--steps"),
+    "lr": (float, "--lr"),
+    "lr_scaling": (str, "--lr-scaling"),
+    "lr_warmup_steps": (int, "--lr-warmup-steps"),
+    "seed": (int, "--seed"),
+    "warmup": (int, "--warmup"),
+    "num_warmup_batches": (int, "--num-warmup-batches"),
+    "num_batches_per_iter": (int, "--num-batches-per-iter"),
+    "num_iters": (int, "--num-iters"),
+    "probes": (int, "--probes"),
+    "log_every": (int, "--log-every"),
+}
+# Smallest allowed value of the [workload] keys (1 when not listed; None: any).
+_WORKLOAD_MIN = {"seed": None, "lr": None, "model": None, "data": None, "lr_scaling": None,
+                 "warmup": 0, "num_warmup_batches": 0, "lr_warmup_steps": 0, "probes": 0}
+_SECTIONS = ("study", "workload", "layout", "axes", "run", "slurm")
+_STUDY_KEYS = ("name", "description", "scaling", "repeats")
+_LAYOUT_KEYS = ("ranks", "nodes", "ranks_per_node")
+_AXES_KEYS = ("backend", "compression")
+_RUN_KEYS = ("timeout", "threads_per_rank", "env", "mpirun_args", "tag")
+SLURM_KEYS = ("partition", "account", "qos", "constraint", "time", "cpus_per_task",
+              "gpus_per_node", "ntasks_per_node", "mem", "signal_lead", "mpi", "modules",
+              "setup", "extra")
+_SLURM_TYPES = {"partition": str, "account": str, "qos": str, "constraint": str, "time": str,
+                "cpus_per_task": int, "gpus_per_node": int, "ntasks_per_node": int, "mem": str,
+                "signal_lead": int, "mpi": str, "modules": list, "setup": list, "extra": list}
+_SLURM_DEFAULTS = {"partition": None, "account": None, "qos": None, "constraint": None,
+                   "time": "00:30:00", "cpus_per_task": 1, "gpus_per_node": 0,
+                   "ntasks_per_node": None, "mem": None, "signal_lead": 120, "mpi": "pmix",
+                   "modules": [], "setup": [], "extra": []}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_TIME_RE = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$")
+
+
+class StudyError(UserError):
+    """A study file that cannot be run as written: the message names the file, key and fix."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of a study: a layout, a backend/compression pair and a repeat index."""
+
+    study: str
+    nodes: int
+    ranks_per_node: int
+    repeat: int
+    backend: str
+    compression: str
+    batch_size: int            # per rank
+    workload: str
+    params: Tuple[Tuple[str, Any], ...] = ()
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.ranks
+
+    @property
+    def id(self) -> str:
+        """Stable across runs and machines: what ``runs.jsonl`` is matched against."""
+        return (f"n{self.nodes}-r{self.ranks_per_node}-{self.backend}-{self.compression}"
+                f"-rep{self.repeat}")
+
+    @property
+    def group(self) -> str:
+        """The id without the repeat: repeats of one configuration share it."""
+        return self.id.rsplit("-rep", 1)[0]
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "study": self.study, "nodes": self.nodes,
+                "ranks_per_node": self.ranks_per_node, "ranks": self.ranks,
+                "repeat": self.repeat, "backend": self.backend, "compression": self.compression,
+                "batch_size": self.batch_size, "global_batch": self.global_batch}
+
+    def train_args(self, results_path) -> List[str]:
+        """The arguments that follow ``hpcdl train`` for this point (no leading 'train')."""
+        args = ["--workload", self.workload, "--batch-size", str(self.batch_size),
+                "--backend", self.backend, "--compression", self.compression]
+        for key, value in self.params:
+            args += [_WORKLOAD_KEYS[key][1], str(value)]
+        args += ["--study", self.study,
+                 "--point", json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":")),
+                 "--results", str(results_path)]
+        return args
+
+    def command(self, results_path) -> List[str]:
+        """``["train", *train_args]``: the full hpcdl argument list."""
+        return ["train", *self.train_args(results_path)]
+
+
+@dataclass
+class Study:
+    name: str
+    path: Path
+    scaling: str
+    workload: str
+    params: Dict[str, Any]
+    batch: int                       # global batch (strong) or per-rank batch (weak)
+    layouts: List[Tuple[int, int]]   # (nodes, ranks_per_node) in the file's order
+    repeats: int
+    backends: List[str]
+    compressions: List[str]
+    slurm: Dict[str, Any]
+    timeout: float = DEFAULT_TIMEOUT
+    env: Dict[str, str] = field(default_factory=dict)
+    mpirun_args: List[str] = field(default_factory=list)
+    description: str = ""
+    results_dir: Path = Path("results")
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def runs_path(self) -> Path:
+        return self.results_dir / "runs.jsonl"
+
+    @property
+    def is_local(self) -> bool:
+        return all(n == 1 for n, _ in self.layouts)
+
+    def points(self) -> List[Point]:
+        """Every run, repeats outermost so that slow drift of the machine spreads over all layouts."""
+        out = []
+        for rep in range(self.repeats):
+            for backend in self.backends:
+                for comp in self.compressions:
+                    for nodes, rpn in self.layouts:
+                        ranks = nodes * rpn
+                        per_rank = self.batch // ranks if self.scaling == "strong" else self.batch
+                        out.append(Point(self.name, nodes, rpn, rep, backend, comp, per_rank,
+                                         self.workload, tuple(sorted(self.params.items()))))
+        return out
+
+    def done_ids(self, runs_path=None) -> set:
+        """Point ids already recorded for this study (a record with our name and point id)."""
+        from . import records
+        done = set()
+        for rec in records.iter_records(runs_path or self.runs_path):
+            point = rec.get("point")
+            if rec.get("study") == self.name and isinstance(point, dict) and "id" in point:
+                if rec.get("status", "ok") == "ok":
+                    done.add(point["id"])
+        return done
+
+    def pending(self, runs_path=None) -> List[Point]:
+        done = self.done_ids(runs_path)
+        return [p for p in self.points() if p.id not in done]
+
+    def summary(self) -> str:
+        pts = self.points()
+        ranks = sorted({p.ranks for p in pts})
+        return (f"study {self.name}: {self.workload} {self.scaling} scaling, "
+                f"{'global' if self.scaling == 'strong' else 'per-rank'} batch {self.batch}, "
+                f"ranks {ranks}, backends {self.backends}, compressions {self.compressions}, "
+                f"{self.repeats} repeat(s): {len(pts)} runs")
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+def load(path, results_root=None) -> Study:
+    """Read and validate a study file; results go to ``<results_root or results>/<name>``."""
+    path = Path(path)
+    if not path.is_file():
+        raise StudyError(f"{path}: no such study file")
+    try:
+        with open(path, "rb") as fh:
+            raw = _toml.load(fh)
+    except _toml.TOMLDecodeError as exc:
+        raise StudyError(f"{path}: not valid TOML: {exc}") from None
+    return from_dict(raw, path, results_root=results_root)
+
+
+def from_dict(raw: dict, path, results_root=None) -> Study:
+    path = Path(path)
+    v = _Validator(path)
+    v.only(raw, "", _SECTIONS)
+    st = v.table(raw, "study")
+    v.only(st, "study", _STUDY_KEYS)
+    name = v.get(st, "study.name", str, default=path.stem)
+    if not _NAME_RE.match(name):
+        v.fail("study.name", f"'{name}' must be letters, digits, '.', '_' or '-' (it names a folder)")
+    scaling = v.choice(st, "study.scaling", SCALINGS)
+    repeats = v.get(st, "study.repeats", int, default=1, minimum=1)
+    description = v.get(st, "study.description", str, default="")
+
+    wl = v.table(raw, "workload", required=True)
+    v.only(wl, "workload", ("name", "batch_size", "global_batch") + tuple(_WORKLOAD_KEYS))
+    workload = v.get(wl, "workload.name", str, required=True)
+    from .workloads import BUILTIN
+    if workload not in BUILTIN and not re.match(r"^[\w.]+:[\w]+$", workload):
+        v.fail("workload.name", f"'{workload}' is unknown: use one of {', '.join(BUILTIN)} "
+                                f"or package.module:factory")
+    params = {}
+    for key, (typ, _flag) in _WORKLOAD_KEYS.items():
+        if key in wl:
+            params[key] = v.get(wl, f"workload.{key}", typ, minimum=_WORKLOAD_MIN.get(key, 1))
+    if params.get("lr", 1.0) <= 0:
+        v.fail("workload.lr", f"must be positive, got {params['lr']}")
+    if "lr_scaling" in params and params["lr_scaling"] not in ("linear", "none"):
+        v.fail("workload.lr_scaling", f"'{params['lr_scaling']}' is not allowed: use linear or none")
+    if scaling == "strong":
+        if "batch_size" in wl:
+            v.fail("workload.batch_size", "strong scaling fixes the global batch: give "
+                                          "workload.global_batch instead (per-rank = global / ranks)")
+        batch = v.get(wl, "workload.global_batch", int, required=True, minimum=1)
+    else:
+        if "global_batch" in wl:
+            v.fail("workload.global_batch", "weak scaling fixes the per-rank batch: give "
+                                            "workload.batch_size instead (global = per-rank x ranks)")
+        batch = v.get(wl, "workload.batch_size", int, required=True, minimum=1)
+
+    lay = v.table(raw, "layout", required=True)
+    v.only(lay, "layout", _LAYOUT_KEYS)
+    if "ranks" in lay and ("nodes" in lay or "ranks_per_node" in lay):
+        v.fail("layout.ranks", "give either layout.ranks (one machine) or layout.nodes with "
+                               "layout.ranks_per_node (a cluster), not both")
+    if "ranks" in lay:
+        counts = v.int_list(lay, "layout.ranks")
+        layouts = [(1, r) for r in counts]
+    elif "nodes" in lay:
+        counts = v.int_list(lay, "layout.nodes")
+        rpn = v.get(lay, "layout.ranks_per_node", int, default=1, minimum=1)
+        layouts = [(n, rpn) for n in counts]
+    else:
+        v.fail("layout", "missing: give layout.ranks = [1, 2, ...] (one machine) or "
+                         "layout.nodes = [1, 2, ...] with layout.ranks_per_node")
+    if scaling == "strong":
+        for nodes, rpn in layouts:
+            if batch % (nodes * rpn):
+                key = "layout.ranks" if "ranks" in lay else "layout.nodes"
+                v.fail(key, f"{nodes * rpn} ranks do not divide workload.global_batch = {batch} "
+                            f"(strong scaling needs per-rank batch = global / ranks to be whole): "
+                            f"use rank counts that divide {batch}")
+
+    ax = v.table(raw, "axes")
+    v.only(ax, "axes", _AXES_KEYS)
+    backends_allowed, comps_allowed = _comm_choices()
+    backends = v.str_list(ax, "axes.backend", backends_allowed, default=["horovod"])
+    compressions = v.str_list(ax, "axes.compression", comps_allowed, default=["none"])
+
+    run = v.table(raw, "run")
+    v.only(run, "run", _RUN_KEYS)
+    timeout = float(v.get(run, "run.timeout", (int, float), default=DEFAULT_TIMEOUT))
+    if not timeout > 0:
+        v.fail("run.timeout", f"must be a positive number of seconds, got {timeout}")
+    env = {}
+    env_raw = v.get(run, "run.env", dict, default={})
+    for k, val in env_raw.items():
+        if not isinstance(val, (str, int, float)) or isinstance(val, bool):
+            v.fail(f"run.env.{k}", f"must be a string or number, got {type(val).__name__}")
+        env[str(k)] = str(val)
+    if "threads_per_rank" in run:
+        env.setdefault("HPCDL_THREADS", str(v.get(run, "run.threads_per_rank", int, minimum=1)))
+    mpirun_args = [str(a) for a in v.get(run, "run.mpirun_args", list, default=[])]
+
+    sl = v.table(raw, "slurm")
+    v.only(sl, "slurm", SLURM_KEYS)
+    slurm = dict(_SLURM_DEFAULTS)
+    for key, typ in _SLURM_TYPES.items():
+        if key in sl:
+            slurm[key] = v.get(sl, f"slurm.{key}", typ,
+                               minimum=(0 if key in ("gpus_per_node", "signal_lead") else
+                                        (1 if typ is int else None)))
+    if slurm["time"] and not _TIME_RE.match(slurm["time"]):
+        v.fail("slurm.time", f"'{slurm['time']}' is not a Slurm time: use MM, HH:MM:SS or D-HH:MM:SS")
+    rpns = sorted({rpn for _, rpn in layouts})
+    if slurm["ntasks_per_node"] is None:
+        slurm["ntasks_per_node"] = rpns[-1]
+    elif "nodes" in lay and slurm["ntasks_per_node"] != rpns[-1]:
+        v.fail("slurm.ntasks_per_node", f"{slurm['ntasks_per_node']} differs from "
+                                        f"layout.ranks_per_node = {rpns[-1]}: drop one or make them equal")
+    for key in ("modules", "setup", "extra"):
+        if any(not isinstance(x, str) for x in slurm[key]):
+            v.fail(f"slurm.{key}", "must be a list of strings")
+
+    root = Path(results_root) if results_root is not None else Path(
+        os.environ.get("HPCDL_RESULTS_ROOT", "results"))
+    return Study(name=name, path=path, scaling=scaling, workload=workload, params=params,
+                 batch=batch, layouts=layouts, repeats=repeats, backends=backends,
+                 compressions=compressions, slurm=slurm, timeout=timeout, env=env,
+                 mpirun_args=mpirun_args, description=description, results_dir=root / name, raw=raw)
+
+
+def _comm_choices() -> Tuple[Sequence[str], Sequence[str]]:
+    """The backends and compressions this build offers (hpcdl.comm when it is present)."""
+    try:
+        from . import comm
+    except ImportError:
+        return DEFAULT_BACKENDS, DEFAULT_COMPRESSIONS
+    return (tuple(getattr(comm, "BACKENDS", DEFAULT_BACKENDS)),
+            tuple(getattr(comm, "COMPRESSIONS", DEFAULT_COMPRESSIONS)))
+
+
+class _Validator:
+    """Typed look-ups that fail with the file, the dotted key and what is allowed."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, key: str, what: str):
+        raise StudyError(f"{self.path}: {key}: {what}")
+
+    def table(self, raw: dict, key: str, required: bool = False) -> dict:
+        if key not in raw:
+            if required:
+                self.fail(f"[{key}]", "missing section")
+            return {}
+        if not isinstance(raw[key], dict):
+            self.fail(key, f"must be a table [{key}], got {type(raw[key]).__name__}")
+        return raw[key]
+
+    def only(self, table: dict, where: str, allowed: Iterable[str]) -> None:
+        allowed = tuple(allowed)
+        for key in table:
+            if key not in allowed:
+                dotted = f"{where}.{key}" if where else key
+                self.fail(dotted, f"unknown key: allowed {'sections' if not where else 'keys'} "
+                                  f"are {', '.join(allowed)}")
+
+    def get(self, table: dict, dotted: str, typ, default=None, required=False, minimum=None):
+        key = dotted.rsplit(".", 1)[-1]
+        if key not in table:
+            if required:
+                self.fail(dotted, "missing")
+            return default
+        val = table[key]
+        types = typ if isinstance(typ, tuple) else (typ,)
+        if float in types and int not in types and isinstance(val, int) and not isinstance(val, bool):
+            val = float(val)
+        if isinstance(val, bool) or not isinstance(val, types):
+            names = " or ".join({int: "an integer", float: "a number", str: "a string",
+                                 list: "a list", dict: "a table"}.get(t, t.__name__) for t in types)
+            self.fail(dotted, f"must be {names}, got {val!r}")
+        if minimum is not None and val < minimum:
+            self.fail(dotted, f"must be >= {minimum}, got {val}")
+        return val
+
+    def choice(self, table: dict, dotted: str, allowed: Sequence[str]) -> str:
+        val = self.get(table, dotted, str, required=True)
+        if val not in allowed:
+            self.fail(dotted, f"'{val}' is not allowed: use one of {', '.join(allowed)}")
+        return val
+
+    def int_list(self, table: dict, dotted: str) -> List[int]:
+        val = self.get(table, dotted, list, required=True)
+        if not val or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in val):
+            self.fail(dotted, f"must be a non-empty list of positive integers, got {val!r}")
+        if len(set(val)) != len(val):
+            self.fail(dotted, f"lists a count twice: {val!r}")
+        return list(val)
+
+    def str_list(self, table: dict, dotted: str, allowed: Sequence[str], default) -> List[str]:
+        val = self.get(table, dotted, (list, str), default=default)
+        if isinstance(val, str):
+            val = [val]
+        if not val:
+            self.fail(dotted, f"must not be empty: use some of {', '.join(allowed)}")
+        for x in val:
+            if x not in allowed:
+                self.fail(dotted, f"'{x}' is not allowed: use one of {', '.join(allowed)}")
+        if len(set(val)) != len(val):
+            self.fail(dotted, f"lists a value twice: {val!r}")
+        return list(val)
