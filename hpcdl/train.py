@@ -115,7 +115,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--keep-checkpoints", type=_positive_int, default=2, help="checkpoints kept (2)")
     r.add_argument("--resume", nargs="?", const="latest", default=None,
                    help="continue from the newest good checkpoint in --checkpoint-dir, or from a given file")
-    r.add_argument("--save-weights", default=None, help="rank 0 writes the final weights here (.npz)")
+    r.add_argument("--save-weights", default=None, help="rank 0 writes the final weights here (.npz); with '{rank}' in the path every rank does")
     r.add_argument("--max-time", type=_positive_float, default=None,
                    help="seconds of training after which to checkpoint and stop cleanly (exit 75)")
     r.add_argument("--stop-check-every", type=_positive_int, default=10,
@@ -196,6 +196,41 @@ class StopWatch:
         if self.deadline is not None and time.time() + self.margin + 3 * self.step_time >= self.deadline:
             return "Slurm time limit (SLURM_JOB_END_TIME) near"
         return None
+
+
+# --- fault injection (tests only) -------------------------------------------------------------------
+
+def _fault_from_env(rank: int):
+    """The step at which this rank fails, and how, from ``HPCDL_FAULT`` (tests only).
+
+    ``HPCDL_FAULT="rank=1,step=37,kind=raise"``: rank 1 fails at step 37 by raising an exception
+    (``raise``), killing itself with SIGKILL (``kill``), leaving with ``os._exit(3)`` (``exit``)
+    or stopping in a sleep without exiting (``hang``). Unset, it is None and costs one comparison
+    per step.
+    """
+    text = os.environ.get("HPCDL_FAULT")
+    if not text:
+        return None
+    try:
+        spec = dict(part.split("=", 1) for part in text.split(",") if part.strip())
+        target, step, kind = int(spec.get("rank", 0)), int(spec["step"]), spec.get("kind", "raise")
+    except (KeyError, ValueError):
+        raise UserError(f"HPCDL_FAULT='{text}': expected rank=R,step=S,kind=raise|kill|exit|hang")
+    if kind not in ("raise", "kill", "exit", "hang"):
+        raise UserError(f"HPCDL_FAULT kind '{kind}': choose raise, kill, exit or hang")
+    return (step, kind) if target == rank else None
+
+
+def _inject_fault(kind: str, step: int, layout) -> None:
+    cluster.log(f"HPCDL_FAULT: injecting '{kind}' at step {step}", layout)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "exit":
+        os._exit(3)
+    if kind == "hang":
+        while True:
+            time.sleep(1)
+    raise RuntimeError(f"HPCDL_FAULT: injected failure at step {step}")
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -427,7 +462,10 @@ def run(opts) -> int:
     first_loss = None
     interrupted = None
     last_ckpt = None
+    fault = _fault_from_env(rank)
     while step < steps:
+        if fault is not None and step == fault[0]:
+            _inject_fault(fault[1], step, layout)
         x, y = get_batch(step)
         if step in probe_at:
             t0 = time.perf_counter()
@@ -527,9 +565,10 @@ def run(opts) -> int:
         split["compute_share"] = min(1.0, split["compute_s"] / step_stats["median"])
         split["exchange_share"] = 1.0 - split["compute_share"]
 
-    if opts.save_weights and root:
-        Path(opts.save_weights).parent.mkdir(parents=True, exist_ok=True)
-        np.savez(opts.save_weights, **{f"w{i}": v.numpy() for i, v in enumerate(model.variables)})
+    if opts.save_weights and (root or "{rank}" in opts.save_weights):
+        wpath = Path(opts.save_weights.replace("{rank}", str(rank)))
+        wpath.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(wpath, **{f"w{i}": v.numpy() for i, v in enumerate(model.variables)})
 
     unit = wl.unit
     if root:

@@ -1,0 +1,51 @@
+"""The hpcdl command's cheap paths: no TensorFlow import for --help and info."""
+import json
+import subprocess
+import sys
+
+from hpcdl_testing import ROOT
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-c", (
+        "import sys, runpy; sys.argv = ['hpcdl'] + sys.argv[1:]\n"
+        "from hpcdl.cli import main\n"
+        "rc = main()\n"
+        "print('TF_LOADED' if 'tensorflow' in sys.modules else 'TF_NOT_LOADED', file=sys.stderr)\n"
+        "sys.exit(rc)"), *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def test_help_lists_commands_without_importing_tensorflow():
+    res = subprocess.run([sys.executable, "-c",
+                          "import sys\nfrom hpcdl.cli import build_parser\nbuild_parser().format_help()\n"
+                          "print('tensorflow' in sys.modules, 'horovod.tensorflow' in sys.modules, "
+                          "'mpi4py.MPI' in sys.modules)"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.stdout.strip() == "False False False", res.stderr
+
+
+def test_info_shows_horovod_built_with_tensorflow_and_mpi_without_importing_tensorflow():
+    res = _run("info", "--json", "--check")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    hb = info["horovod_build"]
+    assert hb["frameworks"]["tensorflow"] is True
+    assert hb["controllers"]["mpi"] is True
+    assert info["versions"]["tensorflow"].startswith("2.15")
+    assert "Open MPI" in info["versions"]["mpi"]
+    assert "TF_NOT_LOADED" in res.stderr
+
+
+def test_info_text_names_every_component():
+    res = _run("info")
+    assert res.returncode == 0
+    for word in ("Python", "TensorFlow", "Horovod", "controllers:", "[X] mpi", "MPI ", "mpi4py",
+                 "numpy", "Launcher"):
+        assert word in res.stdout
+
+
+def test_unknown_flag_is_one_line_and_exit_2():
+    res = _run("train", "--no-such-flag")
+    assert res.returncode == 2
+    assert "unrecognized arguments: --no-such-flag" in res.stderr
+    assert "Traceback" not in res.stderr
