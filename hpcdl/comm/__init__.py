@@ -1,0 +1,93 @@
+"""Exchange gradients between ranks: four backends behind one small interface.
+
+Every backend averages a flat float32 buffer across all ranks (``allreduce_mean``), broadcasts
+(``broadcast``) and synchronises (``barrier``); the result of ``allreduce_mean`` is the same, bit
+for bit, on every rank.
+
+- ``horovod`` (default): Horovod's allreduce and grouped allreduce (MPI or Gloo underneath).
+- ``mpi``: mpi4py ``Allreduce``, the MPI library's own tuned algorithm.
+- ``ring``: a readable reference ring allreduce in numpy over mpi4py point-to-point:
+  reduce-scatter then allgather, p-1 steps each, pipelined in pieces (see :mod:`.ring`).
+- ``ps``: a synchronous parameter server: every rank sends to rank 0, which averages and sends
+  the result back (see :mod:`.ps`).
+
+Compression (``none``, ``fp16``, ``int8``; :mod:`.compression`) applies to every backend. Where a
+payload cannot be summed on the wire (int8 codes with per-chunk scales over ``mpi`` and
+``horovod``), the ranks allgather the payloads and average them locally.
+
+Cost model, with n bytes of float32 payload on p ranks (alpha: s per message, beta: s per byte
+on a link, gamma: s per byte reduced; :mod:`.model` holds these as functions)::
+
+    ring       t = 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma
+    ps         t = 2(p-1) alpha + 2(p-1) n beta   + (p-1) n gamma
+    allgather  t = (p-1) alpha  + (p-1) n beta    + p n gamma
+
+This package's top level imports numpy only; mpi4py, TensorFlow and Horovod are imported when a
+backend is made.
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+__all__ = ["BACKENDS", "COMPRESSIONS", "Backend", "get_backend"]
+
+BACKENDS = ("horovod", "mpi", "ring", "ps")
+COMPRESSIONS = ("none", "fp16", "int8")
+
+
+class Backend:
+    """The interface; subclasses implement ``allreduce_mean``, ``broadcast`` and ``barrier``."""
+
+    name = "base"
+
+    def __init__(self, compression: str = "none"):
+        from .compression import get_codec
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"unknown compression '{compression}': choose one of "
+                             f"{', '.join(COMPRESSIONS)}")
+        self.compression = compression
+        self.codec = get_codec(compression)
+        self.rank = 0
+        self.size = 1
+
+    @property
+    def label(self) -> str:
+        return self.name if self.compression == "none" else f"{self.name}+{self.compression}"
+
+    def allreduce_mean(self, flat: np.ndarray) -> np.ndarray:
+        """The element-wise mean of ``flat`` over all ranks, as a new float32 array."""
+        raise NotImplementedError
+
+    def allreduce_mean_list(self, arrays):
+        """Average several arrays as one fused flat buffer (tensor fusion); same shapes back."""
+        arrays = [np.asarray(a, dtype=np.float32) for a in arrays]
+        flat = np.concatenate([a.ravel() for a in arrays]) if arrays else np.zeros(0, np.float32)
+        avg = self.allreduce_mean(flat)
+        out, off = [], 0
+        for a in arrays:
+            out.append(avg[off:off + a.size].reshape(a.shape))
+            off += a.size
+        return out
+
+    def broadcast(self, arr: np.ndarray, root: int = 0) -> np.ndarray:
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release communicators (optional)."""
+
+
+def _as_f32(flat) -> np.ndarray:
+    return np.ascontiguousarray(flat, dtype=np.float32).ravel()
+
+
+def get_backend(name: str, compression: str = "none") -> Backend:
+    """Make the backend ``name`` (one of BACKENDS) with ``compression`` (one of COMPRESSIONS)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend '{name}': choose one of {', '.join(BACKENDS)}")
+    module = importlib.import_module(f"{__name__}.{name}")
+    return module.make(compression)
