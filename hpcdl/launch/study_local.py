@@ -1,0 +1,94 @@
+"""Run the points of a study on this machine through mpirun, one after another, under a timeout.
+
+Points already in ``results/<study>/runs.jsonl`` are skipped (unless forced), so an interrupted
+study continues where it stopped. Each point's record is appended by rank 0 of its ``hpcdl train``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from ..errors import EXIT_INTERRUPTED
+from . import local
+
+
+def _fmt(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def run_study(study, *, force: bool = False, limit: Optional[int] = None,
+              timeout: Optional[float] = None, dry_run: bool = False,
+              out: Callable[[str], None] = None, stream: bool = False) -> int:
+    """Run the study's pending points; return 0, 1 (some failed) or 75 (a point was stopped)."""
+    out = out or (lambda msg: print(msg, flush=True))
+    runs = study.runs_path
+    todo = study.points() if force else study.pending(runs)
+    skipped = len(study.points()) - len(todo)
+    if limit is not None:
+        todo = todo[:limit]
+    out(f"# {study.summary()}")
+    out(f"# results: {runs}; {skipped} point(s) already recorded"
+        f"{' (re-run: --force)' if skipped and not force else ''}, {len(todo)} to run")
+    if not todo:
+        return 0
+    if not dry_run:
+        runs.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(study.env)
+    # The ranks import this very package, also when it is not installed (a checkout).
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    limit_s = timeout or study.timeout
+    failed: List[str] = []
+    t_start = time.monotonic()
+    done_time = 0.0
+    for k, point in enumerate(todo, 1):
+        argv = local.mpirun_command(point.ranks, local.hpcdl_command(point.command(runs)),
+                                    extra=study.mpirun_args)
+        elapsed = time.monotonic() - t_start
+        eta = f", ETA {_fmt(done_time / (k - 1) * (len(todo) - k + 1))}" if k > 1 else ""
+        out(f"[{k}/{len(todo)}] {point.id}: {point.ranks} rank(s), batch {point.batch_size}/rank "
+            f"(global {point.global_batch}); elapsed {_fmt(elapsed)}{eta}")
+        if dry_run:
+            out("  " + " ".join(_quote(a) for a in argv))
+            continue
+        t0 = time.monotonic()
+        res = local.run(argv, timeout=limit_s, env=env, stream=stream)
+        done_time += time.monotonic() - t0
+        if res.timed_out:
+            failed.append(point.id)
+            out(f"  FAILED: timed out after {limit_s:g} s (run.timeout); the job was killed")
+            _tail(res, out)
+            continue
+        if res.returncode == EXIT_INTERRUPTED:
+            out(f"  stopped early (exit {EXIT_INTERRUPTED}); run the study again to continue")
+            return EXIT_INTERRUPTED
+        if res.returncode != 0:
+            failed.append(point.id)
+            out(f"  FAILED: exit {res.returncode}")
+            _tail(res, out)
+            continue
+        lines = [ln for ln in res.stdout.splitlines()
+                 if ln.startswith(("Total ", "Step time:", "Replicas identical"))]
+        for ln in lines:
+            out("  " + ln)
+        out(f"  done in {res.elapsed:.1f} s")
+    total = time.monotonic() - t_start
+    out(f"# {len(todo) - len(failed)} of {len(todo)} point(s) ran in {_fmt(total)}"
+        + (f"; FAILED: {', '.join(failed)} (run the study again to retry them)" if failed else ""))
+    return 1 if failed else 0
+
+
+def _tail(res, out, n: int = 15) -> None:
+    text = (res.stderr or "") + (res.stdout or "")
+    for ln in text.strip().splitlines()[-n:]:
+        out("  | " + ln)
+
+
+def _quote(arg: str) -> str:
+    import shlex
+    return shlex.quote(arg)

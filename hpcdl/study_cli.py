@@ -1,0 +1,156 @@
+"""Validate, run, submit and report scaling studies (``hpcdl study ...``).
+
+The top level imports only the standard library: ``hpcdl study report --help`` must answer at
+once, and a report never needs TensorFlow, Horovod or mpi4py.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+from .errors import UserError
+
+
+def register(subparsers, name: str, help_text: str) -> None:
+    p = subparsers.add_parser(name, help=help_text, description=(
+        "Scaling studies: a study file in jobs/ names the workload, strong or weak scaling, the "
+        "rank or node counts, repeats and backend/compression axes. 'run' executes it here "
+        "through mpirun, 'submit' through Slurm, 'report' turns results/<study>/runs.jsonl into "
+        "tables, plots and a communication model."))
+    sub = p.add_subparsers(dest="study_command", metavar="SUBCOMMAND")
+    _set_default_main(p)
+
+    v = sub.add_parser("validate", help="check study files and list their runs",
+                       description="Check study files; print each one's runs, or the first "
+                                   "error naming the file, the key and what is allowed.")
+    v.add_argument("studies", nargs="+", metavar="STUDY.toml")
+    v.add_argument("--quiet", "-q", action="store_true", help="only errors")
+    v.set_defaults(_main=validate_main)
+
+    r = sub.add_parser("run", help="run a study's points here through mpirun, skipping recorded ones",
+                       description="Run every point of a study on this machine through mpirun "
+                                   "under a timeout, appending each record to "
+                                   "results/<study>/runs.jsonl. Points already recorded are "
+                                   "skipped, so an interrupted study continues where it stopped.")
+    r.add_argument("study", metavar="STUDY.toml")
+    r.add_argument("--force", action="store_true", help="run recorded points again (adds records)")
+    r.add_argument("--limit", type=int, default=None, metavar="K", help="run at most K points")
+    r.add_argument("--timeout", type=float, default=None,
+                   help="seconds per point (default: the study's run.timeout)")
+    r.add_argument("--results-root", default=None,
+                   help="folder that holds results/<study> (default $HPCDL_RESULTS_ROOT or results)")
+    r.add_argument("--dry-run", action="store_true", help="print the mpirun commands, run nothing")
+    r.add_argument("--stream", action="store_true", help="show the ranks' output as it comes")
+    r.add_argument("--report", action="store_true", help="write the report when the runs are done")
+    r.set_defaults(_main=run_main)
+
+    rep = sub.add_parser("report", help="tables, plots and the communication model of a study",
+                         description="Make report.md, CSV tables and PNG plots from a study's "
+                                     "runs.jsonl: throughput, speedup, efficiency, Karp-Flatt, "
+                                     "compute/exchange split, and the alpha-beta-gamma model "
+                                     "calibrated on the runs (or on a bench fit) and extrapolated "
+                                     "to cluster networks.")
+    add_report_arguments(rep)
+    rep.set_defaults(_main=report_main)
+
+    for cmd, help_line, add, main in (
+            ("submit", "submit a study to Slurm (one job per point, report chained)",
+             "add_submit_arguments", "submit_main"),
+            ("status", "show the Slurm jobs and recorded points of a study",
+             "add_status_arguments", "status_main")):
+        funcs = _slurm_functions(add, main)
+        if funcs is None:
+            continue           # this build has no Slurm launcher
+        sp = sub.add_parser(cmd, help=help_line, description=help_line)
+        funcs[0](sp)
+        sp.set_defaults(_main=funcs[1])
+
+
+def _set_default_main(p) -> None:
+    def _usage(opts):
+        p.print_help()
+        return 2
+    p.set_defaults(_main=_usage)
+
+
+def _slurm_functions(add_name: str, main_name: str):
+    try:
+        mod = importlib.import_module("hpcdl.launch.slurm")
+        return getattr(mod, add_name), getattr(mod, main_name)
+    except (ImportError, AttributeError):
+        return None
+
+
+def add_report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", metavar="RESULTS",
+                   help="results/<study> folder, its runs.jsonl, or the study's .toml")
+    p.add_argument("--out", default=None, help="where to write the report (default: the results folder)")
+    p.add_argument("--fit", default=None,
+                   help="calibrate the exchange model from a 'hpcdl bench fit' file (fit.json) "
+                        "instead of from the study's own runs")
+    p.add_argument("--algorithm", choices=("ring", "ps"), default=None,
+                   help="exchange algorithm of the model (default: ps for the ps backend, else ring)")
+    p.add_argument("--overlap", type=float, default=0.0,
+                   help="fraction of the exchange hidden behind backprop in the extrapolation (0)")
+    p.add_argument("--max-ranks", type=int, default=1024, help="extrapolate up to this many ranks")
+    p.add_argument("--no-plots", action="store_true", help="tables and model only")
+    p.add_argument("--study", default=None, help="only records of this study name")
+
+
+# --- the subcommands --------------------------------------------------------------------------
+
+def validate_main(opts) -> int:
+    from . import study as _study
+    for path in opts.studies:
+        st = _study.load(path)
+        if opts.quiet:
+            continue
+        print(f"{path}: OK: {st.summary()}")
+        for pt in st.points():
+            print(f"  {pt.id}: {pt.ranks} rank(s), batch {pt.batch_size}/rank, global {pt.global_batch}")
+    return 0
+
+
+def run_main(opts) -> int:
+    from . import study as _study
+    from .launch import study_local
+    if opts.limit is not None and opts.limit < 1:
+        raise UserError(f"--limit must be >= 1, got {opts.limit}")
+    if opts.timeout is not None and not opts.timeout > 0:
+        raise UserError(f"--timeout must be positive, got {opts.timeout}")
+    st = _study.load(opts.study, results_root=opts.results_root)
+    if not st.is_local:
+        raise UserError(f"{opts.study}: layout.nodes asks for several nodes; run it with "
+                        f"'hpcdl study submit' on a Slurm cluster, or use layout.ranks here")
+    rc = study_local.run_study(st, force=opts.force, limit=opts.limit, timeout=opts.timeout,
+                               dry_run=opts.dry_run, stream=opts.stream)
+    if rc == 0 and opts.report and not opts.dry_run:
+        from . import report
+        written = report.write_report(st.results_dir, study_name=st.name)
+        print(f"Report: {written['report']}")
+    return rc
+
+
+def report_main(opts) -> int:
+    from . import report
+    src = Path(opts.source)
+    name = opts.study
+    if src.suffix == ".toml":
+        from . import study as _study
+        st = _study.load(src)
+        src, name = st.results_dir, name or st.name
+    if not src.exists():
+        raise UserError(f"{src}: no such results folder or file")
+    if opts.fit and not Path(opts.fit).is_file():
+        raise UserError(f"--fit {opts.fit}: no such file (make one with 'hpcdl bench fit')")
+    if opts.overlap < 0 or opts.overlap >= 1:
+        raise UserError(f"--overlap must be in [0, 1), got {opts.overlap}")
+    written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
+                                  algorithm=opts.algorithm, overlap=opts.overlap,
+                                  max_ranks=opts.max_ranks, plots=not opts.no_plots)
+    for kind, path in written.items():
+        if kind != "files":
+            print(f"{kind}: {path}")
+    print(f"{len(written['files'])} file(s) written to {Path(written['report']).parent}")
+    return 0
