@@ -4,8 +4,9 @@ Scaling: speedup S(N) = X(N)/X(N0), efficiency E = S/(N/N0) and the Karp-Flatt s
 e = (1/S - 1/p)/(1 - 1/p) with p = N/N0, for throughput X (samples or images per second, all
 ranks together). With that definition ideal strong and weak scaling both have S = N/N0.
 
-The model: one step takes ``compute(b) + fixed + exchange(p, n)`` where ``compute(b) = c0 + c1 b``
-is the forward and backward pass of a per-rank batch b, ``fixed`` the per-step cost outside the
+The model: one step takes ``compute + fixed + exchange(p, n)`` where compute is the forward and
+backward pass of a per-rank batch b (probed for each measured configuration, ``c0 + c1 b`` fitted
+to the probes where extrapolating), ``fixed`` the per-step cost outside the
 network (optimizer update, the framework's own cycle), and the exchange of n gradient bytes among
 p ranks costs, in the alpha-beta-gamma model (latency alpha s per message, beta s per byte on the
 wire, gamma s per byte reduced):
@@ -29,6 +30,8 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 ALGORITHMS = ("ring", "ps")
+# Bytes on the wire per fp32 gradient byte for each compression.
+WIRE_FACTOR = {"none": 1.0, "fp16": 0.5, "int8": 0.25}
 
 
 # --- scaling maths ------------------------------------------------------------------------------
@@ -91,6 +94,7 @@ class Row:
     step_time: float                 # s, median over repeats of each run's median step
     step_times: List[float] = field(default_factory=list)   # each repeat's median step
     repeats: List[int] = field(default_factory=list)
+    computes: List[Optional[float]] = field(default_factory=list)  # each repeat's compute
     compute_s: Optional[float] = None
     exchange_s: Optional[float] = None
     compute_share: Optional[float] = None
@@ -105,6 +109,11 @@ class Row:
     @property
     def axis(self) -> str:
         return f"{self.backend}/{self.compression}"
+
+    @property
+    def wire_bytes(self) -> float:
+        """Bytes exchanged per step: the fp32 gradients shrunk by the compression."""
+        return self.gradient_bytes * WIRE_FACTOR.get(self.compression, 1.0)
 
     @property
     def ci95(self) -> float:
@@ -143,11 +152,11 @@ def group_records(recs: Iterable[dict]) -> List[Row]:
         t = [_get(r, "metrics", "throughput") for r in rs]
         mean, std = pooled([x["mean"] for x in t], [x.get("std", 0.0) for x in t],
                            [x.get("n", 1) for x in t])
-        steps = [_get(r, "metrics", "step_time", "median") for r in rs]
-        steps = [float(s) for s in steps if s is not None]
-        comps = [_get(r, "metrics", "split", "compute_s") for r in rs]
+        rs = [r for r in rs if _get(r, "metrics", "step_time", "median") is not None] or rs
+        steps = [float(_get(r, "metrics", "step_time", "median", default=float("nan"))) for r in rs]
+        all_comps = [_get(r, "metrics", "split", "compute_s") for r in rs]
         exch = [_get(r, "metrics", "split", "exchange_s") for r in rs]
-        comps = [float(c) for c in comps if c is not None]
+        comps = [float(c) for c in all_comps if c is not None]
         exch = [float(e) for e in exch if e is not None]
         step = float(np.median(steps)) if steps else float("nan")
         compute = float(np.median(comps)) if comps else None
@@ -160,7 +169,9 @@ def group_records(recs: Iterable[dict]) -> List[Row]:
                         global_batch=int(params.get("global_batch") or 0), runs=len(rs),
                         throughput=mean, throughput_std=std,
                         unit=str(t[0].get("unit", "samples/s")), step_time=step,
-                        step_times=steps, repeats=reps, compute_s=compute, exchange_s=exchange,
+                        step_times=steps, repeats=reps,
+                        computes=[None if c is None else float(c) for c in all_comps],
+                        compute_s=compute, exchange_s=exchange,
                         compute_share=share,
                         gradient_bytes=int(rs[0].get("gradient_bytes") or 0)))
     rows.sort(key=lambda r: (r.backend, r.compression, r.ranks, r.nodes))
@@ -252,7 +263,11 @@ PRESETS: Dict[str, Network] = OrderedDict([
 
 @dataclass
 class Model:
-    """Step time = c0 + c1 b + fixed + (1 - overlap) exchange(p, n); everything here is model."""
+    """Step time = compute + fixed + (1 - overlap) exchange(p, n); everything here is model.
+
+    compute is the probed compute time of a measured configuration (``measured``, keyed
+    "ranks:batch") and ``c0 + c1 b`` elsewhere (extrapolation).
+    """
 
     algorithm: str = "ring"
     alpha: float = 0.0
@@ -264,17 +279,25 @@ class Model:
     overlap: float = 0.0
     source: str = ""
     notes: List[str] = field(default_factory=list)
+    measured: Dict[str, float] = field(default_factory=dict)
 
-    def compute(self, b):
+    def compute(self, b, p=None):
+        if p is not None:
+            key = f"{int(p)}:{int(b)}" if float(b) == int(b) else None
+            if key in self.measured:
+                return self.measured[key]
         return self.c0 + self.c1 * np.asarray(b, dtype=float)
 
     def exchange(self, p, nbytes, network: Optional[Network] = None):
         a, b = (network.alpha, network.beta) if network else (self.alpha, self.beta)
         return exchange_time(self.algorithm, p, nbytes, a, b, self.gamma)
 
-    def step_time(self, p, b, nbytes, network: Optional[Network] = None, overlap=None):
+    def step_time(self, p, b, nbytes, network: Optional[Network] = None, overlap=None,
+                  measured: bool = True):
+        """Model step time; ``measured=False`` uses the fitted compute(b) even where probed."""
         ov = self.overlap if overlap is None else overlap
-        return self.compute(b) + self.fixed + (1 - ov) * self.exchange(p, nbytes, network)
+        comp = self.compute(b, p if measured else None)
+        return comp + self.fixed + (1 - ov) * self.exchange(p, nbytes, network)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -312,17 +335,18 @@ def calibrate(rows: Sequence[Row], algorithm: str = "ring", fit: Optional[dict] 
     rows = [r for r in rows if not math.isnan(r.step_time)]
     if not rows:
         raise ValueError("no rows to calibrate on")
-    with_c = [r for r in rows if r.compute_s is not None]
+    with_c = [r for r in rows if _row_compute(r) is not None]
     if with_c:
         b = np.array([r.batch_size for r in with_c], dtype=float)
-        c = np.array([r.compute_s for r in with_c])
+        c = np.array([_row_compute(r) for r in with_c])
         if len(set(b)) >= 2:
             coef = _nnls(np.stack([np.ones_like(b), b], axis=1), c)
             m.c0, m.c1 = float(coef[0]), float(coef[1])
         else:
             m.c0 = float(np.mean(c))
-        m.notes.append("compute(b) fitted to the probed compute time of "
-                       f"{len(with_c)} configuration(s)")
+        m.measured = {f"{r.ranks}:{r.batch_size}": float(_row_compute(r)) for r in with_c}
+        m.notes.append("compute: the probed compute time of each measured configuration; "
+                       "compute(b) = c0 + c1 b fitted to them for the extrapolation")
     else:
         base = min(rows, key=lambda r: r.ranks)
         m.c1 = base.step_time / max(1, base.batch_size)
@@ -330,7 +354,7 @@ def calibrate(rows: Sequence[Row], algorithm: str = "ring", fit: Optional[dict] 
                        "proportional to the per-rank batch")
     ones = [r for r in rows if r.ranks == 1]
     if ones and with_c:
-        m.fixed = float(np.median([max(0.0, r.step_time - float(m.compute(r.batch_size)))
+        m.fixed = float(np.median([max(0.0, r.step_time - float(m.compute(r.batch_size, r.ranks)))
                                    for r in ones]))
     multi = [r for r in rows if r.ranks > 1]
     if fit is not None:
@@ -339,8 +363,8 @@ def calibrate(rows: Sequence[Row], algorithm: str = "ring", fit: Optional[dict] 
         m.gamma = float(fit.get("gamma_s_per_byte") or 0.0)
         m.source = fit.get("_source", "bench fit")
     elif multi:
-        y = np.array([r.step_time - float(m.compute(r.batch_size)) - m.fixed for r in multi])
-        F = _features(algorithm, [r.ranks for r in multi], [r.gradient_bytes for r in multi])
+        y = np.array([r.step_time - float(m.compute(r.batch_size, r.ranks)) - m.fixed for r in multi])
+        F = _features(algorithm, [r.ranks for r in multi], [r.wire_bytes for r in multi])
         A = F[:, :2]        # F1 beta + F2 gamma = F1 (beta + gamma/2): gamma rides on beta
         if np.linalg.matrix_rank(A) >= 2:
             coef = _nnls(A, y)
@@ -349,7 +373,7 @@ def calibrate(rows: Sequence[Row], algorithm: str = "ring", fit: Optional[dict] 
             # One rank count and one gradient size: the two terms cannot be told apart. Put the
             # whole exchange on the term that dominates at these sizes (latency below 64 KiB).
             per = np.maximum(y, 0.0)
-            if np.median([r.gradient_bytes for r in multi]) < 65536:
+            if np.median([r.wire_bytes for r in multi]) < 65536:
                 m.alpha = float(np.mean(per / A[:, 0]))
                 m.notes.append("one rank count and gradient size: the exchange is put on alpha "
                                "(latency-bound, gradients < 64 KiB); beta is not determined")
@@ -364,11 +388,19 @@ def calibrate(rows: Sequence[Row], algorithm: str = "ring", fit: Optional[dict] 
     return m
 
 
+def _row_compute(r: Row) -> Optional[float]:
+    vals = [c for c in r.computes if c is not None]
+    if vals:
+        return float(np.median(vals))
+    return r.compute_s
+
+
 def load_fit(doc: dict, backend: str = "horovod", compression: str = "none") -> Optional[dict]:
     """The alpha/beta/gamma entry of a ``hpcdl.fit/1`` document for a backend and compression."""
     entries = doc.get("backends") or {}
-    for key in (f"{backend}+{compression}", backend if compression == "none" else None):
-        if key and key in entries:
+    # A compression's own entry first; else the uncompressed one (wire bytes carry the ratio).
+    for key in (f"{backend}+{compression}", backend, f"{backend}+none"):
+        if key in entries:
             out = dict(entries[key])
             out["_source"] = f"bench fit ({key}, {doc.get('ranks', '?')} ranks)"
             return out
@@ -378,7 +410,7 @@ def load_fit(doc: dict, backend: str = "horovod", compression: str = "none") -> 
 def predict_rows(rows: Sequence[Row], model: Model) -> None:
     """Set each row's model step time and its relative error against the measurement."""
     for r in rows:
-        pred = float(model.step_time(r.ranks, r.batch_size, r.gradient_bytes, overlap=0.0))
+        pred = float(model.step_time(r.ranks, r.batch_size, r.wire_bytes, overlap=0.0))
         r.model_step_time = pred
         r.model_error = (pred - r.step_time) / r.step_time if r.step_time > 0 else None
 
@@ -398,7 +430,7 @@ def heldout_errors(rows: Sequence[Row], algorithm: str, fit: Optional[dict] = No
         for i, r in enumerate(rows):
             if k not in r.repeats:
                 continue
-            pred = float(m.step_time(r.ranks, r.batch_size, r.gradient_bytes, overlap=0.0))
+            pred = float(m.step_time(r.ranks, r.batch_size, r.wire_bytes, overlap=0.0))
             meas = r.step_times[r.repeats.index(k)]
             err = (pred - meas) / meas
             if i not in worst or abs(err) > abs(worst[i]):
@@ -415,8 +447,9 @@ def _without_repeat(r: Row, k: int) -> Optional[Row]:
     if not keep:
         return None
     steps = [r.step_times[i] for i in keep]
+    comps = [r.computes[i] for i in keep] if len(r.computes) == len(r.repeats) else r.computes
     return replace(r, step_times=steps, repeats=[r.repeats[i] for i in keep],
-                   step_time=float(np.median(steps)))
+                   step_time=float(np.median(steps)), computes=comps)
 
 
 def extrapolate(model: Model, scaling: str, batch: int, nbytes: int, networks: Dict[str, Network],
@@ -433,10 +466,11 @@ def extrapolate(model: Model, scaling: str, batch: int, nbytes: int, networks: D
             b = batch if scaling == "weak" else batch / p
             if b < 1:
                 break
-            t = float(model.step_time(p, b, nbytes, network=net, overlap=overlap))
+            t = float(model.step_time(p, b, nbytes, network=net, overlap=overlap, measured=False))
             x = p * b / t
             if t1 is None:
-                t1 = float(model.step_time(1, batch, nbytes, network=net, overlap=overlap))
+                t1 = float(model.step_time(1, batch, nbytes, network=net, overlap=overlap,
+                                           measured=False))
             x1 = batch / t1
             out.append({"network": key, "label": net.name, "ranks": p, "batch_per_rank": b,
                         "step_time_s": t, "throughput": x, "speedup": x / x1,

@@ -113,21 +113,24 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     backends = {r.backend for r in rows}
     algorithm = algorithm or ("ps" if backends == {"ps"} else "ring")
 
-    fit = None
+    fit_doc = None
     if fit_path:
-        doc = json.loads(Path(fit_path).read_text())
-        if doc.get("schema") != "hpcdl.fit/1":
-            raise UserError(f"--fit {fit_path}: schema is {doc.get('schema')!r}, expected 'hpcdl.fit/1'")
-        fit = analysis.load_fit(doc, rows[0].backend, rows[0].compression)
-        if fit is None:
-            raise UserError(f"--fit {fit_path}: no entry for {rows[0].backend}+{rows[0].compression}; "
-                            f"it has {', '.join(doc.get('backends') or {}) or 'none'}")
-        fit["_source"] = f"{fit['_source']} from {fit_path}"
+        fit_doc = json.loads(Path(fit_path).read_text())
+        if fit_doc.get("schema") != "hpcdl.fit/1":
+            raise UserError(f"--fit {fit_path}: schema is {fit_doc.get('schema')!r}, "
+                            "expected 'hpcdl.fit/1'")
+        if not any(analysis.load_fit(fit_doc, r.backend, r.compression) for r in rows):
+            raise UserError(f"--fit {fit_path}: no entry for the study's backends "
+                            f"({', '.join(sorted(backends))}); it has "
+                            f"{', '.join(fit_doc.get('backends') or {}) or 'none'}")
 
     # One model per axis: the backend and compression change the exchange, not the compute.
     models: Dict[str, analysis.Model] = {}
     for axis in analysis.axes(rows):
         sel = [r for r in rows if r.axis == axis]
+        fit = analysis.load_fit(fit_doc, sel[0].backend, sel[0].compression) if fit_doc else None
+        if fit is not None:
+            fit["_source"] = f"{fit['_source']} from {fit_path}"
         models[axis] = analysis.calibrate(sel, algorithm, fit, overlap=overlap)
         analysis.predict_rows(sel, models[axis])
         analysis.heldout_errors(sel, algorithm, fit)
@@ -141,9 +144,9 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
                              max(models[first_axis].beta, 1e-30), "this study's fit")
     nets = {"local": local, **analysis.PRESETS}
     ranks = [p for p in EXTRAPOLATE_RANKS if p <= max_ranks]
-    extra = analysis.extrapolate(models[first_axis], scaling, batch, base[0].gradient_bytes, nets,
+    extra = analysis.extrapolate(models[first_axis], scaling, batch, base[0].wire_bytes, nets,
                                  ranks, overlap=overlap)
-    tables.append(_extrapolation_table(extra, first_axis, scaling, batch, base[0].gradient_bytes))
+    tables.append(_extrapolation_table(extra, first_axis, scaling, batch, int(base[0].wire_bytes)))
     published = analysis.published_comparison()
     tables.append(_published_table(published))
 
@@ -230,8 +233,8 @@ def _model_table(rows, models) -> Table:
                     "held_out": "worst error predicting one repeat from a model fitted without it"})
     for r in rows:
         m = models[r.axis]
-        comp = float(m.compute(r.batch_size))
-        ex = float(m.exchange(r.ranks, r.gradient_bytes))
+        comp = float(m.compute(r.batch_size, r.ranks))
+        ex = float(m.exchange(r.ranks, r.wire_bytes))
         t.add([r.axis, r.ranks, r.batch_size, _ms(r.step_time), _ms(r.model_step_time),
                _f(r.model_error, pct=True), _f(r.heldout_error, pct=True), _ms(comp),
                _ms(m.fixed), _ms(ex)],
@@ -335,9 +338,12 @@ def _markdown(name, runs, recs, rows, scaling, tables, models, pngs, published) 
         lines += [f"![{p.stem}]({p.name})" for p in pngs]
         lines.append("")
     lines += ["## Communication model (everything in this section is MODEL, not measurement)", "",
-              "Step time = compute(b) + fixed + exchange(α, β, γ, p, n), with compute(b) = c0 + c1·b "
-              "for a per-rank batch b, fixed the per-step cost outside the network measured at one "
-              "rank, and exchange the ring allreduce 2(p−1)α + 2(p−1)/p·n·β + (p−1)/p·n·γ (or, for "
+              "Step time = compute + fixed + exchange(α, β, γ, p, n). Compute is the forward and "
+              "backward pass of the per-rank batch b, taken from the compute-only probe steps of "
+              "each measured configuration (so the model does not hide compute slowed by ranks "
+              "sharing a node); the extrapolation uses compute(b) = c0 + c1·b fitted to those "
+              "probes. Fixed is the per-step cost outside the network (optimizer update, framework "
+              "cycle) measured at one rank, and exchange the ring allreduce 2(p−1)α + 2(p−1)/p·n·β + (p−1)/p·n·γ (or, for "
               "a parameter server, 2(p−1)α + 2(p−1)·n·β + (p−1)·n·γ) of n gradient bytes.", ""]
     for axis, m in models.items():
         lines += [f"**{axis}** — calibrated from {m.source}; algorithm {m.algorithm}: "

@@ -1,0 +1,138 @@
+"""The report: its files exist, its tables match the records, and it never imports TensorFlow."""
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcdl import analysis, report
+from hpcdl.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _record(study, ranks, rep, tput, std, step, comp, compression="none", gb=1000):
+    return {"schema": "hpcdl.run/1", "kind": "train", "study": study, "status": "ok",
+            "time": f"2024-05-0{rep + 1}T10:00:00+00:00",
+            "point": {"id": f"n1-r{ranks}-horovod-{compression}-rep{rep}", "repeat": rep},
+            "params": {"workload": "expmlp", "batch_size": gb // ranks, "global_batch": gb,
+                       "backend": "horovod", "compression": compression, "threads_per_rank": 1},
+            "layout": {"size": ranks, "nodes": 1, "ranks_per_node": ranks, "hosts": ["nodeA"]},
+            "metrics": {"throughput": {"mean": tput, "std": std, "ci95": 1.96 * std, "n": 10,
+                                       "unit": "samples/s"},
+                        "step_time": {"median": step},
+                        "split": {"method": "probe", "compute_s": comp, "exchange_s": step - comp}},
+            "gradient_bytes": 2436,
+            "manifest": {"hosts": ["nodeA"], "git_commit": "0123456789abcdef",
+                         "versions": {"python": "3.11.7", "tensorflow": "2.15.1", "horovod": "0.28.1"},
+                         "slurm": {"job_id": None}}}
+
+
+@pytest.fixture
+def results(tmp_path):
+    d = tmp_path / "results" / "demo"
+    d.mkdir(parents=True)
+    recs = []
+    for rep in range(3):
+        recs.append(_record("demo", 1, rep, 1000.0 + rep, 10.0, 1.0e-3 * (1 + rep / 100), 0.8e-3))
+        recs.append(_record("demo", 2, rep, 1600.0 + 2 * rep, 20.0, 1.25e-3 * (1 + rep / 100), 0.5e-3))
+        recs.append(_record("demo", 2, rep, 1700.0, 15.0, 1.18e-3, 0.5e-3, compression="fp16"))
+        recs.append(_record("demo", 1, rep, 1000.0, 10.0, 1.0e-3, 0.8e-3, compression="fp16"))
+    with open(d / "runs.jsonl", "w") as fh:
+        for r in recs:
+            fh.write(json.dumps(r) + "\n")
+    return d, recs
+
+
+def _csv_rows(path):
+    with open(path) as fh:
+        lines = [ln for ln in fh if not ln.startswith("#")]
+    return list(csv.DictReader(lines))
+
+
+def test_report_files_exist_and_tables_match_the_records(results):
+    d, recs = results
+    out = report.write_report(d)
+    names = {p.name for p in out["files"]}
+    assert {"report.md", "report.json", "scaling-horovod-none.csv", "scaling-horovod-fp16.csv",
+            "model-vs-measured.csv", "model-extrapolation.csv", "model-vs-published.csv",
+            "throughput-speedup.png", "efficiency.png", "comm-share.png", "axes-compared.png",
+            "model-extrapolation.png"} <= names
+    for p in out["files"]:
+        assert p.exists() and p.stat().st_size > 0
+        if p.suffix == ".png":
+            assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = _csv_rows(d / "scaling-horovod-none.csv")
+    assert [int(r["ranks"]) for r in rows] == [1, 2]
+    mine = [r for r in recs if r["params"]["compression"] == "none"]
+    for row in rows:
+        sel = [r["metrics"]["throughput"] for r in mine if r["layout"]["size"] == int(row["ranks"])]
+        mean, std = analysis.pooled([s["mean"] for s in sel], [s["std"] for s in sel],
+                                    [s["n"] for s in sel])
+        assert float(row["throughput_mean"]) == pytest.approx(mean)
+        assert float(row["throughput_ci95"]) == pytest.approx(1.96 * std)
+        assert int(row["runs"]) == 3
+    s2 = float(rows[1]["throughput_mean"]) / float(rows[0]["throughput_mean"])
+    assert float(rows[1]["speedup"]) == pytest.approx(s2)
+    assert float(rows[1]["efficiency"]) == pytest.approx(s2 / 2)
+    assert float(rows[1]["karp_flatt"]) == pytest.approx((1 / s2 - 0.5) / 0.5)
+    assert float(rows[1]["step_time_s"]) == pytest.approx(1.25e-3 * 1.01)   # median of repeats
+    md = (d / "report.md").read_text()
+    assert f"{float(rows[1]['throughput_mean']):.1f} ± {float(rows[1]['throughput_ci95']):.1f}" in md
+    assert "everything in this section is MODEL" in md
+    assert "ResNet-101" in md and "VGG-16" in md and "25 GbE RoCE" in md
+    assert "nodeA" in md and "tensorflow 2.15.1" in md
+    doc = json.loads((d / "report.json").read_text())
+    assert doc["records"] == len(recs)
+    assert doc["tables"]["scaling-horovod-none"]["rows"][1]["ranks"] == 2
+
+
+def test_report_model_section_is_calibrated_and_beside_each_measurement(results):
+    d, _ = results
+    report.write_report(d, plots=False)
+    rows = _csv_rows(d / "model-vs-measured.csv")
+    assert len(rows) == 4
+    for r in rows:
+        assert float(r["model_step_s"]) > 0
+        assert abs(float(r["model_error"])) < 0.2
+    pub = _csv_rows(d / "model-vs-published.csv")
+    assert {r["model"] for r in pub} == {"ResNet-101", "VGG-16"}
+
+
+def test_report_uses_a_bench_fit_when_given(results, tmp_path):
+    d, _ = results
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps({"schema": "hpcdl.fit/1", "ranks": 2, "backends": {
+        "horovod": {"alpha_s": 7e-6, "beta_s_per_byte": 3e-10, "gamma_s_per_byte": 1e-10}}}))
+    report.write_report(d, fit_path=fit, plots=False)
+    models = json.loads((d / "report.json").read_text())["models"]
+    assert models["horovod/none"]["alpha"] == 7e-6
+    assert "bench fit" in models["horovod/none"]["source"]
+
+
+def test_report_errors_are_user_errors(tmp_path, results):
+    with pytest.raises(UserError, match="no such results file"):
+        report.write_report(tmp_path / "nothing")
+    d, recs = results
+    with open(d / "runs.jsonl", "a") as fh:
+        fh.write(json.dumps(dict(recs[0], study="other")) + "\n")
+    with pytest.raises(UserError, match="several studies"):
+        report.write_report(d)
+    out = report.write_report(d, study_name="other", plots=False)
+    assert json.loads(out["json"].read_text())["records"] == 1
+
+
+def test_report_path_never_imports_tensorflow_or_horovod():
+    code = ("import sys\n"
+            "from hpcdl import cli, report, analysis, study, study_cli\n"
+            "try:\n    cli.main(['study', 'report', '--help'])\n"
+            "except SystemExit as e:\n    assert e.code == 0\n"
+            "bad = [m for m in ('tensorflow', 'horovod', 'mpi4py', 'matplotlib') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.returncode == 0, res.stderr
+    assert "--fit" in res.stdout and "RESULTS" in res.stdout

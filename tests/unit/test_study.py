@@ -1,0 +1,161 @@
+"""Study files: loading, expansion into points, precise validation errors, and resuming."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcdl import records, study
+from hpcdl.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """
+[study]
+name = "demo"
+scaling = "strong"
+repeats = 2
+
+[workload]
+name = "expmlp"
+global_batch = 400
+steps = 50
+
+[layout]
+ranks = [1, 2, 4]
+
+[axes]
+backend = ["horovod"]
+compression = ["none", "fp16"]
+
+[run]
+timeout = 120
+threads_per_rank = 1
+
+[slurm]
+partition = "debug"
+time = "00:10:00"
+"""
+
+
+def write(tmp_path, text, name="s.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_strong_study_expands_to_points_with_fixed_global_batch(tmp_path):
+    st = study.load(write(tmp_path, GOOD), results_root=tmp_path / "results")
+    assert (st.name, st.scaling, st.workload, st.repeats) == ("demo", "strong", "expmlp", 2)
+    assert st.results_dir == tmp_path / "results" / "demo"
+    pts = st.points()
+    assert len(pts) == 2 * 2 * 3
+    assert len({p.id for p in pts}) == len(pts)
+    assert pts[0].id == "n1-r1-horovod-none-rep0"
+    assert all(p.global_batch == 400 and p.batch_size == 400 // p.ranks for p in pts)
+    assert st.env["HPCDL_THREADS"] == "1"
+    assert st.slurm["partition"] == "debug" and st.slurm["ntasks_per_node"] == 4
+
+
+def test_train_args_carry_the_study_point_and_results(tmp_path):
+    st = study.load(write(tmp_path, GOOD))
+    p = [p for p in st.points() if p.ranks == 4 and p.compression == "fp16"][0]
+    args = p.train_args("out/runs.jsonl")
+    assert args[args.index("--batch-size") + 1] == "100"
+    assert args[args.index("--compression") + 1] == "fp16"
+    assert args[args.index("--steps") + 1] == "50"
+    assert args[args.index("--study") + 1] == "demo"
+    assert args[args.index("--results") + 1] == "out/runs.jsonl"
+    point = json.loads(args[args.index("--point") + 1])
+    assert point["id"] == p.id and point["ranks"] == 4 and point["global_batch"] == 400
+    assert p.command("x")[0] == "train"
+
+
+def test_weak_study_keeps_the_per_rank_batch(tmp_path):
+    text = GOOD.replace('scaling = "strong"', 'scaling = "weak"').replace(
+        "global_batch = 400", "batch_size = 32")
+    st = study.load(write(tmp_path, text))
+    assert {(p.ranks, p.batch_size, p.global_batch) for p in st.points()} == {
+        (1, 32, 32), (2, 32, 64), (4, 32, 128)}
+
+
+def test_cluster_layout_gives_nodes_times_ranks_per_node(tmp_path):
+    text = GOOD.replace("ranks = [1, 2, 4]", "nodes = [1, 2, 4]\nranks_per_node = 4").replace(
+        "global_batch = 400", "global_batch = 1600")
+    st = study.load(write(tmp_path, text))
+    assert not st.is_local
+    assert sorted({(p.nodes, p.ranks) for p in st.points()}) == [(1, 4), (2, 8), (4, 16)]
+    assert st.points()[-1].id.startswith("n4-r4-")
+
+
+@pytest.mark.parametrize("change, key, allowed", [
+    (('scaling = "strong"', 'scaling = "linear"'), "study.scaling", "strong, weak"),
+    (("steps = 50", "steps = 50\nbatchsize = 3"), "workload.batchsize", "allowed keys"),
+    (("ranks = [1, 2, 4]", "ranks = [1, 3]"), "layout.ranks", "divide 400"),
+    (('compression = ["none", "fp16"]', 'compression = ["zip"]'), "axes.compression", "fp16"),
+    (('backend = ["horovod"]', 'backend = ["nccl2"]'), "axes.backend", "horovod"),
+    (("global_batch = 400", "batch_size = 400"), "workload.batch_size", "global_batch"),
+    (("repeats = 2", "repeats = 0"), "study.repeats", ">= 1"),
+    (("repeats = 2", 'repeats = "two"'), "study.repeats", "an integer"),
+    (('time = "00:10:00"', 'time = "ten minutes"'), "slurm.time", "HH:MM:SS"),
+    (('partition = "debug"', 'partiton = "debug"'), "slurm.partiton", "partition"),
+    (("ranks = [1, 2, 4]", "ranks = []"), "layout.ranks", "non-empty"),
+    (('name = "expmlp"', 'name = "resnet"'), "workload.name", "expmlp"),
+    (("[run]", "[runs]"), "runs", "allowed sections"),
+])
+def test_validation_error_names_the_file_the_key_and_what_is_allowed(tmp_path, change, key, allowed):
+    path = write(tmp_path, GOOD.replace(*change))
+    with pytest.raises(study.StudyError) as exc:
+        study.load(path)
+    msg = str(exc.value)
+    assert str(path) in msg and key in msg and allowed in msg, msg
+    assert isinstance(exc.value, UserError)
+
+
+def test_missing_and_malformed_files_are_user_errors(tmp_path):
+    with pytest.raises(study.StudyError, match="no such study file"):
+        study.load(tmp_path / "nope.toml")
+    with pytest.raises(study.StudyError, match="not valid TOML"):
+        study.load(write(tmp_path, "[study\nname="))
+    with pytest.raises(study.StudyError, match=r"\[workload\]: missing section"):
+        study.load(write(tmp_path, '[study]\nscaling = "weak"\n'))
+
+
+def test_resume_skips_points_already_recorded(tmp_path):
+    st = study.load(write(tmp_path, GOOD), results_root=tmp_path)
+    pts = st.points()
+    for p in pts[:5]:
+        records.append(st.runs_path, {"study": "demo", "point": p.as_dict(), "status": "ok"})
+    # Records of another study, or without a point id, never count as done.
+    records.append(st.runs_path, {"study": "other", "point": pts[5].as_dict()})
+    records.append(st.runs_path, {"study": "demo", "point": "free text"})
+    with open(st.runs_path, "a") as fh:
+        fh.write('{"study": "demo", "point": {"id": "' + pts[6].id)   # a torn last line
+    with pytest.warns(records.TornRecordWarning):
+        pending = st.pending()
+    assert [p.id for p in pending] == [p.id for p in pts[5:]]
+
+
+def test_validate_command_exits_2_with_one_line(tmp_path):
+    path = write(tmp_path, GOOD.replace("ranks = [1, 2, 4]", "ranks = [1, 3]"))
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "study", "validate", str(path)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "layout.ranks" in res.stderr
+
+
+def test_default_studies_in_jobs_are_valid():
+    files = sorted((ROOT / "jobs").glob("*.toml"))
+    assert len(files) >= 4
+    kinds = set()
+    for f in files:
+        st = study.load(f)
+        kinds.add((st.workload, st.scaling, st.is_local))
+        if not st.is_local:
+            assert max(p.nodes for p in st.points()) == 64 and min(p.nodes for p in st.points()) == 1
+    assert {("cnn", "weak", True), ("expmlp", "strong", True),
+            ("cnn", "weak", False), ("expmlp", "strong", False)} <= kinds
