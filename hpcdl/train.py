@@ -138,6 +138,11 @@ def validate(opts) -> None:
         raise UserError(f"--resume: checkpoint file {opts.resume} does not exist")
     if opts.checkpoint_every and not opts.checkpoint_dir:
         raise UserError("--checkpoint-every needs --checkpoint-dir")
+    # A missing dataset is named here, before every rank spends seconds starting TensorFlow.
+    data = opts.data or os.environ.get("HPCDL_DATA")
+    if opts.workload == "mnist" and data and data != "sklearn-digits" and not Path(data).is_file():
+        raise UserError(f"--data {data}: no such file; give the path of the standard mnist.npz "
+                        "(or HPCDL_DATA), or use --data sklearn-digits")
 
 
 def _available_backends():
@@ -222,7 +227,8 @@ def _fault_from_env(rank: int):
 
 
 def _inject_fault(kind: str, step: int, layout) -> None:
-    cluster.log(f"HPCDL_FAULT: injecting '{kind}' at step {step}", layout)
+    # The wall-clock time lets a harness measure how long the job takes to end after the fault.
+    cluster.log(f"HPCDL_FAULT: injecting '{kind}' at step {step} (t={time.time():.3f})", layout)
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "exit":
@@ -277,10 +283,18 @@ def run(opts) -> int:
     os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", "30")
     os.environ.setdefault("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "60")
 
+    _check_horovod()
     import numpy as np
     import tensorflow as tf
     cluster.apply_tf_threads(tf, nthreads)
-    import horovod.tensorflow as hvd
+    try:
+        import horovod.tensorflow as hvd
+    except (ImportError, OSError, tf.errors.NotFoundError) as exc:
+        # Typically libmpi (or another library Horovod links) does not load on this node.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot load Horovod's TensorFlow extension ({first}): load the MPI "
+                        "library Horovod was built with (module load openmpi, or LD_LIBRARY_PATH), "
+                        "or rebuild Horovod with scripts/setup.sh") from exc
     from . import checkpoint, records, workloads
     from .data import Sharder, even_split
 
@@ -344,13 +358,13 @@ def run(opts) -> int:
     @tf.function
     def compute_grads(x, y):
         with tf.GradientTape() as tape:
-            loss = wl.loss(y, model(x, training=True))
+            loss = tf.reduce_mean(wl.loss(y, model(x, training=True)))
         return loss, tape.gradient(loss, variables)
 
     @tf.function
     def hvd_step(x, y):
         with tf.GradientTape() as tape:
-            loss = wl.loss(y, model(x, training=True))
+            loss = tf.reduce_mean(wl.loss(y, model(x, training=True)))
         tape = hvd.DistributedGradientTape(tape, compression=compression)
         grads = tape.gradient(loss, variables)
         opt.apply_gradients(zip(grads, variables))
@@ -404,7 +418,8 @@ def run(opts) -> int:
                     found = str(exc)
         found_info = hvd.broadcast_object(
             None if found is None else (found if isinstance(found, str) else
-                                        (str(found[0]), found[1]["step"])), root_rank=0)
+                                        (str(found[0]), found[1]["step"],
+                                         found[1].get("meta", {}).get("rng"))), root_rank=0)
         if isinstance(found_info, str):
             raise UserError(found_info)
         if found_info is not None:
@@ -412,6 +427,10 @@ def run(opts) -> int:
                 _, header, arrays = found
                 _restore(model, opt, arrays, header)
             start_step = found_info[1]
+            if (found_info[2] or {}).get("tf_global") is not None:
+                # Every rank continues the random stream where the checkpointed run left it.
+                tf.random.get_global_generator().reset(
+                    np.asarray(found_info[2]["tf_global"], dtype=np.int64))
             resumed_from = {"path": found_info[0], "step": start_step}
             broadcast_state()
             say(f"Resumed from {found_info[0]} at step {start_step}")
@@ -507,6 +526,9 @@ def run(opts) -> int:
 
     if interrupted:
         path = save_checkpoint(step) if ckpt_dir is not None else None
+        # Every rank waits for rank 0's checkpoint: a launcher that ends the job when the first
+        # rank exits (mpirun, srun --kill-on-bad-exit) must not kill rank 0 in mid-write.
+        path = hvd.broadcast_object(None if path is None else str(path), root_rank=0, name="hpcdl.ckpt")
         msg = (f"Stopped at step {step}/{steps} ({interrupted})"
                + (f"; checkpoint {path}" if path else ("; checkpoint written by rank 0" if ckpt_dir else
                                                         "; no --checkpoint-dir, progress not saved")))
@@ -534,7 +556,7 @@ def run(opts) -> int:
         xt, yt = wl.test
         sl = even_split(len(xt), rank, size)
         pred = model(tf.constant(xt[sl]), training=False)
-        loss_sum = float(wl.loss(yt[sl], pred)) * len(xt[sl])   # mean x count = sum
+        loss_sum = float(tf.reduce_mean(wl.loss(yt[sl], pred))) * len(xt[sl])   # mean x count = sum
         sums = [loss_sum, float(len(xt[sl]))]
         if wl.accuracy:
             sums.append(float(np.sum(np.argmax(pred.numpy(), axis=1) == yt[sl])))
@@ -618,6 +640,24 @@ def run(opts) -> int:
             records.append(path, record)
             print(f"Record appended to {path}")
     return 0
+
+
+def _check_horovod() -> None:
+    """Raise UserError, before TensorFlow starts, when Horovod lacks its TensorFlow extension.
+
+    Only looks at files: loading Horovod's library before TensorFlow (as ``hpcdl info`` does)
+    makes TensorFlow's own import crash in the same process.
+    """
+    import glob
+    import importlib.util
+    spec = importlib.util.find_spec("horovod")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("Horovod is not installed in this Python: run scripts/setup.sh, or pip "
+                        "install horovod with HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1")
+    root = list(spec.submodule_search_locations)[0]
+    if not glob.glob(os.path.join(root, "tensorflow", "mpi_lib*.so")):
+        raise UserError(f"Horovod at {root} is built without TensorFlow: rebuild it with "
+                        "HOROVOD_WITH_TENSORFLOW=1 (scripts/setup.sh does)")
 
 
 def _restore(model, opt, arrays, header):

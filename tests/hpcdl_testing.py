@@ -17,7 +17,8 @@ from hpcdl.launch import local  # noqa: E402
 def mpirun(np, args, timeout=180, env=None, cwd=None):
     """Run ``python -m hpcdl ARGS`` on ``np`` real MPI ranks; fail the test on a timeout."""
     argv = local.mpirun_command(np, local.hpcdl_command(args))
-    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT))
+    full_env.update(env or {})
     res = local.run(argv, timeout=timeout, env=full_env, cwd=cwd)
     if res.timed_out:
         pytest.fail(f"mpirun -np {np} timed out after {timeout} s (hang?)\n"

@@ -131,8 +131,8 @@ def test_cnn_prints_horovod_style_throughput_line(tmp_path):
 
 
 def test_users_own_workload_factory_trains_on_sharded_tf_data(tmp_path):
-    res = check(mpirun(2, ["train", "--workload", "userwl:factory", "--steps", "60", "--batch-size", "16",
-                           "--lr", "0.05", "--results", str(tmp_path / "r.jsonl")],
+    res = check(mpirun(2, ["train", "--workload", "userwl:factory", "--steps", "100", "--batch-size", "16",
+                           "--lr", "0.1", "--lr-scaling", "none", "--results", str(tmp_path / "r.jsonl")],
                        env={"PYTHONPATH": f"{ROOT}:{Path(__file__).parent}"}))
     rec = read_records(tmp_path / "r.jsonl")[0]
     assert rec["params"]["workload"] == "userwl:factory"
