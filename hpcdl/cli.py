@@ -29,6 +29,9 @@ COMMANDS = [
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line and exit 2, like every other user error
+        layout = _layout()
+        if layout.size > 1 and layout.rank != 0:
+            _wait_for_rank0()
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
@@ -54,31 +57,65 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _abort_mpi(code: int) -> None:
-    """End every rank of the job, not just this one, when MPI is live in this process."""
+def _mpi_if_live():
+    """mpi4py's MPI module when this process has initialised MPI (through mpi4py or Horovod).
+
+    Never initialises MPI itself: MPI_Init is collective under Open MPI and would wait forever for
+    ranks that have already failed.
+    """
     mpi = sys.modules.get("mpi4py.MPI")
-    hvd_live = "horovod.tensorflow" in sys.modules
-    size = 1
+    if mpi is None:
+        if "horovod.common.basics" not in sys.modules and "horovod.tensorflow" not in sys.modules:
+            return None
+        try:
+            import mpi4py
+            mpi4py.rc.initialize = False
+            mpi4py.rc.finalize = False
+            from mpi4py import MPI as mpi
+        except Exception:  # noqa: BLE001 - no mpi4py, or its libmpi does not load
+            return None
     try:
-        from . import cluster
-        size = cluster.discover().size
+        return mpi if mpi.Is_initialized() and not mpi.Is_finalized() else None
     except Exception:  # noqa: BLE001
-        pass
-    if size <= 1:
-        return
+        return None
+
+
+def _end_job(code: int, layout) -> None:
+    """End every rank of the job, not just this one.
+
+    With MPI live, ``MPI_Abort`` makes mpirun (or srun through PMIx) kill the other ranks at
+    once, wherever they are blocked; otherwise this process leaves with ``code`` and the launcher
+    ends the job on the non-zero exit (mpirun always; srun with ``--kill-on-bad-exit=1``).
+    ``os._exit`` skips interpreter teardown, which can block on Horovod's background thread.
+    """
     sys.stderr.flush()
     sys.stdout.flush()
-    if mpi is None and hvd_live:
-        try:
-            from mpi4py import MPI as mpi  # Horovod initialised MPI already; mpi4py attaches
-        except Exception:  # noqa: BLE001
-            mpi = None
-    if mpi is not None:
-        try:
-            mpi.COMM_WORLD.Abort(code)
-        except Exception:  # noqa: BLE001
-            pass
+    if layout.size > 1:
+        mpi = _mpi_if_live()
+        if mpi is not None:
+            try:
+                mpi.COMM_WORLD.Abort(code)
+            except Exception:  # noqa: BLE001
+                pass
     os._exit(code)
+
+
+# How long a rank other than 0 waits before reporting a user error: an error every rank hits (a
+# bad flag, an impossible split) is then reported once, by rank 0, which ends the job meanwhile.
+_USER_ERROR_GRACE_S = 2.0
+
+
+def _wait_for_rank0() -> None:
+    import time
+    time.sleep(_USER_ERROR_GRACE_S)
+
+
+def _layout():
+    from . import cluster
+    try:
+        return cluster.discover()
+    except Exception:  # noqa: BLE001 - reporting an error must not fail on a bad environment
+        return cluster.Layout()
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -90,24 +127,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return int(opts._main(opts) or 0)
     except UserError as exc:
-        from . import cluster
-        layout = cluster.discover()
-        prefix = f"{layout.tag} " if layout.size > 1 else ""
-        sys.stderr.write(f"{prefix}hpcdl {opts.command}: error: {exc}\n")
-        _abort_mpi(EXIT_USAGE)
+        layout = _layout()
+        message = str(exc).strip().replace("\n", " ") or type(exc).__name__
+        if layout.size <= 1:
+            sys.stderr.write(f"hpcdl {opts.command}: error: {message}\n")
+            return EXIT_USAGE
+        if layout.rank != 0:
+            _wait_for_rank0()
+        sys.stderr.write(f"{layout.tag} hpcdl {opts.command}: error: {message}\n")
+        _end_job(EXIT_USAGE, layout)
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
     except SystemExit:
         raise
-    except BaseException:
+    except BaseException as exc:
         import traceback
-        from . import cluster
-        layout = cluster.discover()
-        sys.stderr.write(f"{layout.tag} hpcdl {opts.command}: unhandled error, ending the job:\n")
+        layout = _layout()
         traceback.print_exc()
-        _abort_mpi(EXIT_FAILURE)
+        # The last line names the rank and host, so that it is what a user sees first in a log.
+        sys.stderr.write(f"{layout.tag} hpcdl {opts.command}: {type(exc).__name__}: {exc}; "
+                         f"ending the job (rank {layout.rank} of {layout.size} on {layout.host})\n")
+        if layout.size > 1:
+            _end_job(EXIT_FAILURE, layout)
         return EXIT_FAILURE
 
 
