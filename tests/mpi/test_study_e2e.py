@@ -1,0 +1,82 @@
+"""A real two-point local study: run through mpirun, interrupt, resume, and report."""
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, read_records
+
+STUDY = """
+[study]
+name = "e2e"
+scaling = "strong"
+repeats = 1
+
+[workload]
+name = "expmlp"
+global_batch = 200
+steps = 40
+warmup = 5
+num_batches_per_iter = 5
+probes = 3
+
+[layout]
+ranks = [1, 2]
+
+[run]
+timeout = 150
+threads_per_rank = 1
+"""
+
+
+def hpcdl(*args, timeout=400):
+    res = subprocess.run([sys.executable, "-m", "hpcdl", *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return res.stdout
+
+
+def test_two_point_study_resumes_and_reports(tmp_path):
+    path = tmp_path / "e2e.toml"
+    path.write_text(STUDY)
+    root = tmp_path / "results"
+    runs = root / "e2e" / "runs.jsonl"
+
+    # Stop after the first point, as an interrupted study would.
+    out = hpcdl("study", "run", str(path), "--results-root", str(root), "--limit", "1")
+    assert "[1/1] n1-r1-horovod-none-rep0" in out and "ETA" not in out.splitlines()[2]
+    assert [r["point"]["id"] for r in read_records(runs)] == ["n1-r1-horovod-none-rep0"]
+
+    # Running again continues with the missing point only, then writes the report.
+    out = hpcdl("study", "run", str(path), "--results-root", str(root), "--report")
+    assert "1 point(s) already recorded" in out and "[1/1] n1-r2-horovod-none-rep0" in out
+    recs = read_records(runs)
+    assert [r["point"]["id"] for r in recs] == ["n1-r1-horovod-none-rep0", "n1-r2-horovod-none-rep0"]
+    assert [r["layout"]["size"] for r in recs] == [1, 2]
+    assert [r["params"]["batch_size"] for r in recs] == [200, 100]
+    assert all(r["study"] == "e2e" and r["replicas_identical"] for r in recs)
+
+    # A finished study runs nothing.
+    out = hpcdl("study", "run", str(path), "--results-root", str(root))
+    assert "2 point(s) already recorded" in out and "0 to run" in out
+    assert len(read_records(runs)) == 2
+
+    # The report's table holds exactly the recorded figures.
+    d = root / "e2e"
+    for name in ("report.md", "report.json", "scaling-horovod-none.csv", "model-vs-measured.csv",
+                 "throughput-speedup.png", "efficiency.png", "comm-share.png"):
+        assert (d / name).stat().st_size > 0, name
+    with open(d / "scaling-horovod-none.csv") as fh:
+        rows = list(csv.DictReader(ln for ln in fh if not ln.startswith("#")))
+    assert [int(r["ranks"]) for r in rows] == [1, 2]
+    for row, rec in zip(rows, recs):
+        assert float(row["throughput_mean"]) == rec["metrics"]["throughput"]["mean"]
+        assert float(row["step_time_s"]) == rec["metrics"]["step_time"]["median"]
+    x1, x2 = (r["metrics"]["throughput"]["mean"] for r in recs)
+    assert float(rows[1]["speedup"]) == x2 / x1
+    md = (d / "report.md").read_text()
+    assert f"{x2:.1f} ±" in md and "MODEL" in md
+    doc = json.loads((d / "report.json").read_text())
+    assert doc["study"] == "e2e" and doc["records"] == 2
