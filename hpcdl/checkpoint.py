@@ -15,6 +15,7 @@ import io
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -24,6 +25,8 @@ from .errors import UserError
 
 MAGIC = "hpcdl-checkpoint/1"
 _NAME = re.compile(r"^ckpt-(\d{9})\.hpcdl$")
+_TMP = re.compile(r"^\.ckpt-\d{9}\.hpcdl\.tmp-(\d+)$")
+_MAX_HEADER = 1 << 20
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -58,17 +61,39 @@ def save(directory, step: int, arrays: Dict[str, np.ndarray], meta: Optional[dic
               "arrays": sorted(arrays)}
     final = path_for(directory, step)
     tmp = directory / f".{final.name}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(json.dumps(header, sort_keys=True).encode() + b"\n")
-        fh.write(payload)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(json.dumps(header, sort_keys=True).encode() + b"\n")
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(directory)
+    # Only now that the new checkpoint is durable may older ones go.
     for old in list_checkpoints(directory)[:-max(1, keep)]:
         if old != final:
             old.unlink(missing_ok=True)
+    _remove_stale_temporaries(directory)
     return final
+
+
+def _remove_stale_temporaries(directory: Path) -> None:
+    """Delete temporary files left by savers that died mid-write (their process is gone)."""
+    for p in directory.iterdir():
+        m = _TMP.match(p.name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue                      # that saver still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        p.unlink(missing_ok=True)
 
 
 def list_checkpoints(directory) -> List[Path]:
@@ -85,7 +110,7 @@ def load(path) -> Tuple[dict, Dict[str, np.ndarray]]:
     path = Path(path)
     try:
         with open(path, "rb") as fh:
-            first = fh.readline(1 << 20)
+            first = fh.readline(_MAX_HEADER)
             payload = fh.read()
     except OSError as exc:
         raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror}") from exc
@@ -96,24 +121,40 @@ def load(path) -> Tuple[dict, Dict[str, np.ndarray]]:
         ok = False
     if not ok:
         raise CheckpointError(f"{path} is not an hpcdl checkpoint (no '{MAGIC}' header)")
-    if len(payload) != header["length"]:
-        raise CheckpointError(f"checkpoint {path} is truncated: {len(payload)} of "
-                              f"{header['length']} payload bytes")
-    if hashlib.sha256(payload).hexdigest() != header["sha256"]:
+    length, digest = header.get("length"), header.get("sha256")
+    if not isinstance(length, int) or not isinstance(digest, str) or "step" not in header:
+        raise CheckpointError(f"checkpoint {path} has a damaged header (length, sha256 or step missing)")
+    if len(payload) < length:
+        raise CheckpointError(f"checkpoint {path} is truncated: {len(payload)} of {length} payload bytes")
+    if len(payload) > length:
+        raise CheckpointError(f"checkpoint {path} is corrupt: {len(payload) - length} bytes after the payload")
+    if hashlib.sha256(payload).hexdigest() != digest:
         raise CheckpointError(f"checkpoint {path} is corrupt: sha256 mismatch")
-    with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
+    try:
+        with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, EOFError) as exc:   # a consistent header over a foreign payload
+        raise CheckpointError(f"checkpoint {path}: the payload is not an array archive ({exc})") from exc
     return header, arrays
 
 
+class CheckpointWarning(UserWarning):
+    """A checkpoint was skipped because it does not verify."""
+
+
 def latest(directory, warn=None) -> Optional[Tuple[Path, dict, Dict[str, np.ndarray]]]:
-    """The newest checkpoint that verifies; each bad one newer than it is reported to ``warn``."""
+    """The newest checkpoint that verifies; each bad one newer than it is reported to ``warn``
+    (a callable taking the message; by default a ``CheckpointWarning``). Bad files are left in
+    place for inspection and never deleted here."""
     for path in reversed(list_checkpoints(directory)):
         try:
             header, arrays = load(path)
         except CheckpointError as exc:
+            message = f"skipping bad checkpoint: {exc}"
             if warn:
-                warn(f"skipping bad checkpoint: {exc}")
+                warn(message)
+            else:
+                warnings.warn(message, CheckpointWarning, stacklevel=2)
             continue
         return path, header, arrays
     return None
