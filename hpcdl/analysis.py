@@ -337,16 +337,28 @@ def calibrate(rows: Sequence[Row], algorithm: str = "ring", fit: Optional[dict] 
         raise ValueError("no rows to calibrate on")
     with_c = [r for r in rows if _row_compute(r) is not None]
     if with_c:
-        b = np.array([r.batch_size for r in with_c], dtype=float)
-        c = np.array([_row_compute(r) for r in with_c])
+        # Extrapolate compute from the least crowded nodes only: ranks sharing a node's cores
+        # and memory compute slower, and a cluster run does not share them the same way.
+        rpn = min(r.ranks_per_node for r in with_c)
+        base = [r for r in with_c if r.ranks_per_node == rpn]
+        b = np.array([r.batch_size for r in base], dtype=float)
+        c = np.array([_row_compute(r) for r in base])
         if len(set(b)) >= 2:
             coef = _nnls(np.stack([np.ones_like(b), b], axis=1), c)
             m.c0, m.c1 = float(coef[0]), float(coef[1])
         else:
-            m.c0 = float(np.mean(c))
+            m.c1 = float(np.mean(c / np.maximum(b, 1)))     # proportional to the batch
         m.measured = {f"{r.ranks}:{r.batch_size}": float(_row_compute(r)) for r in with_c}
-        m.notes.append("compute: the probed compute time of each measured configuration; "
-                       "compute(b) = c0 + c1 b fitted to them for the extrapolation")
+        m.notes.append("compute: the probed compute time of each measured configuration; the "
+                       f"extrapolation uses compute(b) = c0 + c1 b fitted to the runs with "
+                       f"{rpn} rank(s) per node")
+        for r in with_c:
+            if r.ranks_per_node > rpn:
+                slow = _row_compute(r) / float(m.c0 + m.c1 * r.batch_size)
+                m.notes.append(f"{r.ranks_per_node} ranks on one node: probed compute is "
+                               f"{slow:.2f}x compute(b={r.batch_size}) (ranks sharing the node's "
+                               f"cores and memory, and per-step costs that do not shrink with "
+                               f"the batch)")
     else:
         base = min(rows, key=lambda r: r.ranks)
         m.c1 = base.step_time / max(1, base.batch_size)
