@@ -71,7 +71,10 @@ def discover(env: Optional[Mapping[str, str]] = None, host: Optional[str] = None
     (``PMIX_RANK``); otherwise a single process.
     """
     env = os.environ if env is None else env
-    host = host or env.get("HPCDL_HOST") or socket.gethostname().split(".")[0]
+    # Inside a Slurm job the node is the name Slurm gave it (SLURMD_NODENAME): the same as the
+    # hostname on most clusters, and the only way to tell nodes apart when several slurmd share a host.
+    host = (host or env.get("HPCDL_HOST") or env.get("SLURMD_NODENAME")
+            or socket.gethostname().split(".")[0])
 
     if "OMPI_COMM_WORLD_RANK" in env:
         rank = _int(env, "OMPI_COMM_WORLD_RANK") or 0

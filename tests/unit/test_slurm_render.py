@@ -1,0 +1,246 @@
+"""The Slurm and Grid Engine job scripts, rendered from typed parameters, against golden files.
+
+Regenerate the golden files after an intended change with HPCDL_UPDATE_GOLDEN=1 and review the
+diff. The behaviour of the scripts on a real cluster is tested in tests/slurm/.
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcdl import study as study_mod
+from hpcdl.errors import UserError
+from hpcdl.launch import slurm
+
+GOLDEN = Path(__file__).parent / "golden"
+SOFTWARE = slurm.Software(workdir="/opt/hpcdl", activate="source /opt/hpcdl/.venv/bin/activate",
+                          exports=(("OMPI_MCA_btl", "self,tcp"), ("OMPI_MCA_btl_tcp_if_include", "lo")))
+TRAIN_ARGS = ["--workload", "expmlp", "--steps", "300", "--results", "/opt/hpcdl/results/runs.jsonl"]
+
+STUDY_4NODE = textwrap.dedent("""\
+    [study]
+    name = "golden-4node"
+    scaling = "weak"
+
+    [workload]
+    name = "cnn"
+    model = "resnet50"
+    batch_size = 64
+    num_iters = 10
+
+    [layout]
+    nodes = [4]
+    ranks_per_node = 4
+
+    [slurm]
+    partition = "gpu"
+    account = "hpcdl-lab"
+    time = "01:00:00"
+    cpus_per_task = 8
+    gpus_per_node = 4
+    signal_lead = 120
+    """)
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("HPCDL_UPDATE_GOLDEN") == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"no golden file {path}: run with HPCDL_UPDATE_GOLDEN=1 and review it"
+    assert text == path.read_text(), f"{name} differs from its golden file (HPCDL_UPDATE_GOLDEN=1 to accept)"
+
+
+def _bash_syntax_ok(text: str, tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=10)
+    assert res.returncode == 0, res.stderr
+
+
+def _study(tmp_path=None):
+    raw = study_mod._toml.loads(STUDY_4NODE)
+    return study_mod.from_dict(raw, "/opt/hpcdl/jobs/golden-4node.toml", results_root="/opt/hpcdl/results")
+
+
+def test_train_sbatch_matches_golden_and_is_valid_bash(tmp_path):
+    job = slurm.Job(name="hpcdl-train", nodes=2, ntasks_per_node=1, cpus_per_task=1,
+                    time="10:00", partition="debug", signal_lead=60)
+    text = slurm.render_train(job, SOFTWARE, TRAIN_ARGS, "/opt/hpcdl/ckpt/run1")
+    _golden("train-2x1.sbatch", text)
+    _bash_syntax_ok(text, tmp_path)
+    assert "srun --mpi=\"$HPCDL_SRUN_MPI\"" in text and 'HPCDL_SRUN_MPI:-pmix' in text
+    assert 'scontrol requeue "$SLURM_JOB_ID"' in text and "trap on_usr1 USR1" in text
+
+
+def test_study_step_for_a_4_node_study_matches_golden(tmp_path):
+    # A production cluster: the settings' defaults, no loopback transport.
+    software = slurm.Software(workdir="/opt/hpcdl", activate="source /opt/hpcdl/.venv/bin/activate")
+    plan = slurm.plan_study(_study(), software)
+    assert [s.point_id for s in plan.steps] == ["n4-r4-horovod-none-rep0"]
+    step = plan.steps[0]
+    _golden("study-step-4node.sbatch", step.text)
+    _bash_syntax_ok(step.text, tmp_path)
+    lines = [ln for ln in step.text.splitlines() if ln.startswith("#SBATCH")]
+    assert lines == sorted(lines), "#SBATCH lines are sorted"
+    for want in ("#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=4", "#SBATCH --cpus-per-task=8",
+                 "#SBATCH --gpus-per-node=4", "#SBATCH --time=01:00:00", "#SBATCH --partition=gpu",
+                 "#SBATCH --account=hpcdl-lab", "#SBATCH --output=%x-%j.out",
+                 "#SBATCH --signal=B:USR1@120", "#SBATCH --requeue"):
+        assert want in lines
+    assert "set -euo pipefail" in step.text
+    assert "--results /opt/hpcdl/results/golden-4node/runs.jsonl" in step.text
+    assert "CKPT_DIR=/opt/hpcdl/results/golden-4node/checkpoints/n4-r4-horovod-none-rep0" in step.text
+
+
+def test_report_sbatch_matches_golden(tmp_path):
+    plan = slurm.plan_study(_study(), SOFTWARE)
+    _golden("report.sbatch", plan.report.text)
+    _bash_syntax_ok(plan.report.text, tmp_path)
+    assert "python -m hpcdl study report /opt/hpcdl/results/golden-4node" in plan.report.text
+    # The report is not preemptible: no requeue, no signal.
+    assert "--requeue" not in plan.report.text and "--signal" not in plan.report.text
+
+
+def test_tsubame_qsub_matches_golden(tmp_path):
+    job = slurm.Job(name="hpcdl-train", nodes=2, ntasks_per_node=4, time="02:00:00",
+                    account="tga-hpcdl", signal_lead=300)
+    text = slurm.render_qsub(job, slurm.Software(workdir="/gs/bs/tga-hpcdl/hpcdl",
+                                                 activate="module load openmpi cuda\nsource .venv/bin/activate"),
+                             ["--workload", "cnn", "--model", "resnet50"], "/gs/bs/tga-hpcdl/ckpt")
+    _golden("tsubame-train.qsub", text)
+    _bash_syntax_ok(text, tmp_path)
+    for want in ("qsub -g tga-hpcdl", "#$ -l node_f=2", "#$ -l h_rt=2:00:00",
+                 "mpirun -npernode 4 -np 8", "--max-time 6900"):
+        assert want in text
+    assert "HPCDL_LAUNCHER" not in text       # Slurm-only settings stay out
+
+
+def test_sbatch_options_are_sorted_and_omit_unset_resources():
+    job = slurm.Job(name="x", nodes=3, time="1-00:00:00", extra=("--qos=debug", "--exclusive"))
+    opts = slurm.sbatch_options(job)
+    assert opts == sorted(opts)
+    assert "--time=1-00:00:00" in opts and "--qos=debug" in opts and "--exclusive" in opts
+    assert not any(o.startswith(("--partition", "--account", "--gpus-per-node", "--cpus-per-task"))
+                   for o in opts)
+    assert "--requeue" not in slurm.sbatch_options(job, preemptible=False)
+
+
+@pytest.mark.parametrize("text,secs", [("30", 1800), ("10:00", 600), ("01:00:00", 3600),
+                                       ("1-12", 129600), ("2-00:30", 174600), ("0-00:00:59", 59)])
+def test_parse_time_reads_every_slurm_format(text, secs):
+    assert slurm.parse_time(text) == secs
+
+
+@pytest.mark.parametrize("kwargs,msg", [
+    (dict(time="ten minutes"), "not a Slurm time"),
+    (dict(time="00:01:00", signal_lead=60), "shorter than the time limit"),
+    (dict(nodes=0), "nodes must be a positive integer"),
+    (dict(signal_lead=70000), "signal_lead must be"),
+    (dict(extra=("qos=x",)), "--key=value"),
+])
+def test_bad_job_parameters_are_user_errors(kwargs, msg):
+    with pytest.raises(UserError, match=msg):
+        slurm.Job(name="x", **kwargs)
+
+
+def test_exports_are_overridable_and_off_examples_are_comments():
+    sw = slurm.Software(workdir="/w", activate=":", exports=(("NCCL_DEBUG", "INFO"),
+                                                             ("MY_FLAG", 'a "b" $c')))
+    block, names = slurm._render_exports(sw)
+    assert 'export NCCL_DEBUG="${NCCL_DEBUG:-INFO}"' in block
+    assert "# export NCCL_SOCKET_IFNAME=ib0" in block
+    assert 'export MY_FLAG="${MY_FLAG:-a \\"b\\" \\$c}"' in block
+    assert "NCCL_SOCKET_IFNAME" not in names and "MY_FLAG" in names
+    # The value survives bash: the default applies when unset, the caller's value wins when set.
+    script = block + '\necho "$MY_FLAG|$NCCL_DEBUG"\n'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=10,
+                         env={"PATH": os.environ["PATH"], "NCCL_DEBUG": "TRACE"}).stdout
+    assert out.strip() == 'a "b" $c|TRACE'
+
+
+def test_dry_run_writes_scripts_and_submits_nothing(tmp_path, monkeypatch):
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(STUDY_4NODE.replace("nodes = [4]", "nodes = [1, 2]"))
+    monkeypatch.setenv("PATH", "/nonexistent")     # sbatch cannot be reached even by mistake
+    st = study_mod.load(study_file, results_root=tmp_path / "results")
+    out = io.StringIO()
+    plan = slurm.plan_study(st, SOFTWARE)
+    sub = slurm.submit_study(plan, dry_run=True, out=out)
+    jobs = tmp_path / "results" / "golden-4node" / "jobs"
+    assert sorted(p.name for p in jobs.iterdir()) == [
+        "report.sbatch", "step-n1-r4-horovod-none-rep0.sbatch", "step-n2-r4-horovod-none-rep0.sbatch"]
+    assert all(s["job_id"] is None for s in sub["steps"])
+    assert "Would submit the report" in out.getvalue() and "--dependency=afterany" in out.getvalue()
+    assert not (jobs / "submitted.jsonl").exists()
+
+
+def test_recorded_points_are_not_submitted_again(tmp_path):
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(STUDY_4NODE.replace("nodes = [4]", "nodes = [1, 2]"))
+    st = study_mod.load(study_file, results_root=tmp_path / "results")
+    st.results_dir.mkdir(parents=True)
+    done = st.points()[0]
+    (st.results_dir / "runs.jsonl").write_text(
+        '{"schema": "hpcdl.run/1", "study": "golden-4node", "status": "ok", "point": %s}\n'
+        % __import__("json").dumps(done.as_dict()))
+    plan = slurm.plan_study(st, SOFTWARE)
+    assert plan.skipped == [done.id]
+    assert [s.point_id for s in plan.steps] == [st.points()[1].id]
+    assert len(slurm.plan_study(st, SOFTWARE, force=True).steps) == 2
+
+
+def _fake_tool(bin_dir: Path, name: str, body: str) -> None:
+    path = bin_dir / name
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(0o755)
+
+
+def test_usr1_trap_checkpoints_and_requeues_without_slurm(tmp_path):
+    """The trap logic alone, with stand-ins for srun and scontrol (the real thing is in
+    tests/slurm/test_slurm_cluster.py): USR1 creates the STOP file, the launcher's exit 75
+    leads to 'scontrol requeue', a restarted job gets --resume."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    # "srun": records its argv, then behaves like training: exit 75 once the STOP file appears.
+    _fake_tool(bin_dir, "srun", f'echo "srun $*" >> {log}\n'
+               'case "$*" in *--resume) exit 0 ;; esac\n'
+               'for i in $(seq 1 100); do [ -e "$HPCDL_STOP_FILE" ] && exit 75; sleep 0.1; done\nexit 0\n')
+    _fake_tool(bin_dir, "scontrol", f'echo "scontrol $*" >> {log}\n')
+    job = slurm.Job(name="t", nodes=1, time="10:00", signal_lead=60)
+    sw = slurm.Software(workdir=str(tmp_path), activate=":")
+    script = tmp_path / "train.sbatch"
+    script.write_text(slurm.render_train(job, sw, ["--steps", "5"], str(tmp_path / "ckpt")))
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_CPUS_PER_TASK": "2"}
+    proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 10
+    while not (log.exists() and "srun" in log.read_text()):
+        assert time.monotonic() < deadline, "fake srun never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=20)
+    calls = log.read_text().splitlines()
+    assert proc.returncode == 0, out
+    assert calls[0].startswith("srun --mpi=pmix --cpus-per-task=2 python -m hpcdl train --steps 5")
+    assert "--resume" not in calls[0]
+    assert calls[-1] == "scontrol requeue 42"
+    assert "USR1: asking the ranks to checkpoint and stop" in out
+    assert not (tmp_path / "ckpt" / "STOP").exists()
+    # The requeued attempt resumes.
+    env["SLURM_RESTART_COUNT"] = "1"
+    (tmp_path / "ckpt" / "ckpt-000000003.hpcdl").write_text("x")
+    res = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    last_srun = [c for c in log.read_text().splitlines() if c.startswith("srun")][-1]
+    assert last_srun.endswith("--resume")
+    assert (tmp_path / "ckpt" / "ckpt-000000003.hpcdl").exists(), "a resumed run keeps its checkpoints"
