@@ -35,18 +35,15 @@ def append(path, record: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, sort_keys=True, separators=(",", ":"), default=_jsonable) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             # A previous writer killed mid-line leaves no newline at the end: start on a fresh line
             # so that the torn fragment stays one bad line and this record stays whole.
             size = os.fstat(fd).st_size
-            if size:
-                with open(path, "rb") as check:
-                    check.seek(size - 1)
-                    if check.read(1) != b"\n":
-                        line = b"\n" + line
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
             view = memoryview(line)
             while view:
                 written = os.write(fd, view)
