@@ -1,0 +1,184 @@
+"""hpcdl's job scripts on a real Slurm cluster: sbatch + srun, a study with its chained report,
+and USR1 preemption: checkpoint, requeue, resume, one record.
+
+Every job runs under a deadline: ``submit_and_wait`` polls squeue / ``sacct -c`` and cancels the
+job when the deadline passes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcdl.launch import slurm
+
+from slurm_testing import JOB_EXPORTS, ROOT, ROOT_ENV, job_output, submit_and_wait
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+STEPS = 1000            # long enough (several seconds) to interrupt mid-run without racing
+TRAIN = ["--workload", "expmlp", "--steps", str(STEPS), "--log-every", "50"]
+
+
+def _records(path: Path):
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def _train_job(name: str, lead: int = 60) -> slurm.Job:
+    return slurm.Job(name=name, nodes=2, ntasks_per_node=1, cpus_per_task=1, time="00:10:00",
+                     signal_lead=lead)
+
+
+@pytest.fixture(scope="module")
+def reference_run(software, tmp_path_factory):
+    """One uninterrupted 2-node x 1-rank training run through sbatch and srun."""
+    d = tmp_path_factory.mktemp("train")
+    script = d / "train.sbatch"
+    script.write_text(slurm.render_train(_train_job("hpcdl-train"), software,
+                                         TRAIN + ["--results", str(d / "runs.jsonl")], str(d / "ckpt")))
+    state = submit_and_wait(script, timeout=240)
+    return d, state
+
+
+def test_two_node_run_through_sbatch_and_srun_records_nodes_n1_n2(reference_run):
+    d, state = reference_run
+    out = job_output(d, state.job_id)
+    assert (state.state, state.exit_code) == ("COMPLETED", "0:0"), out[-3000:]
+    assert state.nodelist == "n[1-2]"
+    (rec,) = _records(d / "runs.jsonl")
+    assert rec["layout"]["size"] == 2 and rec["layout"]["nodes"] == 2
+    assert rec["layout"]["hosts"] == ["n1", "n2"]
+    assert rec["manifest"]["slurm"]["nodelist"] == "n[1-2]"
+    assert rec["manifest"]["slurm"]["job_id"] == state.job_id
+    assert rec["manifest"]["layout"]["launcher"] == "srun"
+    assert rec["replicas_identical"] is True and rec["resumed_from"] is None
+    assert "launcher srun" in out and "Total samples/sec on 2 rank(s)" in out
+
+
+def test_usr1_checkpoints_requeues_and_resumes_to_the_same_final_loss(software, reference_run,
+                                                                       tmp_path):
+    ref_dir, _ = reference_run
+    (ref,) = _records(ref_dir / "runs.jsonl")
+    results = tmp_path / "runs.jsonl"
+    script = tmp_path / "train.sbatch"
+    script.write_text(slurm.render_train(_train_job("hpcdl-preempt", lead=120), software,
+                                         TRAIN + ["--results", str(results)], str(tmp_path / "ckpt")))
+    jid = slurm.sbatch(script, cwd=tmp_path)
+    out_file = tmp_path / f"hpcdl-preempt-{jid}.out"
+    # Signal the batch shell as soon as training is under way (Slurm's warning before the time
+    # limit, or a preemption, arrives the same way).
+    deadline = time.monotonic() + 180
+    while "Step 50/" not in (out_file.read_text() if out_file.exists() else ""):
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", jid], timeout=30)
+            pytest.fail(f"training did not reach step 50 within 180 s:\n"
+                        f"{out_file.read_text() if out_file.exists() else ''}")
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", jid], check=True, timeout=30)
+    try:
+        state = slurm.wait_for_jobs([jid], timeout=300)[jid]
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}\n{out_file.read_text()[-3000:]}")
+    out = out_file.read_text()
+    assert (state.state, state.exit_code) == ("COMPLETED", "0:0"), out[-3000:]
+
+    # It checkpointed, requeued and ran again: two attempts in the completion log.
+    assert "USR1: asking the ranks to checkpoint and stop" in out
+    assert "Stopped at step" in out and "checkpoint" in out
+    assert "exit 75): requeueing" in out
+    assert "attempt 2" in out and "Resumed from" in out
+    assert state.attempts == 2, state.history
+    # One record, not two, and it says where it resumed from.
+    (rec,) = _records(results)
+    assert rec["resumed_from"] is not None
+    assert 50 <= rec["resumed_from"]["step"] < STEPS
+    assert Path(rec["resumed_from"]["path"]).name.startswith("ckpt-")
+    assert rec["manifest"]["slurm"]["restart_count"] in ("1", 1)
+    # Same data order, same state: the same training as the uninterrupted run.
+    assert rec["metrics"]["final_loss"] == pytest.approx(ref["metrics"]["final_loss"], rel=1e-5)
+    assert rec["weights_digest"] == ref["weights_digest"]
+
+
+STUDY = textwrap.dedent("""\
+    [study]
+    name = "slurm-smoke"
+    scaling = "weak"
+
+    [workload]
+    name = "expmlp"
+    batch_size = 100
+    steps = 200
+    warmup = 20
+    num_batches_per_iter = 20
+
+    [layout]
+    nodes = [1, 2]
+    ranks_per_node = 1
+
+    [slurm]
+    time = "00:10:00"
+    cpus_per_task = 1
+    signal_lead = 60
+    """)
+
+
+def _hpcdl(*args, timeout=120, env=None):
+    res = subprocess.run([sys.executable, "-m", "hpcdl", *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=ROOT, env=dict(os.environ, **(env or {})))
+    assert res.returncode == 0, f"hpcdl {' '.join(args)}: exit {res.returncode}\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+def _sacct_times(ids):
+    out = subprocess.run(["sacct", "-c", "-n", "-P", "-o", "jobid,state,start,end"],
+                         capture_output=True, text=True, timeout=30).stdout
+    times = {}
+    for line in out.splitlines():
+        jid, state, start, end = line.split("|")
+        if jid in ids:
+            times[jid] = (state, start, end)       # ISO times compare as strings
+    return times
+
+
+def test_study_submit_runs_each_point_then_the_report(slurm_cluster, tmp_path):
+    study = tmp_path / "slurm-smoke.toml"
+    study.write_text(STUDY)
+    results_root = tmp_path / "results"
+    exports = [f"--export={k}={v}" for k, v in {**JOB_EXPORTS, **ROOT_ENV,
+                                                  # the alternative launcher, inside the allocation
+                                                  "HPCDL_LAUNCHER": "mpirun"}.items()]
+    out = _hpcdl("study", "submit", str(study), "--results-root", str(results_root), *exports)
+    step_ids = [ln.split(" as job ")[1].split()[0] for ln in out.splitlines() if ln.startswith("Submitted point")]
+    report_id = [ln.split(" as job ")[1].split()[0] for ln in out.splitlines()
+                 if ln.startswith("Submitted the report")][0]
+    assert len(step_ids) == 2, out
+
+    status = _hpcdl("study", "status", str(study), "--results-root", str(results_root),
+                    "--wait", "300", "--json", timeout=330)
+    rows = {r["point"]: r for r in json.loads(status)}
+    jobs_dir = results_root / "slurm-smoke" / "jobs"
+    logs = "\n".join(p.read_text()[-2000:] for p in jobs_dir.glob("*.out"))
+    assert all(r["state"] == "COMPLETED" and r["exit_code"] == "0:0" for r in rows.values()), (rows, logs)
+    assert rows["n2-r1-horovod-none-rep0"]["recorded"] and rows["n1-r1-horovod-none-rep0"]["recorded"]
+    assert rows["report"]["job_id"] == report_id and rows["report"]["recorded"]
+
+    # The report ran after every step had ended (afterany dependency), and wrote the report.
+    times = _sacct_times(step_ids + [report_id])
+    assert times[report_id][1] >= max(times[j][2] for j in step_ids), times
+    report = results_root / "slurm-smoke" / "report.md"
+    assert report.is_file() and "slurm-smoke" in report.read_text()
+    recs = _records(results_root / "slurm-smoke" / "runs.jsonl")
+    assert sorted(r["point"]["id"] for r in recs) == sorted(rows.keys() - {"report"})
+    two = [r for r in recs if r["layout"]["size"] == 2][0]
+    assert len(two["layout"]["hosts"]) == 2 and all(h.startswith("n") for h in two["layout"]["hosts"])
+    assert all(r["manifest"]["env"].get("HPCDL_LAUNCHER") == "mpirun" for r in recs)
+    assert "launcher mpirun" in logs
+    # Resubmitting skips what is recorded.
+    again = _hpcdl("study", "submit", str(study), "--results-root", str(results_root), "--dry-run")
+    assert "nothing to submit" in again
