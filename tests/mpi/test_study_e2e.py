@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, read_records
+from hpcdl_testing import ROOT, read_records
 
 STUDY = """
 [study]
