@@ -760,3 +760,67 @@ def status_main(opts) -> int:
         print(f"{r['point']:<24} {r['job_id'] or '-':>8}  {r['state']:<13} {r['exit_code'] or '-':>6} "
               f"{r['attempts']:>5}  {'yes' if r['recorded'] else 'no':<8}  {r['reason'] or ''}")
     return rc
+
+
+# --- python -m hpcdl.launch.slurm: one training run -------------------------------------------------
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Render train.sbatch (or the Grid Engine script) for one run; optionally submit it."""
+    import argparse
+    p = argparse.ArgumentParser(
+        prog="python -m hpcdl.launch.slurm",
+        description="Write the job script of one hpcdl training run, e.g. "
+                    "'python -m hpcdl.launch.slurm --nodes 2 --time 01:00:00 -o train.sbatch -- "
+                    "--workload cnn --model resnet50'. Arguments after -- go to 'hpcdl train'.")
+    p.add_argument("--kind", choices=("sbatch", "qsub"), default="sbatch",
+                   help="sbatch: slurm/train.sbatch; qsub: slurm/tsubame-train.qsub (Grid Engine)")
+    p.add_argument("--name", default="hpcdl-train", help="job name")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--ntasks-per-node", type=int, default=1, help="ranks per node (GPUs per node on GPU nodes)")
+    p.add_argument("--cpus-per-task", type=int, default=None)
+    p.add_argument("--gpus-per-node", type=int, default=None)
+    p.add_argument("--time", default="00:30:00")
+    p.add_argument("--partition", default=None)
+    p.add_argument("--account", default=None, help="Slurm account, or the TSUBAME group for qsub -g")
+    p.add_argument("--signal-lead", type=int, default=120,
+                   help="seconds before the time limit at which the run checkpoints (120)")
+    p.add_argument("--checkpoint-dir", default="checkpoints/train",
+                   help="where the run checkpoints (default checkpoints/train)")
+    p.add_argument("--export", action="append", default=[], metavar="NAME=VALUE",
+                   help="a setting in the script (repeatable), e.g. NCCL_SOCKET_IFNAME=ib0")
+    p.add_argument("--setup", default=None, help="shell line that makes hpcdl's Python available "
+                                                 "(default: activate the venv running this)")
+    p.add_argument("-o", "--output", default=None, help="write the script here (default: stdout)")
+    p.add_argument("--submit", action="store_true", help="sbatch the written script, print its job id")
+    p.add_argument("train_args", nargs=argparse.REMAINDER)
+    opts = p.parse_args(argv)
+    args = opts.train_args[1:] if opts.train_args[:1] == ["--"] else opts.train_args
+    try:
+        job = Job(name=opts.name, nodes=opts.nodes, ntasks_per_node=opts.ntasks_per_node,
+                  cpus_per_task=opts.cpus_per_task, gpus_per_node=opts.gpus_per_node,
+                  time=opts.time, partition=opts.partition, account=opts.account,
+                  signal_lead=opts.signal_lead)
+        software = Software.here(exports=_parse_exports(opts.export), activate=opts.setup)
+        ckpt = str(Path(opts.checkpoint_dir).resolve())
+        name = Path(opts.output).name if opts.output else None
+        if opts.kind == "qsub":
+            text = render_qsub(job, software, args, ckpt, script_name=name or "tsubame-train.qsub")
+        else:
+            text = render_train(job, software, args, ckpt, script_name=name or "train.sbatch")
+        if opts.submit and (opts.kind != "sbatch" or not opts.output):
+            raise UserError("--submit needs --kind sbatch and -o FILE")
+        if not opts.output:
+            sys.stdout.write(text)
+            return 0
+        Path(opts.output).write_text(text)
+        Path(opts.output).chmod(0o755)
+        if opts.submit:
+            print(sbatch(opts.output, cwd=Path(opts.output).resolve().parent))
+    except UserError as exc:
+        sys.stderr.write(f"{p.prog}: error: {exc}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

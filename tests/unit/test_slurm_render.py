@@ -244,3 +244,17 @@ def test_usr1_trap_checkpoints_and_requeues_without_slurm(tmp_path):
     last_srun = [c for c in log.read_text().splitlines() if c.startswith("srun")][-1]
     assert last_srun.endswith("--resume")
     assert (tmp_path / "ckpt" / "ckpt-000000003.hpcdl").exists(), "a resumed run keeps its checkpoints"
+
+
+def test_module_command_writes_the_same_script_as_the_renderer(tmp_path, capsys):
+    out = tmp_path / "job.sbatch"
+    rc = slurm.main(["--nodes", "2", "--time", "10:00", "--signal-lead", "60", "--setup", ":",
+                     "--checkpoint-dir", str(tmp_path / "ck"), "-o", str(out), "--",
+                     "--workload", "expmlp", "--steps", "300"])
+    assert rc == 0
+    job = slurm.Job(name="hpcdl-train", nodes=2, time="10:00", signal_lead=60)
+    sw = slurm.Software.here(activate=":")
+    assert out.read_text() == slurm.render_train(job, sw, ["--workload", "expmlp", "--steps", "300"],
+                                                 str(tmp_path / "ck"), script_name="job.sbatch")
+    assert slurm.main(["--time", "1", "--signal-lead", "60"]) == 2
+    assert "must be shorter than the time limit" in capsys.readouterr().err
