@@ -40,7 +40,13 @@ log() { printf '[slurm-cluster] %s\n' "$*" >&2; }
 cannot() { printf '[slurm-cluster] cannot run Slurm here: %s\n' "$*" >&2; exit 3; }
 die() { printf '[slurm-cluster] error: %s\n' "$*" >&2; exit 1; }
 
-alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+# A zombie counts as gone: where nothing reaps orphans (a container's init), ended daemons stay
+# zombies, and kill -0 still succeeds on them.
+alive() {
+    [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null || return 1
+    [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+all_gone() { local p; for p in "$@"; do alive "$p" && return 1; done; return 0; }
 pid_of() { [ -f "$1" ] && cat "$1" 2>/dev/null || true; }
 
 # Wait until a command succeeds, at most $1 seconds.
@@ -161,13 +167,14 @@ stop_slurm() {
             wait_for 20 sh -c '[ -z "$(squeue -h -t running,completing -o %i 2>/dev/null)" ]' || true
         fi
         scontrol shutdown >/dev/null 2>&1 || true
+    else
+        kill -TERM "${pids[@]}" 2>/dev/null || true     # no slurmctld to pass the shutdown on
     fi
-    for p in "${pids[@]}"; do
-        wait_for 15 sh -c "! kill -0 $p 2>/dev/null" || { kill -TERM "$p" 2>/dev/null || true; }
-    done
-    for p in "${pids[@]}"; do
-        wait_for 5 sh -c "! kill -0 $p 2>/dev/null" || kill -KILL "$p" 2>/dev/null || true
-    done
+    # Daemons that outlive the shutdown (or a slurmctld that had died) get TERM, then KILL.
+    wait_for 15 all_gone "${pids[@]}" || {
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+        wait_for 5 all_gone "${pids[@]}" || kill -KILL "${pids[@]}" 2>/dev/null || true
+    }
     rm -f /run/slurmctld.pid /run/slurmd-*.pid
 }
 
@@ -176,7 +183,7 @@ stop_munge() {
     p="$(pid_of /run/munge/munged.pid)"
     if alive "$p"; then
         kill -TERM "$p" 2>/dev/null || true
-        wait_for 10 sh -c "! kill -0 $p 2>/dev/null" || kill -KILL "$p" 2>/dev/null || true
+        wait_for 10 all_gone "$p" || kill -KILL "$p" 2>/dev/null || true
     fi
 }
 
