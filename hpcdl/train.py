@@ -349,9 +349,9 @@ def run(opts) -> int:
 
     compression = None
     backend = None
-    if opts.backend == "horovod":
+    if opts.backend == "horovod" and opts.compression != "int8":
         compression = hvd.Compression.fp16 if opts.compression == "fp16" else hvd.Compression.none
-    else:
+    else:  # horovod+int8: Horovod has no int8 compressor; hpcdl.comm.horovod allgathers payloads
         from . import comm
         backend = comm.get_backend(opts.backend, compression=opts.compression)
 
@@ -471,7 +471,7 @@ def run(opts) -> int:
     curve = []
     timed_steps_planned = steps - max(warmup, start_step)
     probe_at = set()
-    if opts.backend == "horovod" and opts.probes and timed_steps_planned > 0:
+    if backend is None and opts.probes and timed_steps_planned > 0:
         first_timed = max(warmup, start_step)
         k = min(opts.probes, timed_steps_planned)
         probe_at = {first_timed + (i * timed_steps_planned) // k for i in range(k)}

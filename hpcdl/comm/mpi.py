@@ -68,12 +68,6 @@ class MPIBackend(Backend):
     def barrier(self):
         self.comm.Barrier()
 
-    def close(self):
-        try:
-            self.comm.Free()
-        except Exception:  # noqa: BLE001 - MPI may be finalised already
-            pass
-
 
 def _allgather_mean(comm, codec, flat, p):
     """Gather every rank's encoded payload, decode and add in rank order, divide by p."""

@@ -1,0 +1,90 @@
+"""The alpha-beta-gamma model: formulas, and the fit recovering known parameters."""
+import json
+
+import numpy as np
+import pytest
+
+from hpcdl.comm import model as M
+
+SIZES = [float(1 << k) for k in range(16, 29)]     # 64 KiB .. 256 MiB
+
+
+def test_ring_and_ps_formulas():
+    n, p, a, b, g = 1e6, 4, 1e-5, 1e-9, 1e-10
+    assert M.ring_time(n, p, a, b, g) == pytest.approx(6 * a + 1.5 * n * b + 0.75 * n * g)
+    assert M.ps_time(n, p, a, b, g) == pytest.approx(6 * a + 6 * n * b + 3 * n * g)
+    assert M.allgather_time(n, p, a, b, g) == pytest.approx(3 * a + 3 * n * b + 4 * n * g)
+    assert M.ring_time(n, 1, a, b, g) == 0.0
+    # at large n a parameter server takes p times a ring's time
+    for p in (2, 3, 4, 8):
+        assert M.ps_time(1e9, p, 0, b, g) / M.ring_time(1e9, p, 0, b, g) == pytest.approx(p)
+    assert M.busbw_factor(2) == 1.0 and M.busbw_factor(4) == 1.5
+
+
+def test_model_for_each_backend():
+    assert M.model_for("ring") == M.model_for("mpi") == M.model_for("horovod", "fp16") == "ring"
+    assert M.model_for("ps", "int8") == "ps"
+    assert M.model_for("mpi", "int8") == M.model_for("horovod", "int8") == "allgather"
+    assert M.model_for("ring", "int8") == "ring"
+
+
+@pytest.mark.parametrize("model,p", [("ring", 2), ("ring", 4), ("ps", 3), ("allgather", 2)])
+def test_fit_recovers_known_alpha_and_beta_from_synthetic_timings(model, p):
+    alpha, beta, gamma = 12e-6, 0.25e-9, 0.08e-9
+    rng = np.random.default_rng(1)
+    t = np.array([M.predict(model, n, p, alpha, beta, gamma) for n in SIZES])
+    noisy = t * (1 + rng.normal(0, 0.01, t.size))            # 1 % timing noise
+    res = M.fit(model, SIZES, noisy, p, gamma=gamma)
+    assert res["alpha_s"] == pytest.approx(alpha, rel=0.15)
+    assert res["beta_s_per_byte"] == pytest.approx(beta, rel=0.02)
+    assert res["gamma_s_per_byte"] == gamma
+    assert res["r2"] > 0.999 and res["max_rel_err"] < 0.05
+    exact = M.fit(model, SIZES, t, p, gamma=gamma)
+    assert exact["alpha_s"] == pytest.approx(alpha, rel=1e-6)
+    assert exact["beta_s_per_byte"] == pytest.approx(beta, rel=1e-6)
+
+
+def test_fit_clamps_a_negative_latency_to_zero():
+    t = [n * 1e-9 - 1e-6 for n in SIZES]      # a pure bandwidth line a hair below the origin
+    res = M.fit("ring", SIZES, t, 2, gamma=0.0)
+    assert res["alpha_s"] == 0.0 and res["beta_s_per_byte"] > 0
+
+
+def test_gamma_from_reduction_times_is_the_slope():
+    assert M.gamma_from(SIZES, [n * 3e-11 for n in SIZES]) == pytest.approx(3e-11)
+
+
+def _record(p=2, alpha=20e-6, beta=0.3e-9, gamma=0.1e-9):
+    rows = []
+    for backend, comp in [("ring", "none"), ("ps", "none"), ("mpi", "int8")]:
+        model = M.model_for(backend, comp)
+        for k in range(2, 29, 2):
+            n = 1 << k
+            t = M.predict(model, n, p, alpha, beta, gamma)
+            rows.append({"backend": backend, "compression": comp, "model": model, "size_bytes": n,
+                         "time_us": {"median": t * 1e6}, "reduce_us": n * gamma * 1e6})
+    return {"schema": "hpcdl.bench/1", "kind": "bench", "op": "allreduce", "time": "t",
+            "layout": {"size": p, "hosts": ["h"]}, "rows": rows}
+
+
+def test_bench_fit_writes_the_parameters_the_report_reads(tmp_path, capsys):
+    from hpcdl import cli
+    src = tmp_path / "allreduce.jsonl"
+    src.write_text(json.dumps(_record()) + "\n")
+    out = tmp_path / "fit.json"
+    assert cli.main(["bench", "fit", "--input", str(src), "--output", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "hpcdl.fit/1" and doc["ranks"] == 2
+    assert set(doc["backends"]) == {"ring", "ps", "mpi+int8"}
+    for key, fit in doc["backends"].items():
+        assert fit["alpha_s"] == pytest.approx(20e-6, rel=1e-3), key
+        assert fit["beta_s_per_byte"] == pytest.approx(0.3e-9, rel=1e-3), key
+        assert fit["gamma_s_per_byte"] == pytest.approx(0.1e-9, rel=1e-6), key
+        assert fit["r2"] > 0.9999 and fit["within_tolerance"]
+    text = capsys.readouterr().out
+    assert "predicted(us)" in text and "3/3 backends" in text
+
+
+def test_bench_fit_without_records_is_a_user_error(tmp_path):
+    from hpcdl import cli
+    assert cli.main(["bench", "fit", "--input", str(tmp_path / "none.jsonl")]) == 2
