@@ -524,6 +524,8 @@ def study_software(study, extra_exports: Sequence[str] = (), setup: Optional[str
         exports["HPCDL_SRUN_MPI"] = str(s["mpi"])
     exports = _parse_exports(extra_exports, exports)
     lines = [f"module load {m}" for m in s.get("modules") or ()]
+    if lines:    # site module scripts often read unset variables, which set -u would end the job on
+        lines = ["set +u", *lines, "set -u"]
     lines += [setup] if setup else list(s.get("setup") or ())
     if not setup and not s.get("setup"):
         lines.append(Software.here().activate)

@@ -258,3 +258,23 @@ def test_module_command_writes_the_same_script_as_the_renderer(tmp_path, capsys)
                                                  str(tmp_path / "ck"), script_name="job.sbatch")
     assert slurm.main(["--time", "1", "--signal-lead", "60"]) == 2
     assert "must be shorter than the time limit" in capsys.readouterr().err
+
+
+def test_study_software_takes_modules_setup_env_and_mpi_from_the_study():
+    text = STUDY_4NODE + textwrap.dedent("""\
+        mpi = "pmi2"
+        modules = ["openmpi/4.1", "cuda/12.1"]
+        setup = ["source /apps/hpcdl/bin/activate"]
+
+        [run]
+        threads_per_rank = 4
+        """)
+    st = study_mod.from_dict(study_mod._toml.loads(text), "/opt/hpcdl/jobs/s.toml",
+                             results_root="/opt/hpcdl/results")
+    sw = slurm.study_software(st, ["NCCL_DEBUG=INFO"], workdir="/opt/hpcdl")
+    assert sw.activate.splitlines() == ["set +u", "module load openmpi/4.1", "module load cuda/12.1",
+                                        "set -u", "source /apps/hpcdl/bin/activate"]
+    assert dict(sw.exports) == {"HPCDL_SRUN_MPI": "pmi2", "HPCDL_THREADS": "4", "NCCL_DEBUG": "INFO"}
+    step = slurm.plan_study(st, sw).steps[0].text
+    assert 'export HPCDL_SRUN_MPI="${HPCDL_SRUN_MPI:-pmi2}"' in step
+    assert 'export HPCDL_THREADS="${HPCDL_THREADS:-4}"' in step
