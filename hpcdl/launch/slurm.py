@@ -356,7 +356,7 @@ def render_qsub(job: Job, software: Software, train_args: Sequence[str], checkpo
     values.update(group=group, h_rt=f"{h}:{rest // 60:02d}:{rest % 60:02d}",
                   checkpoint_dir=shlex.quote(str(checkpoint_dir)),
                   train=train_command(args, software.python),
-                  mpirun_exports=" ".join(f"-x {n}" for n in fwd))
+                  forward=" ".join(fwd))
     return _fill("tsubame-train.qsub", values)
 
 
