@@ -85,11 +85,13 @@ def discover(env: Optional[Mapping[str, str]] = None, host: Optional[str] = None
         # number of ranks per node it is rank // local_size. Horovod's cross_rank refines it.
         num_nodes = max(1, -(-size // local_size))
         node = min(rank // local_size, num_nodes - 1)
-        launcher = "srun" if "SLURM_STEP_ID" in env and "SLURM_PROCID" in env else "mpirun"
-        if launcher == "srun":
-            node = _int(env, "SLURM_NODEID") if _int(env, "SLURM_NODEID") is not None else node
+        # Only mpirun's daemons export OMPI_COMM_WORLD_* before exec (srun direct launch does not),
+        # so these ranks came from mpirun, even inside a Slurm job where they inherit the SLURM_*
+        # of the step that runs Open MPI's daemons: one daemon per node, so SLURM_NODEID is the node.
+        if "SLURM_STEP_ID" in env and _int(env, "SLURM_NODEID") is not None:
+            node = _int(env, "SLURM_NODEID")
             num_nodes = _int(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES") or num_nodes
-        return Layout(rank, size, local_rank, local_size, node, num_nodes, host, launcher)
+        return Layout(rank, size, local_rank, local_size, node, num_nodes, host, "mpirun")
 
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
         rank = _int(env, "SLURM_PROCID") or 0

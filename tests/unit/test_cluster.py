@@ -35,10 +35,11 @@ def test_slurm_batch_shell_without_step_is_not_a_rank():
     assert cluster.discover(env, host="n1").size == 1
 
 
-def test_openmpi_launched_by_srun_reports_srun_and_slurm_node():
-    env = dict(OMPI, SLURM_PROCID="5", SLURM_STEP_ID="0", SLURM_NODEID="1", SLURM_STEP_NUM_NODES="2")
+def test_mpirun_inside_a_slurm_job_is_mpirun_with_slurms_node_index():
+    # The ranks inherit the SLURM_* of the step that runs Open MPI's daemons (one per node).
+    env = dict(OMPI, SLURM_PROCID="1", SLURM_STEP_ID="0", SLURM_NODEID="1", SLURM_STEP_NUM_NODES="2")
     lay = cluster.discover(env, host="n2")
-    assert (lay.rank, lay.launcher, lay.node, lay.num_nodes) == (5, "srun", 1, 2)
+    assert (lay.rank, lay.launcher, lay.node, lay.num_nodes) == (5, "mpirun", 1, 2)
 
 
 @pytest.mark.parametrize("env,expect", [
