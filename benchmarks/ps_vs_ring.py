@@ -1,10 +1,12 @@
 """Compare the parameter server with the ring from 2 to 4 ranks, against the cost model.
 
-Runs ``hpcdl bench allreduce -B ring,ps -C none`` under mpirun for each rank count, then prints
-per size the measured ps/ring time ratio beside the model's: the root of a ps moves (p-1)*n bytes
-each way, a ring link 2(p-1)/p*n in all, so at large n ps/ring -> p (hpcdl.comm.model).
+Runs ``hpcdl bench allreduce -B ring,ps -C none`` under mpirun for each rank count (and each
+transport asked for), then prints per size the measured ps/ring time ratio beside the model's
+for the bottleneck of that run (:func:`hpcdl.comm.model.bandwidth_ratio`): copy-bound (ranks <=
+cores, one node: every byte in or out is a copy by its rank's CPU) -> p/2, cpu-bound (more ranks
+than cores) -> 1; the link-bound ratio p of a real network is printed beside them.
 
-    python benchmarks/ps_vs_ring.py [--ranks 2,3,4] [-b 1M] [-e 16M] [--results FILE]
+    python benchmarks/ps_vs_ring.py [--ranks 2,3,4] [--transport shm,tcp] [-b 1M] [-e 16M]
 """
 from __future__ import annotations
 
@@ -20,37 +22,59 @@ from hpcdl import records  # noqa: E402
 from hpcdl.comm import model  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
 
+TRANSPORTS = {"shm": "self,vader", "tcp": "self,tcp"}
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", default="2,3,4")
+    ap.add_argument("--transport", default="shm", help="shm, tcp or both comma-separated (shm)")
     ap.add_argument("-b", default="1M")
     ap.add_argument("-e", default="16M")
+    ap.add_argument("-f", default="4")
     ap.add_argument("-n", default="10")
     ap.add_argument("--results", default="results/bench/ps_vs_ring.jsonl")
+    ap.add_argument("--tolerance", type=float, default=0.25,
+                    help="relative distance from the model's ratio counted as agreeing (0.25)")
     ap.add_argument("--timeout", type=float, default=300)
     opts = ap.parse_args(argv)
+    cores = os.cpu_count() or 1
     table = []
-    for p in [int(x) for x in opts.ranks.split(",")]:
-        before = len(records.read(opts.results))
-        argv = local.mpirun_command(p, local.hpcdl_command(
-            ["bench", "allreduce", "-B", "ring,ps", "-C", "none", "-b", opts.b, "-e", opts.e,
-             "-f", "4", "-n", opts.n, "--results", opts.results, "--tag", f"ps-vs-ring p={p}"]))
-        res = local.run(argv, timeout=opts.timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        if res.returncode != 0 or res.timed_out:
-            print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
-            return 1
-        rec = records.read(opts.results)[before]
-        rows = {(r["backend"], r["size_bytes"]): r["time_us"]["median"] for r in rec["rows"]}
-        for size in sorted({s for _, s in rows}):
-            ring, ps = rows[("ring", size)], rows[("ps", size)]
-            # the model's ratio with latency and reduction left out: the bandwidth terms alone
-            ratio = model.ps_time(size, p, 0, 1, 0) / model.ring_time(size, p, 0, 1, 0)
-            table.append((p, size, ring, ps, ps / ring, ratio))
-    print(f"# ps vs ring, {Path(opts.results)}; model ratio = root bytes (p-1)n / ring link 2(p-1)n/p")
-    print(f"#{'ranks':>5} {'size(B)':>10} {'ring(us)':>10} {'ps(us)':>10} {'ps/ring':>8} {'model':>6}")
-    for p, size, ring, ps, meas, pred in table:
-        print(f" {p:>5} {size:>10} {ring:>10.1f} {ps:>10.1f} {meas:>8.2f} {pred:>6.2f}")
+    for transport in opts.transport.split(","):
+        for p in [int(x) for x in opts.ranks.split(",")]:
+            before = len(records.read(opts.results)) if Path(opts.results).exists() else 0
+            argv = local.mpirun_command(
+                p, local.hpcdl_command(
+                    ["bench", "allreduce", "-B", "ring,ps", "-C", "none", "-b", opts.b, "-e", opts.e,
+                     "-f", opts.f, "-n", opts.n, "--results", opts.results,
+                     "--tag", f"ps-vs-ring p={p} transport={transport}"]),
+                bind="core" if p <= cores else "none")
+            env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_MCA_btl=TRANSPORTS[transport])
+            res = local.run(argv, timeout=opts.timeout, env=env)
+            if res.returncode != 0 or res.timed_out:
+                print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
+                return 1
+            rec = records.read(opts.results)[before]
+            rows = {(r["backend"], r["size_bytes"]): r["time_us"]["median"] for r in rec["rows"]}
+            regime = model.regime_for(p, cores)
+            for size in sorted({s for _, s in rows}):
+                ring, ps = rows[("ring", size)], rows[("ps", size)]
+                table.append((transport, p, size, ring, ps, ps / ring, regime,
+                              model.bandwidth_ratio(p, regime),
+                              model.bandwidth_ratio(p, model.LINK_BOUND)))
+    print(f"# ps vs ring: {Path(opts.results)}; {cores} cores; median times; bind-to core where "
+          f"ranks <= cores")
+    print("# model = ps/ring at large n for the run's bottleneck (hpcdl.comm.model.bandwidth_ratio):"
+          " copy-bound p/2, cpu-bound 1; link p = a full-duplex network link, for reference")
+    print(f"#{'tport':>5} {'ranks':>5} {'size(B)':>10} {'ring(us)':>10} {'ps(us)':>10} {'ps/ring':>8} "
+          f"{'regime':>10} {'model':>6} {'link':>5} {'agree':>5}")
+    agree = 0
+    for transport, p, size, ring, ps, meas, regime, pred, link in table:
+        ok = abs(meas / pred - 1) <= opts.tolerance
+        agree += ok
+        print(f" {transport:>5} {p:>5} {size:>10} {ring:>10.1f} {ps:>10.1f} {meas:>8.2f} "
+              f"{regime:>10} {pred:>6.2f} {link:>5.1f} {'yes' if ok else 'no':>5}")
+    print(f"# {agree}/{len(table)} rows within +-{opts.tolerance * 100:.0f}% of the model's ratio")
     return 0
 
 

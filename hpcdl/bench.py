@@ -206,6 +206,8 @@ def allreduce_main(opts) -> int:
 
     layout = cluster.discover()
     nthreads = cluster.configure_threads(layout)
+    from .comm import apply_defaults
+    apply_defaults()            # before MPI starts
     if "horovod" in backends:
         # TensorFlow reads its thread counts at start-up. Horovod starts last (hvd.init() when its
         # backend is made, on the MPI that mpi4py initialised with MPI_THREAD_MULTIPLE): its
@@ -400,9 +402,13 @@ def _pick_record(opts):
         raise UserError(f"--record {opts.record}: {path} holds {len(recs)} allreduce record(s)") from None
 
 
+def _gamma_of(row) -> float:
+    return row["reduce_us"] * 1e-6 / row["size_bytes"] if row.get("reduce_us") else 0.0
+
+
 def fit_record(record: dict, min_bytes: int = 64 << 10) -> dict:
     """Fit every backend+compression of one bench record; return the ``backends`` mapping."""
-    from .comm.model import fit, gamma_from, model_for, predict
+    from .comm.model import fit_regimes, model_for, predict_fit
     p = int(record["layout"]["size"])
     groups = {}
     for row in record["rows"]:
@@ -415,11 +421,12 @@ def fit_record(record: dict, min_bytes: int = 64 << 10) -> dict:
             continue
         model = rows[0].get("model") or model_for(backend, comp)
         sizes = [r["size_bytes"] for r in use]
-        gamma = gamma_from(sizes, [r["reduce_us"] * 1e-6 for r in use])
-        res = fit(model, sizes, [r["time_us"]["median"] * 1e-6 for r in use], p, gamma=gamma)
+        # gamma(n): the reduction hop's measured time per byte at each size (it too changes
+        # between in-cache and out-of-cache sizes), not a single slope
+        gam = [_gamma_of(r) for r in use]
+        res = fit_regimes(model, sizes, [r["time_us"]["median"] * 1e-6 for r in use], p, gamma=gam)
         res["points"] = [[r["size_bytes"], r["time_us"]["median"] * 1e-6,
-                          predict(model, r["size_bytes"], p, res["alpha_s"], res["beta_s_per_byte"],
-                                  res["gamma_s_per_byte"])] for r in rows]
+                          predict_fit(res, r["size_bytes"], p, gamma=_gamma_of(r))] for r in rows]
         out[backend if comp == "none" else f"{backend}+{comp}"] = res
     return out
 
@@ -436,7 +443,9 @@ def fit_main(opts) -> int:
           f"hosts {','.join(record['layout'].get('hosts', []))}); fit and judged from {opts.min_bytes} B")
     print("# models (n = float32 bytes): ring t = 2(p-1)a + 2(p-1)/p n b + (p-1)/p n g; "
           "ps t = 2(p-1)a + 2(p-1) n b + (p-1) n g; allgather t = (p-1)a + (p-1) n b + p n g")
-    print("# g (gamma) is measured: the reduction hop's local time per byte in the same run")
+    print("# g (gamma) is measured: the reduction hop's local time per byte at each size, same run")
+    print("# a and b: weighted least squares on relative error; two regimes (cache-resident and "
+          "memory-bound sizes) where one line misses, the large-size regime shown first")
     print(f"#{'backend':>13} {'model':>9} {'alpha(us)':>10} {'beta(ns/B)':>11} {'gamma(ns/B)':>11} "
           f"{'r2':>7} {'max|err|':>8} {'within':>7}")
     verdicts = {}
@@ -447,7 +456,10 @@ def fit_main(opts) -> int:
         res["within_tolerance"] = ok
         print(f" {key:>13} {res['model']:>9} {res['alpha_s'] * 1e6:>10.2f} "
               f"{res['beta_s_per_byte'] * 1e9:>11.4f} {res['gamma_s_per_byte'] * 1e9:>11.4f} "
-              f"{res['r2']:>7.4f} {max(judged) * 100:>7.1f}% {'yes' if ok else 'NO':>7}")
+              f"{res['r2']:>7.4f} {max(judged) * 100:>7.1f}% {'yes' if ok else 'NO':>7}"
+              + (f"  below {res['breakpoint_bytes']:.0f} B: alpha {res['regimes'][0]['alpha_s'] * 1e6:.2f} us"
+                 f" beta {res['regimes'][0]['beta_s_per_byte'] * 1e9:.4f} ns/B"
+                 if res.get("breakpoint_bytes") else ""))
     print("#")
     print(f"#{'backend':>13} {'size(B)':>11} {'measured(us)':>13} {'predicted(us)':>14} {'pred/meas':>9} {'fit':>4}")
     for key, res in fits.items():

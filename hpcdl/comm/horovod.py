@@ -48,7 +48,7 @@ class HorovodBackend(Backend):
         # Names are stable per size so that Horovod's response cache can skip negotiation.
         res = hvd.allreduce(tf.convert_to_tensor(flat), op=hvd.Average,
                             compression=self._hvd_compression, name=f"hpcdl.ar.{n}")
-        return np.array(res, dtype=np.float32)
+        return res.numpy()        # the output tensor's own buffer: no further copy
 
     def allreduce_mean_list(self, arrays):
         if self.compression == "int8" or self.size == 1:

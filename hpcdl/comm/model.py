@@ -8,13 +8,19 @@ to reduce (s/B). Each algorithm is a sum ``a*alpha + b*beta + c*gamma``:
 
       t = 2(p-1)*alpha + 2(p-1)/p * n*beta + (p-1)/p * n*gamma
 
-- ``ps`` (parameter server at rank 0: the root receives p-1 messages of n bytes one after
-  another, adds each into its sum, and sends p-1 messages of n bytes back)::
+- ``ps`` (parameter server at rank 0: the root receives p-1 messages of n bytes, adds each into
+  its sum, and only then sends p-1 messages of n bytes back; the two phases cannot overlap, as
+  the result needs every input)::
 
       t = 2(p-1)*alpha + 2(p-1) * n*beta + (p-1) * n*gamma
 
-  so at large n the ps takes p times the ring's time: the root's link carries (p-1)*n bytes each
-  way where a ring link carries 2(p-1)/p * n in all.
+  The root's link carries (p-1)*n bytes each way, a ring link 2(p-1)/p * n each way. On
+  full-duplex links (a network, one rank per node: ``LINK_BOUND``) a ring rank sends and receives
+  at once while the ps root does one direction after the other, so ps/ring -> p at large n.
+  Where each byte in *or* out costs its rank's CPU a copy (one node's shared memory, TCP over
+  loopback: ``COPY_BOUND``), a ring rank's 2 * 2(p-1)/p * n bytes of copies are serial too and
+  ps/ring -> p/2. With more ranks than cores (``CPU_BOUND``), all ranks' copies share the cores:
+  both move 4(p-1)*n bytes in all, and ps/ring -> 1. :func:`bandwidth_ratio` gives the three.
 
 - ``allgather`` (int8 over ``mpi`` and ``horovod``: codes with per-chunk scales cannot be summed
   on the wire, so every rank gathers the others' payloads and decodes and adds them locally)::
@@ -32,8 +38,8 @@ from typing import Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["MODELS", "coefficients", "predict", "ring_time", "ps_time", "allgather_time",
-           "busbw_factor", "model_for", "fit"]
+__all__ = ["REGIMES", "bandwidth_ratio", "regime_for", "MODELS", "coefficients", "predict", "ring_time", "ps_time", "allgather_time",
+           "busbw_factor", "model_for", "fit", "fit_regimes", "predict_fit"]
 
 MODELS = ("ring", "ps", "allgather")
 
@@ -75,6 +81,35 @@ def allgather_time(n, p, alpha, beta, gamma):
     return predict("allgather", n, p, alpha, beta, gamma)
 
 
+LINK_BOUND, COPY_BOUND, CPU_BOUND = "link-bound", "copy-bound", "cpu-bound"
+REGIMES = (LINK_BOUND, COPY_BOUND, CPU_BOUND)
+
+
+def bandwidth_ratio(p: int, regime: str) -> float:
+    """ps/ring time at large n (alpha and gamma left out) where ``regime`` is the bottleneck.
+
+    link-bound: the ps root's 2(p-1)n serial bytes against a ring link's 2(p-1)/p n each way at
+    once: p. copy-bound: 2(p-1)n against a ring rank's 4(p-1)/p n of serial copies: p/2.
+    cpu-bound: 4(p-1)n bytes of copies in all for both, shared by the cores: 1.
+    """
+    if p <= 1:
+        return 1.0
+    if regime == LINK_BOUND:
+        return float(p)
+    if regime == COPY_BOUND:
+        return p / 2.0
+    if regime == CPU_BOUND:
+        return 1.0
+    raise ValueError(f"unknown regime '{regime}': choose one of {', '.join(REGIMES)}")
+
+
+def regime_for(p: int, cores: int, nodes: int = 1) -> str:
+    """The bottleneck of an exchange among ``p`` ranks (one per core where they fit)."""
+    if nodes >= p:
+        return LINK_BOUND
+    return COPY_BOUND if p <= cores else CPU_BOUND
+
+
 def busbw_factor(p: int) -> float:
     """busbw = algbw * 2(p-1)/p for allreduce (nccl-tests), so figures compare across p."""
     return 2.0 * (p - 1) / p if p > 1 else 1.0
@@ -90,21 +125,22 @@ def model_for(backend: str, compression: str = "none") -> str:
 
 
 def fit(model: str, sizes: Sequence[float], times: Sequence[float], p: int,
-        gamma: Optional[float] = None) -> dict:
+        gamma=None) -> dict:
     """Fit alpha and beta (and gamma when not given) to measured times by least squares.
 
-    The residuals are relative (``(predicted - measured) / measured``) so that a 256 MiB point
-    does not drown the 64 KiB ones. In one allreduce algorithm the beta and gamma terms both
-    grow as n with a fixed ratio, so one sweep cannot tell them apart: pass ``gamma`` measured
-    on its own (the reduction kernel's time per byte), and gamma=None fits beta alone with
-    gamma = 0. Negative estimates are clamped to zero and the rest refitted.
+    The residuals are relative (``(predicted - measured) / measured``, i.e. weighted least
+    squares with weights 1/t, close to a fit in log space) so that a 256 MiB point does not
+    drown the 64 KiB ones. In one allreduce algorithm the beta and gamma terms both grow as n
+    with a fixed ratio, so one sweep cannot tell them apart: pass ``gamma`` measured on its own
+    (the reduction kernel's time per byte; a scalar, or one value per size), and gamma=None fits
+    beta alone with gamma = 0. Negative estimates are clamped to zero and the rest refitted.
     """
     n = np.asarray(sizes, dtype=np.float64)
     t = np.asarray(times, dtype=np.float64)
     if n.size < 2:
         raise ValueError("need at least two sizes to fit alpha and beta")
     a, b, c = coefficients(model, n, p)
-    g = float(gamma or 0.0)
+    g = np.broadcast_to(np.asarray(0.0 if gamma is None else gamma, dtype=np.float64), n.shape)
     y = t - c * g
     w = 1.0 / t
     cols = [a, b]
@@ -129,9 +165,76 @@ def fit(model: str, sizes: Sequence[float], times: Sequence[float], p: int,
     ss_res = float(np.sum((t - pred) ** 2))
     ss_tot = float(np.sum((t - t.mean()) ** 2))
     rel = (pred - t) / t
-    return {"model": model, "alpha_s": alpha, "beta_s_per_byte": beta, "gamma_s_per_byte": g,
+    g_scalar = float(g[0]) if np.ndim(gamma) == 0 else float(np.dot(n, g * n) / np.dot(n, n))
+    return {"model": model, "alpha_s": alpha, "beta_s_per_byte": beta, "gamma_s_per_byte": g_scalar,
             "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
             "max_rel_err": float(np.max(np.abs(rel))), "n_points": int(n.size)}
+
+
+def fit_regimes(model: str, sizes: Sequence[float], times: Sequence[float], p: int,
+                gamma=None, min_points: int = 3, gain: float = 0.8, floor: float = 0.05) -> dict:
+    """Fit one alpha-beta line, or two joined at a size where the machine changes regime.
+
+    A message that fits in the caches moves at cache speed, one that does not at memory speed
+    (and MPI libraries switch protocol, eager to rendezvous, at some size): one beta cannot hold
+    over a sweep from 64 KiB to 256 MiB on a node's shared memory. Every breakpoint between
+    sweep sizes with ``min_points`` on each side is tried; the two-regime fit is kept when the
+    single line misses some size by more than ``floor`` and the two cut the worst relative
+    error below ``gain`` times the single line's. The result is :func:`fit`'s
+    over all sizes, with ``regimes`` (each ``from_bytes``, ``to_bytes``, ``alpha_s``,
+    ``beta_s_per_byte``) and ``breakpoint_bytes`` (None for one regime); the top-level alpha and
+    beta are those of the largest sizes, the regime that bandwidth-bound training lives in.
+    """
+    n = np.asarray(sizes, dtype=np.float64)
+    t = np.asarray(times, dtype=np.float64)
+    order = np.argsort(n)
+    n, t = n[order], t[order]
+    g = np.broadcast_to(np.asarray(0.0 if gamma is None else gamma, dtype=np.float64),
+                        (len(sizes),))[order]
+    one = fit(model, n, t, p, gamma=g)
+    one["regimes"] = [{"from_bytes": float(n[0]), "to_bytes": float(n[-1]), "alpha_s": one["alpha_s"],
+                       "beta_s_per_byte": one["beta_s_per_byte"]}]
+    one["breakpoint_bytes"] = None
+    best, best_err = one, one["max_rel_err"]
+    for k in range(min_points, n.size - min_points + 1) if one["max_rel_err"] > floor else ():
+        lo = fit(model, n[:k], t[:k], p, gamma=g[:k])
+        hi = fit(model, n[k:], t[k:], p, gamma=g[k:])
+        err = max(lo["max_rel_err"], hi["max_rel_err"])
+        if err < gain * one["max_rel_err"] and err < best_err:
+            res = dict(hi)
+            res["regimes"] = [
+                {"from_bytes": float(n[0]), "to_bytes": float(n[k - 1]), "alpha_s": lo["alpha_s"],
+                 "beta_s_per_byte": lo["beta_s_per_byte"]},
+                {"from_bytes": float(n[k]), "to_bytes": float(n[-1]), "alpha_s": hi["alpha_s"],
+                 "beta_s_per_byte": hi["beta_s_per_byte"]}]
+            res["breakpoint_bytes"] = float(n[k])
+            res["max_rel_err"] = err
+            res["n_points"] = int(n.size)
+            best, best_err = res, err
+    pred = predict_fit(best, n, p, gamma=g)
+    ss_res = float(np.sum((t - pred) ** 2))
+    ss_tot = float(np.sum((t - t.mean()) ** 2))
+    best["r2"] = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    best["gamma_s_per_byte"] = one["gamma_s_per_byte"]
+    return best
+
+
+def predict_fit(res: dict, n, p: int, gamma=None):
+    """A fit's prediction at ``n`` bytes (its regime's alpha and beta; ``gamma`` per size or its own)."""
+    nn = np.asarray(n, dtype=np.float64)
+    g = np.broadcast_to(np.asarray(res["gamma_s_per_byte"] if gamma is None else gamma,
+                                   dtype=np.float64), nn.shape)
+    regimes = res.get("regimes") or [{"from_bytes": 0.0, "alpha_s": res["alpha_s"],
+                                      "beta_s_per_byte": res["beta_s_per_byte"]}]
+    alpha = np.full(nn.shape, regimes[0]["alpha_s"])
+    beta = np.full(nn.shape, regimes[0]["beta_s_per_byte"])
+    for reg in regimes[1:]:
+        above = nn >= reg["from_bytes"]
+        alpha = np.where(above, reg["alpha_s"], alpha)
+        beta = np.where(above, reg["beta_s_per_byte"], beta)
+    a, b, c = coefficients(res["model"], nn, p)
+    t = a * alpha + b * beta + c * g
+    return float(t) if np.ndim(t) == 0 else t
 
 
 def gamma_from(sizes: Iterable[float], reduce_times: Iterable[float]) -> float:

@@ -18,11 +18,13 @@ def _fp16_sum(MPI):
     """A commutative MPI op that adds IEEE half-precision values (MPI has no float16 type)."""
     global _FP16_SUM
     if _FP16_SUM is None:
+        from .compression import FP16
+        codec = FP16()
+
         def add(inbuf, inoutbuf, datatype):
-            acc = np.frombuffer(inoutbuf, dtype=np.float16)
+            acc = np.frombuffer(inoutbuf, dtype=np.uint16)
             # The float32 sum of two halves is exact; the store rounds it once, as fp16 math does.
-            np.add(acc, np.frombuffer(inbuf, dtype=np.float16), out=acc, dtype=np.float32,
-                   casting="unsafe")
+            codec.sum_halves(np.frombuffer(inbuf, dtype=np.uint16), acc, acc.size)
         _FP16_SUM = MPI.Op.Create(add, commute=True)
     return _FP16_SUM
 
@@ -49,10 +51,10 @@ class MPIBackend(Backend):
             out = np.empty_like(flat)
             self.comm.Allreduce(flat, out, op=MPI.SUM)
         elif self.compression == "fp16":
-            half = flat.astype(np.float16)
+            half = self.codec.encode(flat).view(np.uint16)
             summed = np.empty_like(half)
             self.comm.Allreduce([half, MPI.UINT16_T], [summed, MPI.UINT16_T], op=_fp16_sum(MPI))
-            out = summed.astype(np.float32)
+            out = self.codec.decode(summed, flat.size)
         else:
             out = _allgather_mean(self.comm, self.codec, flat, p)
             return out

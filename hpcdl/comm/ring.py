@@ -107,21 +107,25 @@ class RingBackend(MPIBackend):
 
     def _reduce_scatter_coded(self, acc, segs):
         p, r, comm, codec = self.size, self.rank, self.comm, self.codec
+        sa, sb = segs[r]
+        wires = [codec.encode(acc[x:y]) for x, y in _pieces(sa, sb, self.piece)]
         for k in range(p - 1):
-            sa, sb = segs[(r - k) % p]
             ta, tb = segs[(r - k - 1) % p]
             tpieces = _pieces(ta, tb, self.piece)
             bufs = [np.empty(codec.wire_nbytes(y - x), dtype=np.uint8) for x, y in tpieces]
             recv = [comm.Irecv(buf, source=self.left, tag=j) for j, buf in enumerate(bufs)]
-            sends, keep = [], []
-            for j, (x, y) in enumerate(_pieces(sa, sb, self.piece)):
-                wire = codec.encode(acc[x:y])
-                keep.append(wire)
-                sends.append(comm.Isend(wire, dest=self.right, tag=j))
+            sends = [comm.Isend(w, dest=self.right, tag=j) for j, w in enumerate(wires)]
+            last = k == p - 2
+            nxt = []
             for (x, y), buf, req in zip(tpieces, bufs, recv):
                 req.Wait()
-                codec.decode_add(buf, y - x, acc[x:y])
+                if last:          # this rank's own segment: it is averaged and encoded afterwards
+                    codec.decode_add(buf, y - x, acc[x:y])
+                else:             # the running sum goes right at the next step: encode it now
+                    nxt.append(codec.decode_add_encode(
+                        buf, y - x, acc[x:y], np.empty(codec.wire_nbytes(y - x), dtype=np.uint8)))
             self.MPI.Request.Waitall(sends)
+            wires = nxt
 
     def _allgather_coded(self, acc, segs, wires):
         p, r, comm, codec = self.size, self.rank, self.comm, self.codec

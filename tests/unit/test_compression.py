@@ -90,3 +90,72 @@ def test_bench_tolerance_counts_an_error_beyond_the_bound():
     tol = bench._tolerance(np, "none", abs_sum, float(p), p)
     assert np.all(np.abs(exact.astype(np.float32) - exact) <= tol)
     assert not np.any(np.abs((exact + 1e-3) - exact) <= tol)
+
+
+# --- the F16C kernels against numpy ----------------------------------------------------------------
+
+def _kernels_or_skip():
+    from hpcdl.comm import _native
+    k = _native.kernels()
+    if k is None:
+        pytest.skip("F16C kernels not built or not supported here (scripts/setup.sh builds them)")
+    return k
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 17, 1000, 4099])
+def test_native_fp16_gives_numpy_bits_for_every_operation(n):
+    from hpcdl.comm.compression import FP16
+    _kernels_or_skip()
+    fast, slow = FP16(native=True), FP16(native=False)
+    assert fast.native is not None and slow.native is None
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * np.exp(rng.uniform(-12, 12, n))).astype(np.float32)
+    x[:min(n, 3)] = [6.0e-8, 65519.0, 1 + 2 ** -11][:min(n, 3)]       # subnormal, tie, overflow edge
+    with np.errstate(over="ignore"):
+        wf, ws = fast.encode(x), slow.encode(x)
+    assert np.array_equal(wf, ws)
+    assert np.array_equal(fast.decode(wf, n), slow.decode(ws, n), equal_nan=True)
+    y = rng.standard_normal(n).astype(np.float32)
+    accf, accs = y.copy(), y.copy()
+    fast.decode_add(wf, n, accf)
+    slow.decode_add(ws, n, accs)
+    assert np.array_equal(accf, accs, equal_nan=True)
+    accf, accs = y.copy(), y.copy()
+    with np.errstate(over="ignore"):
+        of = fast.decode_add_encode(wf, n, accf, np.empty(2 * n, np.uint8))
+        os_ = slow.decode_add_encode(ws, n, accs, np.empty(2 * n, np.uint8))
+    assert np.array_equal(accf, accs, equal_nan=True) and np.array_equal(of, os_)
+    hf, hs = y.astype(np.float16).view(np.uint16), y.astype(np.float16).view(np.uint16)
+    with np.errstate(over="ignore"):
+        fast.sum_halves(wf.view(np.uint16), hf, n)
+        slow.sum_halves(ws.view(np.uint16), hs, n)
+    assert np.array_equal(hf, hs)
+
+
+def test_native_fp16_rejects_a_short_payload():
+    from hpcdl.comm.compression import FP16
+    _kernels_or_skip()
+    with pytest.raises(ValueError):
+        FP16(native=True).decode(np.zeros(6, np.uint8), 4)
+
+
+def test_failed_kernel_build_leaves_numpy_in_charge(tmp_path, monkeypatch):
+    from hpcdl.comm import _native
+    lib = tmp_path / "_f16.so"
+    monkeypatch.setattr(_native, "LIBRARY", lib)
+    assert _native.build(cc="/bin/false", quiet=True) is False
+    assert not lib.exists() and not list(tmp_path.iterdir())    # no half-written library left
+    assert _native.build(cc=str(tmp_path / "no-such-cc"), quiet=True) is False
+
+
+def test_kernel_build_makes_a_library_that_loads(tmp_path, monkeypatch):
+    import ctypes
+    import shutil
+    from hpcdl.comm import _native
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler")
+    lib = tmp_path / "_f16.so"
+    monkeypatch.setattr(_native, "LIBRARY", lib)
+    assert _native.build(quiet=True) is True and lib.is_file()
+    if ctypes.CDLL(str(lib)).hpcdl_f16c_supported():
+        assert _native._agrees(_native._Kernels(ctypes.CDLL(str(lib))))

@@ -88,3 +88,57 @@ def test_bench_fit_writes_the_parameters_the_report_reads(tmp_path, capsys):
 def test_bench_fit_without_records_is_a_user_error(tmp_path):
     from hpcdl import cli
     assert cli.main(["bench", "fit", "--input", str(tmp_path / "none.jsonl")]) == 2
+
+
+def test_fit_finds_the_cache_breakpoint_of_a_two_regime_sweep():
+    # in-cache sizes at 0.2 ns/B, memory-bound sizes from 16 MiB at 0.5 ns/B
+    alpha, b_in, b_out, brk = 15e-6, 0.2e-9, 0.5e-9, float(16 << 20)
+    t = [M.ring_time(n, 2, alpha, b_in if n < brk else b_out, 0) for n in SIZES]
+    one = M.fit("ring", SIZES, t, 2, gamma=0.0)
+    assert one["max_rel_err"] > 0.2                       # a single line misses
+    res = M.fit_regimes("ring", SIZES, t, 2, gamma=0.0)
+    assert res["breakpoint_bytes"] == brk
+    assert res["beta_s_per_byte"] == pytest.approx(b_out, rel=1e-6)       # large-size regime on top
+    assert res["regimes"][0]["beta_s_per_byte"] == pytest.approx(b_in, rel=1e-6)
+    assert res["max_rel_err"] < 1e-6
+    pred = M.predict_fit(res, SIZES, 2, gamma=0.0)
+    assert np.allclose(pred, t, rtol=1e-6)
+
+
+def test_fit_keeps_one_regime_when_one_line_holds():
+    rng = np.random.default_rng(3)
+    t = np.array([M.ring_time(n, 4, 10e-6, 0.3e-9, 0.05e-9) for n in SIZES]) * (1 + rng.normal(0, 0.01, len(SIZES)))
+    res = M.fit_regimes("ring", SIZES, t, 4, gamma=0.05e-9)
+    assert res["breakpoint_bytes"] is None and len(res["regimes"]) == 1
+    assert res["beta_s_per_byte"] == pytest.approx(0.3e-9, rel=0.03)
+
+
+def test_fit_takes_a_measured_gamma_per_size():
+    gam = np.where(np.asarray(SIZES) < (4 << 20), 0.05e-9, 0.2e-9)      # the reduction leaves cache too
+    t = [M.predict("ps", n, 3, 20e-6, 0.3e-9, g) for n, g in zip(SIZES, gam)]
+    res = M.fit_regimes("ps", SIZES, t, 3, gamma=gam)
+    assert res["breakpoint_bytes"] is None
+    assert res["alpha_s"] == pytest.approx(20e-6, rel=1e-4) and res["beta_s_per_byte"] == pytest.approx(0.3e-9, rel=1e-6)
+
+
+def test_ps_over_ring_ratio_per_bottleneck():
+    # the code's ps receives everything, then sends: full-duplex links -> p; copies by the rank's
+    # CPU in both directions -> p/2; more ranks than cores -> all copies share the cores -> 1
+    for p in (2, 3, 4, 8):
+        assert M.bandwidth_ratio(p, M.LINK_BOUND) == pytest.approx(
+            M.ps_time(1e9, p, 0, 1e-9, 0) / M.ring_time(1e9, p, 0, 1e-9, 0))
+        assert M.bandwidth_ratio(p, M.COPY_BOUND) == p / 2
+        assert M.bandwidth_ratio(p, M.CPU_BOUND) == 1
+    assert M.regime_for(2, cores=2) == M.COPY_BOUND and M.regime_for(4, cores=2) == M.CPU_BOUND
+    assert M.regime_for(4, cores=2, nodes=4) == M.LINK_BOUND
+    with pytest.raises(ValueError):
+        M.bandwidth_ratio(2, "warp")
+
+
+def test_mpi_defaults_fill_only_what_the_user_left_unset():
+    from hpcdl.comm import MPI_DEFAULTS, apply_defaults
+    env = {}
+    assert apply_defaults(env) == MPI_DEFAULTS == env
+    assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    mine = {"OMPI_MCA_mpi_yield_when_idle": "0"}
+    assert apply_defaults(mine) == {} and mine["OMPI_MCA_mpi_yield_when_idle"] == "0"
