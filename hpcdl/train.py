@@ -282,6 +282,8 @@ def run(opts) -> int:
     nthreads = cluster.configure_threads(layout)
     os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", "30")
     os.environ.setdefault("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "60")
+    from .comm import apply_defaults
+    apply_defaults()            # Open MPI settings for ranks that share cores, before hvd.init()
 
     _check_horovod()
     import numpy as np

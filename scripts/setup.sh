@@ -94,7 +94,10 @@ elif command -v nvcc >/dev/null && { [ -n "${NCCL_HOME:-}" ] || ls /usr/include/
 fi
 stamp_text="v$SETUP_VERSION|$("$VPY" --version 2>&1)|$mpi_id|nccl=$want_nccl|system=$SYSTEM_STACK|$(cat "$ROOT/setup.cfg" | cksum)"
 STAMP="$VENV/.hpcdl-setup"
+# F16C kernels for fp16 compression (hpcdl/comm/_f16.c); a failed build leaves numpy in charge.
+build_native() { "$VPY" -m hpcdl.comm._native >&2 || log "fp16 kernels not built: numpy fallback"; }
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$stamp_text" ] && "$VENV/bin/hpcdl" info --check >/dev/null 2>&1; then
+    build_native
     log "up to date ($(( $(date +%s) - t0 )) s)"
     exit 0
 fi
@@ -152,6 +155,7 @@ fi
 
 # --- 5. hpcdl itself ----------------------------------------------------------------------------
 "${PIP[@]}" install --no-deps --no-build-isolation -e "$ROOT" >/dev/null
+build_native
 
 # --- 6. verify ----------------------------------------------------------------------------------
 check="$(PATH="$VENV/bin:$PATH" "$VENV/bin/horovodrun" --check-build 2>&1)" || die "horovodrun --check-build failed: $check"

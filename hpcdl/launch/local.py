@@ -27,6 +27,8 @@ LOCAL_ENV = {
     "OMPI_MCA_btl": "self,vader,tcp",
     "OMPI_MCA_btl_base_warn_component_unused": "0",
     "PMIX_MCA_gds": "hash",
+    # Waiting ranks yield the core instead of spinning (hpcdl.comm.MPI_DEFAULTS explains).
+    "OMPI_MCA_mpi_yield_when_idle": "1",
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
 
