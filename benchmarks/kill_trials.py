@@ -2,7 +2,8 @@
 
 Each trial runs ``hpcdl train`` on N real ranks under mpirun with ``HPCDL_FAULT`` set so that a
 randomly chosen rank fails at a randomly chosen step (``kill``: SIGKILL, as when a node or the
-OOM killer takes a process; ``raise``: an exception in the training loop). A trial measures:
+OOM killer takes a process; ``raise``: an exception in the training loop; ``hang``: the rank stops
+without exiting, which only Horovod's stall shutdown can end). A trial measures:
 
 - time to exit: from the fault (the wall-clock stamp the failing rank logs) to mpirun's exit;
 - hang: the job still running 60 s after the fault (it is then killed; a hard limit per trial);
@@ -132,7 +133,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     p.add_argument("--trials", type=int, default=20, help="trials per rank count")
-    p.add_argument("--kind", choices=("kill", "raise", "exit"), default="kill")
+    p.add_argument("--kind", choices=("kill", "raise", "exit", "hang"), default="kill",
+                   help="hang: the rank sleeps forever without exiting; only Horovod's stall "
+                        "shutdown ends such a job (use a --timeout of several minutes)")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--timeout", type=float, default=240.0,
                    help="hard limit per trial (start-up of 4 TensorFlow ranks on 2 cores included)")
