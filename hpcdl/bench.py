@@ -216,10 +216,14 @@ def allreduce_main(opts) -> int:
         import tensorflow as tf
         cluster.apply_tf_threads(tf, nthreads)
         backends = [b for b in backends if b != "horovod"] + ["horovod"]
+        # An allreduce waits for the next cycle of Horovod's background thread: at its default
+        # (1 ms, 5 ms in older releases) that is the whole time of a 64 KiB message here. 0.1 ms
+        # measured 1-2x faster at 1-16 MiB on 2 ranks (results/bench/README.md).
+        os.environ.setdefault("HOROVOD_CYCLE_TIME", "0.1")
     import numpy as np
     from mpi4py import MPI
     from . import records
-    from .comm import get_backend
+    from .comm import empty_aligned, get_backend
     from .comm.compression import get_codec
     from .comm.model import busbw_factor, model_for
 
@@ -248,8 +252,10 @@ def allreduce_main(opts) -> int:
         return slowest(times), out
 
     nmax = max(sizes) // 4
-    src = _data(np, 0, nmax, rank, opts.seed)
-    dst = np.empty_like(src)
+    # 64-byte aligned, as a framework's tensors are: Horovod's op then reads it in place
+    src = empty_aligned(nmax)
+    src[...] = _data(np, 0, nmax, rank, opts.seed)
+    dst = empty_aligned(nmax)
 
     # The physical references of each size, measured here on every rank at once: memcpy, and the
     # local work of one reduction hop of each codec (encode + decode-and-add, float32 add for none).

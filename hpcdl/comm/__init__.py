@@ -31,7 +31,8 @@ import importlib
 
 import numpy as np
 
-__all__ = ["BACKENDS", "COMPRESSIONS", "MPI_DEFAULTS", "Backend", "apply_defaults", "get_backend"]
+__all__ = ["ALIGN", "BACKENDS", "COMPRESSIONS", "MPI_DEFAULTS", "Backend", "apply_defaults",
+           "empty_aligned", "get_backend"]
 
 BACKENDS = ("horovod", "mpi", "ring", "ps")
 COMPRESSIONS = ("none", "fp16", "int8")
@@ -105,6 +106,21 @@ class Backend:
 
     def close(self) -> None:
         """Release communicators (optional)."""
+
+
+ALIGN = 64       # bytes: what TensorFlow's CPU tensors require (EIGEN_MAX_ALIGN_BYTES)
+
+
+def empty_aligned(n: int, dtype=np.float32) -> np.ndarray:
+    """An uninitialised array of n elements whose data starts on an ALIGN-byte boundary.
+
+    numpy aligns large arrays to 16 bytes; a 64-byte aligned buffer reaches Horovod's TensorFlow
+    op without a copy (see :mod:`.horovod`).
+    """
+    item = np.dtype(dtype).itemsize
+    raw = np.empty(n + ALIGN // item, dtype=dtype)
+    off = (-raw.ctypes.data % ALIGN) // item
+    return raw[off:off + n]
 
 
 def _as_f32(flat) -> np.ndarray:

@@ -114,3 +114,33 @@ F16C void hpcdl_f16_add_encode(const uint16_t *src, float *acc, uint16_t *dst, s
         store_tail_f16(dst + i, v, n - i);
     }
 }
+
+/* dst[i] = float(src[i]) * scale: decode and average in one pass (scale = 1/p). */
+F16C void hpcdl_f16_to_f32_scaled(const uint16_t *src, float *dst, size_t n, float scale)
+{
+    const __m256 s = _mm256_set1_ps(scale);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_mul_ps(
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))), s));
+    if (i < n) store_tail_f32(dst + i, _mm256_mul_ps(load_tail_f16(src + i, n - i), s), n - i);
+}
+
+/* v = acc[i] * scale; dst[i] = half(v); acc[i] = float(dst[i]): the ring's owner averages its
+ * finished segment, encodes it once for the allgather and keeps the value the others will see. */
+F16C void hpcdl_f16_scale_roundtrip(float *acc, uint16_t *dst, size_t n, float scale)
+{
+    const __m256 s = _mm256_set1_ps(scale);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(acc + i), s),
+                                    _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(dst + i), h);
+        _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(h));
+    }
+    if (i < n) {
+        __m256 v = _mm256_mul_ps(load_tail_f32(acc + i, n - i), s);
+        store_tail_f16(dst + i, v, n - i);
+        store_tail_f32(acc + i, load_tail_f16(dst + i, n - i), n - i);
+    }
+}

@@ -66,6 +66,10 @@ class _Kernels:
             fn = getattr(lib, name)
             fn.argtypes = [vp] * nargs + [sz]
             fn.restype = None
+        lib.hpcdl_f16_to_f32_scaled.argtypes = [vp, vp, sz, ctypes.c_float]
+        lib.hpcdl_f16_to_f32_scaled.restype = None
+        lib.hpcdl_f16_scale_roundtrip.argtypes = [vp, vp, sz, ctypes.c_float]
+        lib.hpcdl_f16_scale_roundtrip.restype = None
         self._lib = lib
 
     @staticmethod
@@ -78,8 +82,16 @@ class _Kernels:
         """dst (uint16/float16) = half(src (float32))"""
         self._lib.hpcdl_f32_to_f16(self._ptr(src, np.float32), dst.ctypes.data, src.size)
 
-    def decode(self, src, dst, n):
-        self._lib.hpcdl_f16_to_f32(src.ctypes.data, self._ptr(dst, np.float32), n)
+    def decode(self, src, dst, n, scale=None):
+        """dst (float32) = float(src (half)), times ``scale`` when given"""
+        if scale is None:
+            self._lib.hpcdl_f16_to_f32(src.ctypes.data, self._ptr(dst, np.float32), n)
+        else:
+            self._lib.hpcdl_f16_to_f32_scaled(src.ctypes.data, self._ptr(dst, np.float32), n, scale)
+
+    def scale_roundtrip(self, acc, dst, n, scale):
+        """dst (half) = half(acc * scale); acc = float(dst)"""
+        self._lib.hpcdl_f16_scale_roundtrip(self._ptr(acc, np.float32), dst.ctypes.data, n, scale)
 
     def add(self, src, acc, n):
         """acc (float32) += float(src (half))"""

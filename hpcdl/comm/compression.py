@@ -56,6 +56,13 @@ class Codec:
         self.decode_add(buf, n, acc)
         return self.encode(acc)
 
+    def average_encode(self, acc, p):
+        """``acc /= p``, encode it, and leave in ``acc`` the decoded value of those bytes."""
+        acc /= np.float32(p)
+        wire = self.encode(acc)
+        self.decode(wire, acc.size, out=acc)
+        return wire
+
     def roundtrip(self, x: np.ndarray) -> np.ndarray:
         """What a value looks like after one trip over the wire."""
         return self.decode(self.encode(x), x.size)
@@ -91,19 +98,23 @@ class FP16(Codec):
             buf.view(np.float16)[...] = x          # astype(float16): same rounding
         return buf
 
-    def decode(self, buf, n, out=None):
+    def decode(self, buf, n, out=None, scale=None):
+        """The float32 values of ``buf``; times ``scale`` (a float32 multiply) when given."""
         if self.native is not None:
             buf = np.ascontiguousarray(buf)
             if buf.nbytes < 2 * n:
                 raise ValueError(f"fp16 payload of {buf.nbytes} B holds fewer than {n} values")
             if out is None:
                 out = np.empty(n, dtype=np.float32)
-            self.native.decode(buf, out, n)
+            self.native.decode(buf, out, n, scale)
             return out
         vals = np.frombuffer(buf, dtype=np.float16, count=n)
         if out is None:
-            return vals.astype(np.float32)
-        out[...] = vals
+            out = vals.astype(np.float32)
+        else:
+            out[...] = vals
+        if scale is not None:
+            out *= np.float32(scale)
         return out
 
     def decode_add(self, buf, n, acc):
@@ -120,6 +131,17 @@ class FP16(Codec):
             return out
         self.decode_add(buf, n, acc)
         return self.encode(acc, out)
+
+    def average_encode(self, acc, p):
+        """``acc *= 1/p`` (float32), encode, keep the decoded value in ``acc``: one pass."""
+        wire = np.empty(2 * acc.size, dtype=np.uint8)
+        if self.native is not None and acc.flags.c_contiguous:
+            self.native.scale_roundtrip(acc, wire, acc.size, 1.0 / p)
+            return wire
+        acc *= np.float32(1.0 / p)
+        self.encode(acc, wire)
+        self.decode(wire, acc.size, out=acc)
+        return wire
 
     def sum_halves(self, inbuf, inoutbuf, n):
         """``inout = half(float(inout) + float(in))``: one rounding, as a half-precision add."""

@@ -67,10 +67,8 @@ class RingBackend(MPIBackend):
             self._reduce_scatter_coded(acc, segs)
             own_i = (r + 1) % p
             a, b = segs[own_i]
-            acc[a:b] /= np.float32(p)
-            wires = {own_i: [self.codec.encode(acc[x:y]) for x, y in _pieces(a, b, self.piece)]}
-            for (x, y), w in zip(_pieces(a, b, self.piece), wires[own_i]):
-                self.codec.decode(w, y - x, out=acc[x:y])
+            wires = {own_i: [self.codec.average_encode(acc[x:y], p)
+                             for x, y in _pieces(a, b, self.piece)]}
             self._allgather_coded(acc, segs, wires)
         return acc
 
@@ -107,14 +105,18 @@ class RingBackend(MPIBackend):
 
     def _reduce_scatter_coded(self, acc, segs):
         p, r, comm, codec = self.size, self.rank, self.comm, self.codec
-        sa, sb = segs[r]
-        wires = [codec.encode(acc[x:y]) for x, y in _pieces(sa, sb, self.piece)]
+        wires = None          # step 0 encodes this rank's own segment piece by piece below
         for k in range(p - 1):
             ta, tb = segs[(r - k - 1) % p]
             tpieces = _pieces(ta, tb, self.piece)
             bufs = [np.empty(codec.wire_nbytes(y - x), dtype=np.uint8) for x, y in tpieces]
             recv = [comm.Irecv(buf, source=self.left, tag=j) for j, buf in enumerate(bufs)]
-            sends = [comm.Isend(w, dest=self.right, tag=j) for j, w in enumerate(wires)]
+            if wires is None:     # encode a piece, send it, encode the next while it travels
+                sa, sb = segs[r]
+                sends = [comm.Isend(codec.encode(acc[x:y]), dest=self.right, tag=j)
+                         for j, (x, y) in enumerate(_pieces(sa, sb, self.piece))]
+            else:
+                sends = [comm.Isend(w, dest=self.right, tag=j) for j, w in enumerate(wires)]
             last = k == p - 2
             nxt = []
             for (x, y), buf, req in zip(tpieces, bufs, recv):

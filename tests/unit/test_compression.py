@@ -115,6 +115,8 @@ def test_native_fp16_gives_numpy_bits_for_every_operation(n):
         wf, ws = fast.encode(x), slow.encode(x)
     assert np.array_equal(wf, ws)
     assert np.array_equal(fast.decode(wf, n), slow.decode(ws, n), equal_nan=True)
+    assert np.array_equal(fast.decode(wf, n, scale=1 / 3), slow.decode(ws, n, scale=1 / 3),
+                          equal_nan=True)
     y = rng.standard_normal(n).astype(np.float32)
     accf, accs = y.copy(), y.copy()
     fast.decode_add(wf, n, accf)
