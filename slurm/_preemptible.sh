@@ -11,7 +11,9 @@ rm -f "$HPCDL_STOP_FILE"                   # left behind by the attempt that was
 
 case "$HPCDL_LAUNCHER" in
     srun)   # srun of Slurm 22.05 does not take --cpus-per-task from the job: pass it on.
-            LAUNCH=(srun --mpi="$HPCDL_SRUN_MPI" ${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}) ;;
+            # --kill-on-bad-exit: a rank that dies ends the step at once instead of leaving the
+            # others blocked in an allreduce until Horovod's stall shutdown.
+            LAUNCH=(srun --mpi="$HPCDL_SRUN_MPI" --kill-on-bad-exit=1 ${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}) ;;
     mpirun) LAUNCH=(mpirun -np "$SLURM_NTASKS" -npernode "${SLURM_NTASKS_PER_NODE:-1}" --bind-to none) ;;
     *)      echo "error: HPCDL_LAUNCHER must be srun or mpirun, not '$HPCDL_LAUNCHER'" >&2; exit 2 ;;
 esac

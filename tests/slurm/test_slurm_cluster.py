@@ -182,3 +182,27 @@ def test_study_submit_runs_each_point_then_the_report(slurm_cluster, tmp_path):
     # Resubmitting skips what is recorded.
     again = _hpcdl("study", "submit", str(study), "--results-root", str(results_root), "--dry-run")
     assert "nothing to submit" in again
+
+
+@pytest.mark.parametrize("kind", ["kill", "raise"])
+def test_a_rank_that_dies_under_srun_ends_the_job_within_60_s(software, tmp_path, kind):
+    # srun --kill-on-bad-exit=1 ends the step when one task fails, instead of leaving the other
+    # rank blocked in an allreduce until Horovod's stall shutdown.
+    results = tmp_path / "runs.jsonl"
+    text = slurm.render_train(_train_job(f"hpcdl-fault-{kind}"), software,
+                              TRAIN + ["--steps", "100000", "--results", str(results)],
+                              str(tmp_path / "ckpt"))
+    text = text.replace("set -euo pipefail\n",
+                        f"set -euo pipefail\nexport HPCDL_FAULT=rank=1,step=300,kind={kind}\n", 1)
+    script = tmp_path / "fault.sbatch"
+    script.write_text(text)
+    t0 = time.monotonic()
+    state = submit_and_wait(script, timeout=240)
+    elapsed = time.monotonic() - t0
+    out = job_output(tmp_path, state.job_id)
+    assert state.state == "FAILED" and state.exit_code != "0:0", out[-3000:]
+    assert f"HPCDL_FAULT: injecting '{kind}' at step 300" in out
+    # 100000 steps would take minutes: the job ended because the rank died, and soon after.
+    assert elapsed < 60 + 30, out[-3000:]            # 60 s target + submission and start-up
+    assert "task 1" in out or "[1@n2]" in out        # the failed rank is named
+    assert not results.exists()                      # no record for a failed run

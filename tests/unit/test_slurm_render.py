@@ -231,7 +231,7 @@ def test_usr1_trap_checkpoints_and_requeues_without_slurm(tmp_path):
     out, _ = proc.communicate(timeout=20)
     calls = log.read_text().splitlines()
     assert proc.returncode == 0, out
-    assert calls[0].startswith("srun --mpi=pmix --cpus-per-task=2 python -m hpcdl train --steps 5")
+    assert calls[0].startswith("srun --mpi=pmix --kill-on-bad-exit=1 --cpus-per-task=2 python -m hpcdl train --steps 5")
     assert "--resume" not in calls[0]
     assert calls[-1] == "scontrol requeue 42"
     assert "USR1: asking the ranks to checkpoint and stop" in out
