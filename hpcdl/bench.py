@@ -104,6 +104,9 @@ def _allreduce_arguments(a):
                         f"{DEFAULT_RESULTS}); '-' for none")
     a.add_argument("--tag", default=None, help="free text stored in the record")
     a.add_argument("--seed", type=int, default=0, help="seed of the test data")
+    a.add_argument("--fresh-buffers", action="store_true",
+                   help="leave glibc's malloc as it is (freed buffers unmapped, faulted in again "
+                        "on the next call); default: keep them mapped, as preallocated buffers")
     a.add_argument("--inject-error", action="store_true",
                    help="the last rank adds 1 to one element of each result before the check "
                         "(shows that the check counts a wrong result)")
@@ -115,6 +118,11 @@ def _fit_arguments(f):
                    help="which record of the file (Python index among allreduce records; -1: last)")
     f.add_argument("--ranks", type=int, default=None,
                    help="use the last record with this many ranks")
+    f.add_argument("--tag", default=None,
+                   help="use only records whose tag contains this text")
+    f.add_argument("--records", type=int, default=1,
+                   help="fit the median over this many records ending at --record (repeated "
+                        "sweeps of the same backends; 1)")
     f.add_argument("--min-bytes", type=_size, default=64 << 10,
                    help="fit and judge sizes from this up (64K)")
     f.add_argument("--tolerance", type=float, default=0.20,
@@ -195,6 +203,27 @@ def _stats(np, times):
             "mean": float(t.mean()), "n": int(len(t))}
 
 
+def _keep_freed_memory() -> str:
+    """Make glibc keep freed buffers mapped, so a backend's per-call buffers are not faulted in anew.
+
+    Every backend returns a new array per call. glibc hands back memory it frees above a few
+    MiB, so the next call page-faults the whole buffer in again: on this VM that added 1.5 ms to
+    an MPI allreduce of 4 MiB (0.8 -> 2.4 ms), or not, depending on the sweep's history. nccl-tests
+    and OSU allocate their buffers once; this is the nearest thing for an interface that returns
+    arrays. Sizes above 32 MiB (glibc's largest heap allocation) are mmapped on every call still.
+    """
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim, m_top_pad, m_mmap = -1, -2, -3
+        ok = (libc.mallopt(m_mmap, 32 << 20) == 1 and libc.mallopt(m_trim, 1 << 30) == 1
+              and libc.mallopt(m_top_pad, 64 << 20) == 1)
+    except (OSError, AttributeError):
+        ok = False
+    return "keep (mmap_threshold=32M trim_threshold=1G top_pad=64M)" if ok else "default"
+
+
 def allreduce_main(opts) -> int:
     from .comm import BACKENDS, COMPRESSIONS
     backends = _names(opts.backend, BACKENDS, "backend")
@@ -208,6 +237,7 @@ def allreduce_main(opts) -> int:
     nthreads = cluster.configure_threads(layout)
     from .comm import apply_defaults
     apply_defaults()            # before MPI starts
+    malloc = "default" if opts.fresh_buffers else _keep_freed_memory()
     if "horovod" in backends:
         # TensorFlow reads its thread counts at start-up. Horovod starts last (hvd.init() when its
         # backend is made, on the MPI that mpi4py initialised with MPI_THREAD_MULTIPLE): its
@@ -281,8 +311,10 @@ def allreduce_main(opts) -> int:
     say(f"#  minBytes {sizes[0]} maxBytes {sizes[-1]} step: {opts.stepfactor:g}(factor) "
         f"warmup iters: {opts.warmup_iters} iters: {opts.iters} (to {opts.max_iters} below "
         f"{_ITER_BYTES} B) check: {opts.check} min-busbw: {opts.min_busbw:g} GB/s seed: {opts.seed}")
-    say(f"#  backends: {' '.join(backends)}  compressions: {' '.join(compressions)}  type: float32")
-    say("#  versions: " + " ".join(f"{k}={v}" for k, v in vers.items()))
+    say(f"#  backends: {' '.join(backends)}  compressions: {' '.join(compressions)}  type: float32  "
+        f"malloc: {malloc}")
+    # MPI_Get_library_version's string ends in a NUL byte, which makes the table "binary" to grep
+    say("#  versions: " + " ".join(f"{k}={str(v).strip(chr(0)).strip()}" for k, v in vers.items()))
     env = cluster.launcher_env()
     say("#  env: " + (" ".join(f"{k}={v}" for k, v in env.items()
                                if not k.startswith("SLURM_")) or "(none)"))
@@ -372,7 +404,8 @@ def allreduce_main(opts) -> int:
                            "iters": opts.iters, "max_iters": opts.max_iters,
                            "warmup_iters": opts.warmup_iters, "check": opts.check,
                            "min_busbw_gbs": opts.min_busbw, "seed": opts.seed, "dtype": "float32",
-                           "threads_per_rank": nthreads, "inject_error": opts.inject_error},
+                           "threads_per_rank": nthreads, "inject_error": opts.inject_error,
+                           "malloc": malloc},
                 "layout": {"size": p, "nodes": len(set(hosts)), "ranks_per_node": layout.local_size,
                            "hosts": sorted(set(hosts))},
                 "busbw_factor": bus,
@@ -399,13 +432,56 @@ def _pick_record(opts):
     recs = [r for r in records.read(path) if r.get("schema") == BENCH_SCHEMA and r.get("op") == "allreduce"]
     if opts.ranks is not None:
         recs = [r for r in recs if r.get("layout", {}).get("size") == opts.ranks]
+    if opts.tag is not None:
+        recs = [r for r in recs if opts.tag in (r.get("tag") or "")]
     if not recs:
-        raise UserError(f"no allreduce record{' with %d ranks' % opts.ranks if opts.ranks else ''} "
-                        f"in {path}")
+        raise UserError(f"no allreduce record{' with %d ranks' % opts.ranks if opts.ranks else ''}"
+                        f"{' tagged %r' % opts.tag if opts.tag else ''} in {path}")
     try:
-        return recs[opts.record], path
+        rec = recs[opts.record]
     except IndexError:
         raise UserError(f"--record {opts.record}: {path} holds {len(recs)} allreduce record(s)") from None
+    if opts.records > 1:
+        end = recs.index(rec) + 1
+        if end < opts.records:
+            raise UserError(f"--records {opts.records}: only {end} allreduce record(s) up to "
+                            f"--record {opts.record} in {path}")
+        rec = median_record(recs[end - opts.records:end])
+    return rec, path
+
+
+def median_record(recs):
+    """One record whose rows hold, per backend, compression and size, the median over ``recs``.
+
+    A sweep on a shared machine catches some sizes in a busy moment; the median of a few sweeps
+    is the machine's behaviour rather than its neighbours'. Only rows present in every record
+    are kept; the layout must agree.
+    """
+    import statistics
+    sizes = {r["layout"]["size"] for r in recs}
+    if len(sizes) != 1:
+        raise UserError(f"--records: the records have different rank counts {sorted(sizes)}")
+    keyed = [{(r["backend"], r["compression"], r["size_bytes"]): r for r in rec["rows"]}
+             for rec in recs]
+    rows = []
+    for key, row in keyed[-1].items():
+        if not all(key in k for k in keyed):
+            continue
+        new = dict(row)
+        new["time_us"] = dict(row["time_us"], median=statistics.median(
+            k[key]["time_us"]["median"] for k in keyed))
+        new["reduce_us"] = statistics.median(k[key]["reduce_us"] for k in keyed)
+        rows.append(new)
+    out = dict(recs[-1], rows=rows)
+    out["time"] = f"{recs[0].get('time')} .. {recs[-1].get('time')} (median of {len(recs)})"
+    return out
+
+
+def _human(nbytes) -> str:
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):g}{unit}"
+    return f"{nbytes:g}"
 
 
 def _gamma_of(row) -> float:
@@ -430,6 +506,7 @@ def fit_record(record: dict, min_bytes: int = 64 << 10) -> dict:
         # gamma(n): the reduction hop's measured time per byte at each size (it too changes
         # between in-cache and out-of-cache sizes), not a single slope
         gam = [_gamma_of(r) for r in use]
+
         res = fit_regimes(model, sizes, [r["time_us"]["median"] * 1e-6 for r in use], p, gamma=gam)
         res["points"] = [[r["size_bytes"], r["time_us"]["median"] * 1e-6,
                           predict_fit(res, r["size_bytes"], p, gamma=_gamma_of(r))] for r in rows]
@@ -450,8 +527,9 @@ def fit_main(opts) -> int:
     print("# models (n = float32 bytes): ring t = 2(p-1)a + 2(p-1)/p n b + (p-1)/p n g; "
           "ps t = 2(p-1)a + 2(p-1) n b + (p-1) n g; allgather t = (p-1)a + (p-1) n b + p n g")
     print("# g (gamma) is measured: the reduction hop's local time per byte at each size, same run")
-    print("# a and b: weighted least squares on relative error; two regimes (cache-resident and "
-          "memory-bound sizes) where one line misses, the large-size regime shown first")
+    print("# alpha, beta: one line over all sizes (weighted least squares on relative error); "
+          "where it misses, up to three regimes (in cache, in memory, buffers mapped afresh per "
+          "call), each [from-to] alpha beta, predict and are judged")
     print(f"#{'backend':>13} {'model':>9} {'alpha(us)':>10} {'beta(ns/B)':>11} {'gamma(ns/B)':>11} "
           f"{'r2':>7} {'max|err|':>8} {'within':>7}")
     verdicts = {}
@@ -463,9 +541,10 @@ def fit_main(opts) -> int:
         print(f" {key:>13} {res['model']:>9} {res['alpha_s'] * 1e6:>10.2f} "
               f"{res['beta_s_per_byte'] * 1e9:>11.4f} {res['gamma_s_per_byte'] * 1e9:>11.4f} "
               f"{res['r2']:>7.4f} {max(judged) * 100:>7.1f}% {'yes' if ok else 'NO':>7}"
-              + (f"  below {res['breakpoint_bytes']:.0f} B: alpha {res['regimes'][0]['alpha_s'] * 1e6:.2f} us"
-                 f" beta {res['regimes'][0]['beta_s_per_byte'] * 1e9:.4f} ns/B"
-                 if res.get("breakpoint_bytes") else ""))
+              + ("  " + "; ".join(f"[{_human(g['from_bytes'])}-{_human(g['to_bytes'])}] "
+                                    f"{g['alpha_s'] * 1e6:.1f} us {g['beta_s_per_byte'] * 1e9:.3f} ns/B"
+                                    for g in res["regimes"])
+                 if len(res.get("regimes", ())) > 1 else ""))
     print("#")
     print(f"#{'backend':>13} {'size(B)':>11} {'measured(us)':>13} {'predicted(us)':>14} {'pred/meas':>9} {'fit':>4}")
     for key, res in fits.items():

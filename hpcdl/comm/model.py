@@ -38,7 +38,7 @@ from typing import Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["REGIMES", "bandwidth_ratio", "regime_for", "MODELS", "coefficients", "predict", "ring_time", "ps_time", "allgather_time",
+__all__ = ["REGIMES", "bandwidth_ratio", "exchange_time", "regime_for", "MODELS", "coefficients", "predict", "ring_time", "ps_time", "allgather_time",
            "busbw_factor", "model_for", "fit", "fit_regimes", "predict_fit"]
 
 MODELS = ("ring", "ps", "allgather")
@@ -101,6 +101,32 @@ def bandwidth_ratio(p: int, regime: str) -> float:
     if regime == CPU_BOUND:
         return 1.0
     raise ValueError(f"unknown regime '{regime}': choose one of {', '.join(REGIMES)}")
+
+
+def exchange_time(model: str, n, p: int, beta: float, gamma: float, regime: str,
+                  cores: Optional[int] = None) -> float:
+    """Large-n time of ``ring`` or ``ps`` where ``regime`` is the bottleneck (alpha left out).
+
+    The time is the serial work of the busiest rank: a ring rank's bytes over its link (each way
+    at once when link-bound, in and out one after the other when copy-bound) plus its
+    (p-1)/p*n reduced bytes; the ps root's 2(p-1)*n bytes (receive, then send) plus (p-1)*n
+    reduced. When cpu-bound (p > cores) it is at least all ranks' work shared by the cores: both
+    algorithms copy 4(p-1)*n bytes and reduce (p-1)*n in all, but the ps root's serial share can
+    still be the longer.
+    """
+    if p <= 1:
+        return 0.0
+    if model == "ring":
+        link = (2.0 if regime == LINK_BOUND else 4.0) * (p - 1) / p * n
+        serial = link * beta + (p - 1) / p * n * gamma
+    elif model == "ps":
+        serial = 2.0 * (p - 1) * n * beta + (p - 1) * n * gamma
+    else:
+        raise ValueError(f"exchange_time models ring and ps, not '{model}'")
+    if regime == CPU_BOUND and cores:
+        total = 4.0 * (p - 1) * n * beta + (p - 1) * n * gamma
+        return max(serial, total / cores)
+    return serial
 
 
 def regime_for(p: int, cores: int, nodes: int = 1) -> str:
@@ -172,50 +198,62 @@ def fit(model: str, sizes: Sequence[float], times: Sequence[float], p: int,
 
 
 def fit_regimes(model: str, sizes: Sequence[float], times: Sequence[float], p: int,
-                gamma=None, min_points: int = 3, gain: float = 0.8, floor: float = 0.05) -> dict:
-    """Fit one alpha-beta line, or two joined at a size where the machine changes regime.
+                gamma=None, min_points: int = 3, gain: float = 0.8, floor: float = 0.05,
+                max_regimes: int = 3) -> dict:
+    """Fit one alpha-beta line, or up to ``max_regimes`` joined where the machine changes regime.
 
-    A message that fits in the caches moves at cache speed, one that does not at memory speed
-    (and MPI libraries switch protocol, eager to rendezvous, at some size): one beta cannot hold
-    over a sweep from 64 KiB to 256 MiB on a node's shared memory. Every breakpoint between
-    sweep sizes with ``min_points`` on each side is tried; the two-regime fit is kept when the
-    single line misses some size by more than ``floor`` and the two cut the worst relative
-    error below ``gain`` times the single line's. The result is :func:`fit`'s
-    over all sizes, with ``regimes`` (each ``from_bytes``, ``to_bytes``, ``alpha_s``,
-    ``beta_s_per_byte``) and ``breakpoint_bytes`` (None for one regime); the top-level alpha and
-    beta are those of the largest sizes, the regime that bandwidth-bound training lives in.
+    A message whose buffers fit in the last-level cache moves at cache speed, one that does not
+    at memory speed, and buffers that the allocator maps afresh on every call (above glibc's
+    32 MiB heap limit) pay page faults too; MPI libraries also switch protocol (eager to
+    rendezvous) at some size. So one beta cannot hold over a sweep from 64 KiB to 256 MiB on one
+    node. Every split of the sorted sizes into consecutive runs of at least ``min_points`` is
+    tried; a split into k+1 regimes replaces the best k-regime fit when that one misses some
+    size by more than ``floor`` and the split brings the worst relative error below ``gain``
+    times its. The result holds ``regimes`` (each ``from_bytes``, ``to_bytes``, ``alpha_s``,
+    ``beta_s_per_byte``; :func:`predict_fit` uses them), ``breakpoint_bytes`` (the first size
+    of the largest regime; None for one regime) and ``max_rel_err`` of that piecewise model; the
+    top-level ``alpha_s`` and ``beta_s_per_byte`` are the single line over all sizes (with its
+    ``line_max_rel_err``), the figures a scaling model that knows one alpha and one beta can use.
     """
+    import itertools
     n = np.asarray(sizes, dtype=np.float64)
     t = np.asarray(times, dtype=np.float64)
     order = np.argsort(n)
     n, t = n[order], t[order]
     g = np.broadcast_to(np.asarray(0.0 if gamma is None else gamma, dtype=np.float64),
                         (len(sizes),))[order]
-    one = fit(model, n, t, p, gamma=g)
-    one["regimes"] = [{"from_bytes": float(n[0]), "to_bytes": float(n[-1]), "alpha_s": one["alpha_s"],
-                       "beta_s_per_byte": one["beta_s_per_byte"]}]
-    one["breakpoint_bytes"] = None
-    best, best_err = one, one["max_rel_err"]
-    for k in range(min_points, n.size - min_points + 1) if one["max_rel_err"] > floor else ():
-        lo = fit(model, n[:k], t[:k], p, gamma=g[:k])
-        hi = fit(model, n[k:], t[k:], p, gamma=g[k:])
-        err = max(lo["max_rel_err"], hi["max_rel_err"])
-        if err < gain * one["max_rel_err"] and err < best_err:
-            res = dict(hi)
-            res["regimes"] = [
-                {"from_bytes": float(n[0]), "to_bytes": float(n[k - 1]), "alpha_s": lo["alpha_s"],
-                 "beta_s_per_byte": lo["beta_s_per_byte"]},
-                {"from_bytes": float(n[k]), "to_bytes": float(n[-1]), "alpha_s": hi["alpha_s"],
-                 "beta_s_per_byte": hi["beta_s_per_byte"]}]
-            res["breakpoint_bytes"] = float(n[k])
-            res["max_rel_err"] = err
-            res["n_points"] = int(n.size)
-            best, best_err = res, err
+
+    def segmented(cuts):
+        bounds = [0, *cuts, n.size]
+        parts = [fit(model, n[a:b], t[a:b], p, gamma=g[a:b]) for a, b in zip(bounds, bounds[1:])]
+        res = dict(parts[-1])
+        res["regimes"] = [{"from_bytes": float(n[a]), "to_bytes": float(n[b - 1]),
+                           "alpha_s": f["alpha_s"], "beta_s_per_byte": f["beta_s_per_byte"]}
+                          for (a, b), f in zip(zip(bounds, bounds[1:]), parts)]
+        res["breakpoint_bytes"] = float(n[cuts[-1]]) if cuts else None
+        res["max_rel_err"] = max(f["max_rel_err"] for f in parts)
+        res["n_points"] = int(n.size)
+        return res
+
+    line = best = segmented(())
+    for k in range(1, max_regimes):
+        if best["max_rel_err"] <= floor:
+            break
+        cands = [segmented(c) for c in itertools.combinations(range(min_points, n.size), k)
+                 if all(b - a >= min_points for a, b in zip((0, *c), (*c, n.size)))]
+        if not cands:
+            break
+        top = min(cands, key=lambda r: r["max_rel_err"])
+        if top["max_rel_err"] >= gain * best["max_rel_err"]:
+            break
+        best = top
     pred = predict_fit(best, n, p, gamma=g)
     ss_res = float(np.sum((t - pred) ** 2))
     ss_tot = float(np.sum((t - t.mean()) ** 2))
     best["r2"] = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    best["gamma_s_per_byte"] = one["gamma_s_per_byte"]
+    best["gamma_s_per_byte"] = fit(model, n, t, p, gamma=g)["gamma_s_per_byte"]
+    best["alpha_s"], best["beta_s_per_byte"] = line["alpha_s"], line["beta_s_per_byte"]
+    best["line_max_rel_err"] = line["max_rel_err"]
     return best
 
 

@@ -25,6 +25,9 @@ def test_every_backend_and_compression_is_correct_and_the_table_well_formed(tmp_
     assert header[0].startswith(f"# hpcdl bench allreduce: ranks={np_}")
     assert any("versions:" in h and "mpi4py=" in h and "numpy=" in h for h in header)
     assert any(h.split()[1:] == COLUMNS for h in header if "busbw(GB/s)" in h)
+    # buffers stay mapped between calls (as preallocated ones), and ranks yield while idle
+    assert any("malloc: keep (" in h for h in header), header
+    assert any("OMPI_MCA_mpi_yield_when_idle=1" in h for h in header if "env:" in h)
     rows = _rows(text)
     sizes = [4, 64, 1024, 16384]
     names = ["horovod", "mpi", "ring", "ps"] if np_ == 2 else ["mpi", "ring", "ps"]
@@ -51,6 +54,7 @@ def test_every_backend_and_compression_is_correct_and_the_table_well_formed(tmp_
                 "busbw_gbs", "memcpy_gbs", "bus_over_memcpy", "reduce_us", "wrong", "identical"):
         assert key in r0
     assert set(r0["time_us"]) >= {"min", "median", "p99"}
+    assert rec["params"]["malloc"].startswith("keep")
     assert rec["manifest"]["versions"]["mpi4py"] and rec["manifest"]["git_commit"]
     fp16 = [r for r in rec["rows"] if r["compression"] == "fp16" and r["size_bytes"] == 16384]
     assert all(r["wire_bytes"] == 8192 for r in fp16)

@@ -98,8 +98,11 @@ def test_fit_finds_the_cache_breakpoint_of_a_two_regime_sweep():
     assert one["max_rel_err"] > 0.2                       # a single line misses
     res = M.fit_regimes("ring", SIZES, t, 2, gamma=0.0)
     assert res["breakpoint_bytes"] == brk
-    assert res["beta_s_per_byte"] == pytest.approx(b_out, rel=1e-6)       # large-size regime on top
+    assert res["regimes"][-1]["beta_s_per_byte"] == pytest.approx(b_out, rel=1e-6)
     assert res["regimes"][0]["beta_s_per_byte"] == pytest.approx(b_in, rel=1e-6)
+    # the top level stays one line over all sizes, for models that know one alpha and beta
+    assert res["beta_s_per_byte"] == one["beta_s_per_byte"]
+    assert res["line_max_rel_err"] == pytest.approx(one["max_rel_err"])
     assert res["max_rel_err"] < 1e-6
     pred = M.predict_fit(res, SIZES, 2, gamma=0.0)
     assert np.allclose(pred, t, rtol=1e-6)
@@ -142,3 +145,33 @@ def test_mpi_defaults_fill_only_what_the_user_left_unset():
     assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
     mine = {"OMPI_MCA_mpi_yield_when_idle": "0"}
     assert apply_defaults(mine) == {} and mine["OMPI_MCA_mpi_yield_when_idle"] == "0"
+
+
+def test_fit_finds_three_regimes_cache_memory_and_fresh_mappings():
+    # cache up to 4 MiB, memory from 8 MiB, buffers mapped afresh per call from 64 MiB
+    def beta(n):
+        return 0.15e-9 if n <= (4 << 20) else (0.3e-9 if n < (64 << 20) else 0.6e-9)
+    t = [M.ring_time(n, 2, 10e-6, beta(n), 0) for n in SIZES]
+    res = M.fit_regimes("ring", SIZES, t, 2, gamma=0.0)
+    assert [g["from_bytes"] for g in res["regimes"]] == [1 << 16, 8 << 20, 64 << 20]
+    assert res["breakpoint_bytes"] == 64 << 20 and res["max_rel_err"] < 1e-6
+    two = M.fit_regimes("ring", SIZES, t, 2, gamma=0.0, max_regimes=2)
+    assert len(two["regimes"]) == 2 and two["max_rel_err"] > 0.01
+
+
+def test_bench_fit_over_repeated_sweeps_takes_the_median(tmp_path, capsys):
+    from hpcdl import cli
+    src = tmp_path / "allreduce.jsonl"
+    recs = [_record(), _record(), _record()]
+    # a busy moment at a different size in two of the sweeps
+    recs[0]["rows"][8]["time_us"]["median"] *= 3       # 256 KiB
+    recs[1]["rows"][10]["time_us"]["median"] *= 3      # 4 MiB
+    src.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = tmp_path / "fit.json"
+    assert cli.main(["bench", "fit", "--input", str(src), "--records", "3", "--output", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert all(f["max_rel_err"] < 1e-6 for f in doc["backends"].values())
+    assert "median of 3" in doc["source"]["time"]
+    assert cli.main(["bench", "fit", "--input", str(src), "--output", "-"]) == 0   # the last alone
+    assert cli.main(["bench", "fit", "--input", str(src), "--records", "4"]) == 2
+    capsys.readouterr()
