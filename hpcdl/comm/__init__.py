@@ -84,7 +84,11 @@ class Backend:
         return self.name if self.compression == "none" else f"{self.name}+{self.compression}"
 
     def allreduce_mean(self, flat: np.ndarray) -> np.ndarray:
-        """The element-wise mean of ``flat`` over all ranks, as a new float32 array."""
+        """The element-wise mean of ``flat`` over all ranks, as a new float32 array.
+
+        The array may be read-only (horovod returns its output tensor's buffer): copy it before
+        changing it in place.
+        """
         raise NotImplementedError
 
     def allreduce_mean_list(self, arrays):
