@@ -128,7 +128,7 @@ def mpi_library_version() -> Optional[str]:
     mod = sys.modules.get("mpi4py.MPI")
     if mod is not None:
         try:
-            return mod.Get_library_version().strip().splitlines()[0]
+            return mod.Get_library_version().replace("\x00", "").strip().splitlines()[0]
         except Exception:  # noqa: BLE001 - a broken MPI must not break a record
             pass
     try:
