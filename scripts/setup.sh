@@ -158,7 +158,7 @@ fi
 build_native
 
 # --- 6. verify ----------------------------------------------------------------------------------
-check="$(PATH="$VENV/bin:$PATH" "$VENV/bin/horovodrun" --check-build 2>&1)" || die "horovodrun --check-build failed: $check"
+check="$(TF_CPP_MIN_LOG_LEVEL=3 PATH="$VENV/bin:$PATH" "$VENV/bin/horovodrun" --check-build 2>&1 | grep -v "^To enable the following instructions")" || die "horovodrun --check-build failed: $check"
 printf '%s\n' "$check" | sed 's/^/[setup]   /' >&2
 printf '%s\n' "$check" | grep -q '\[X\] TensorFlow' || die "Horovod was built without TensorFlow. Rebuild: rm -rf $CACHE/horovod-* && $0"
 printf '%s\n' "$check" | grep -q '\[X\] MPI' || die "Horovod was built without MPI (is mpicc on PATH?). Rebuild: rm -rf $CACHE/horovod-* && $0"
