@@ -12,7 +12,7 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 from . import __version__
 from .errors import EXIT_FAILURE, EXIT_USAGE, UserError

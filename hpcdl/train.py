@@ -16,7 +16,6 @@ import math
 import os
 import signal
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -482,7 +481,6 @@ def run(opts) -> int:
     loss_val = float("nan")
     first_loss = None
     interrupted = None
-    last_ckpt = None
     fault = _fault_from_env(rank)
     while step < steps:
         if fault is not None and step == fault[0]:
@@ -518,7 +516,7 @@ def run(opts) -> int:
             curve.append([step, avg])
             say(f"Step {step}/{steps}: loss {avg:.6g} ({time.perf_counter() - t_run:.1f} s)")
         if ckpt_dir is not None and opts.checkpoint_every and step % opts.checkpoint_every == 0 and step < steps:
-            last_ckpt = save_checkpoint(step)
+            save_checkpoint(step)
         if step % opts.stop_check_every == 0 and step < steps:
             local = 1.0 if watch.reason() else 0.0
             if float(hvd.allreduce(tf.constant(local), op=hvd.Max, name="hpcdl.stop")) > 0:

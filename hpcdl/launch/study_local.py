@@ -6,7 +6,6 @@ study continues where it stopped. Each point's record is appended by rank 0 of i
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Callable, List, Optional

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from conftest import check, mpirun, read_records
+from hpcdl_testing import check, mpirun, read_records
 
 COLUMNS = ["backend", "compr", "size(B)", "count", "type", "min(us)", "median(us)", "p99(us)",
            "algbw(GB/s)", "busbw(GB/s)", "memcpy(GB/s)", "bus/mem", "reduce(us)", "#wrong"]

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT
+from hpcdl_testing import ROOT
 from hpcdl.launch import local
 
 # Run on every rank. Each rank's input is reproducible from its rank, so every rank can compute

@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from hpcdl_testing import ROOT, read_records
 

@@ -1,5 +1,4 @@
 """hpcdl train on real MPI ranks: equivalence with one process, identical replicas, result lines."""
-import json
 import re
 import sys
 from pathlib import Path
@@ -81,7 +80,7 @@ def test_record_carries_parameters_curve_throughput_and_manifest(single, tmp_pat
 
 
 def test_linear_lr_scaling_and_warmup_are_recorded(tmp_path):
-    res = check(mpirun(2, ["train", "--workload", "expmlp", "--steps", "40", "--batch-size", "100",
+    check(mpirun(2, ["train", "--workload", "expmlp", "--steps", "40", "--batch-size", "100",
                            "--lr", "0.01", "--lr-warmup-steps", "10", "--probes", "0",
                            "--results", str(tmp_path / "r.jsonl")]))
     rec = read_records(tmp_path / "r.jsonl")[0]
@@ -145,7 +144,7 @@ def test_resume_continues_from_the_last_checkpoint_to_the_same_weights(tmp_path)
               "--results", str(tmp_path / "r.jsonl")]
     check(mpirun(2, common + ["--steps", "200", "--save-weights", str(tmp_path / "full.npz")]))
     ck = tmp_path / "ck"
-    first = check(mpirun(2, common + ["--steps", "120", "--checkpoint-dir", str(ck),
+    check(mpirun(2, common + ["--steps", "120", "--checkpoint-dir", str(ck),
                                       "--checkpoint-every", "50"]))
     assert sorted(p.name for p in ck.glob("ckpt-*")) == ["ckpt-000000050.hpcdl", "ckpt-000000100.hpcdl"]
     res = check(mpirun(2, common + ["--steps", "200", "--checkpoint-dir", str(ck), "--resume",

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import check, mpirun, read_records
+from hpcdl_testing import check, mpirun, read_records
 
 STEPS = 30
 ARGS = ["train", "--workload", "expmlp", "--steps", str(STEPS), "--batch-size", "32",
