@@ -339,13 +339,12 @@ def run(opts) -> int:
 
     # Data: numpy arrays are sharded by index (see hpcdl.data); a tf.data dataset by shard().
     sharder = None
-    ds_iter = None
+    dataset = None
     if isinstance(wl.train, tuple):
         x_all, y_all = wl.train
         sharder = Sharder(len(x_all), batch, rank, size, opts.seed)
     elif wl.train is not None:
-        ds = wl.train.repeat().shard(size, rank).batch(batch, drop_remainder=True)
-        ds_iter = ds
+        dataset = wl.train.repeat().shard(size, rank).batch(batch, drop_remainder=True)
     # else: synthetic tensors of one batch
 
     compression = None
@@ -395,7 +394,7 @@ def run(opts) -> int:
         if sharder is not None:
             idx = sharder.indices(step)
             return tf.constant(x_all[idx]), tf.constant(y_all[idx])
-        if ds_iter is not None:
+        if dataset is not None:
             return next(it)
         return wl.synthetic
 
@@ -437,8 +436,8 @@ def run(opts) -> int:
             say(f"Resumed from {found_info[0]} at step {start_step}")
         else:
             say(f"No checkpoint in {ckpt_dir}: starting from step 0")
-    if ds_iter is not None:
-        it = iter(ds_iter.skip(start_step))
+    if dataset is not None:
+        it = iter(dataset.skip(start_step))
 
     stop_file = (ckpt_dir / "STOP") if ckpt_dir else None
     if os.environ.get("HPCDL_STOP_FILE"):
