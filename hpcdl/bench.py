@@ -525,7 +525,8 @@ def fit_main(opts) -> int:
     print(f"# hpcdl bench fit: {path} record of {record.get('time')} ({p} ranks, "
           f"hosts {','.join(record['layout'].get('hosts', []))}); fit and judged from {opts.min_bytes} B")
     print("# models (n = float32 bytes): ring t = 2(p-1)a + 2(p-1)/p n b + (p-1)/p n g; "
-          "ps t = 2(p-1)a + 2(p-1) n b + (p-1) n g; allgather t = (p-1)a + (p-1) n b + p n g")
+          "ps t = 2(p-1)a + 2(p-1) n b + (p-1) n g; allgather t = (p-1)a + (p-1) n b + n g (one encode + one decode-add in g, each further "
+          "decode-add in b)")
     print("# g (gamma) is measured: the reduction hop's local time per byte at each size, same run")
     print("# alpha, beta: one line over all sizes (weighted least squares on relative error); "
           "where it misses, up to three regimes (in cache, in memory, buffers mapped afresh per "

@@ -20,7 +20,7 @@ on a link, gamma: s per byte reduced; :mod:`.model` holds these as functions)::
 
     ring       t = 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma
     ps         t = 2(p-1) alpha + 2(p-1) n beta   + (p-1) n gamma
-    allgather  t = (p-1) alpha  + (p-1) n beta    + p n gamma
+    allgather  t = (p-1) alpha  + (p-1) n beta    + n gamma   (beta + the decode-add of a payload)
 
 This package's top level imports numpy only; mpi4py, TensorFlow and Horovod are imported when a
 backend is made.

@@ -23,9 +23,17 @@ to reduce (s/B). Each algorithm is a sum ``a*alpha + b*beta + c*gamma``:
   both move 4(p-1)*n bytes in all, and ps/ring -> 1. :func:`bandwidth_ratio` gives the three.
 
 - ``allgather`` (int8 over ``mpi`` and ``horovod``: codes with per-chunk scales cannot be summed
-  on the wire, so every rank gathers the others' payloads and decodes and adds them locally)::
+  on the wire, so every rank encodes its vector once, gathers the other p-1 payloads of
+  n/4 + scales bytes, and decodes and adds all p of them locally)::
 
-      t = (p-1)*alpha + (p-1) * n*beta + p * n*gamma
+      t = (p-1)*alpha + (p-1) * n*(beta + delta) + n*gamma
+
+  gamma is one encode plus one decode-add per float32 byte (the measured reduction hop), so the
+  p decode-adds are that hop's one plus p-1 more at delta, the decode-add alone. delta and beta
+  have the same coefficient (p-1)*n at every p, so they cannot be told apart by any sweep and
+  need not be: the fitted beta of this model is beta + delta, the time per float32 byte of
+  receiving one more payload and decoding it. (Charging p*n*gamma, as before, counted p encodes
+  where the code does one.)
 
 The MPI library's and Horovod's own allreduce are modelled as ``ring``: their large-message
 algorithms (ring, recursive halving/doubling) have its bandwidth cost. With compression, ``n``
@@ -56,7 +64,8 @@ def coefficients(model: str, n, p: int) -> Tuple:
     if model == "ps":
         return 2 * (p - 1) * one, 2 * (p - 1) * n, (p - 1) * n
     if model == "allgather":
-        return (p - 1) * one, (p - 1) * n, p * n
+        # one encode + one decode-add in gamma; the other p-1 decode-adds ride with beta
+        return (p - 1) * one, (p - 1) * n, n
     raise ValueError(f"unknown model '{model}': choose one of {', '.join(MODELS)}")
 
 
@@ -77,7 +86,7 @@ def ps_time(n, p, alpha, beta, gamma):
 
 
 def allgather_time(n, p, alpha, beta, gamma):
-    """(p-1)*alpha + (p-1)*n*beta + p*n*gamma"""
+    """(p-1)*alpha + (p-1)*n*beta + n*gamma, beta holding the decode-add of each received payload"""
     return predict("allgather", n, p, alpha, beta, gamma)
 
 

@@ -13,7 +13,7 @@ def test_ring_and_ps_formulas():
     n, p, a, b, g = 1e6, 4, 1e-5, 1e-9, 1e-10
     assert M.ring_time(n, p, a, b, g) == pytest.approx(6 * a + 1.5 * n * b + 0.75 * n * g)
     assert M.ps_time(n, p, a, b, g) == pytest.approx(6 * a + 6 * n * b + 3 * n * g)
-    assert M.allgather_time(n, p, a, b, g) == pytest.approx(3 * a + 3 * n * b + 4 * n * g)
+    assert M.allgather_time(n, p, a, b, g) == pytest.approx(3 * a + 3 * n * b + n * g)
     assert M.ring_time(n, 1, a, b, g) == 0.0
     # at large n a parameter server takes p times a ring's time
     for p in (2, 3, 4, 8):
@@ -42,6 +42,25 @@ def test_fit_recovers_known_alpha_and_beta_from_synthetic_timings(model, p):
     exact = M.fit(model, SIZES, t, p, gamma=gamma)
     assert exact["alpha_s"] == pytest.approx(alpha, rel=1e-6)
     assert exact["beta_s_per_byte"] == pytest.approx(beta, rel=1e-6)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_allgather_fit_recovers_one_encode_and_p_decodes(p):
+    """int8 over mpi/horovod: encode once, receive p-1 payloads of n/4 + scales, decode-add p."""
+    alpha, beta_wire, enc, dec = 15e-6, 0.4e-9, 0.5e-9, 0.3e-9
+    chunk = 256
+    wire = [n / 4 + 4 * (n / 4) / chunk for n in SIZES]          # codes + one float32 scale per chunk
+    t = np.array([(p - 1) * alpha + (p - 1) * w * beta_wire + n * enc + p * n * dec
+                  for n, w in zip(SIZES, wire)])
+    res = M.fit("allgather", SIZES, t, p, gamma=enc + dec)        # gamma: the measured hop
+    assert res["alpha_s"] == pytest.approx(alpha, rel=1e-6)
+    # beta per float32 byte: the wire bytes' share plus the decode-add of each received payload
+    assert res["beta_s_per_byte"] == pytest.approx(beta_wire * (0.25 + 1 / chunk) + dec, rel=1e-6)
+    assert res["max_rel_err"] < 1e-9
+    # the old model (p encodes and p decodes charged as p*n*gamma) cannot fit these timings
+    pred_old = np.array([(p - 1) * alpha + (p - 1) * n * res["beta_s_per_byte"] + p * n * (enc + dec)
+                         for n in SIZES])
+    assert np.max(np.abs(pred_old / t - 1)) > 0.2
 
 
 def test_fit_clamps_a_negative_latency_to_zero():
