@@ -96,6 +96,23 @@ def _remove_stale_temporaries(directory: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+INTERRUPTED = "INTERRUPTED"
+
+
+def mark_interrupted(directory, step: int, reason: str) -> Path:
+    """Record (atomically) that training stopped cleanly at ``step`` after checkpointing it."""
+    directory = Path(directory)
+    final = directory / INTERRUPTED
+    tmp = directory / f".{INTERRUPTED}.tmp-{os.getpid()}"
+    with open(tmp, "w") as fh:
+        fh.write(f"{step} {reason}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    _fsync_dir(directory)
+    return final
+
+
 def list_checkpoints(directory) -> List[Path]:
     """Checkpoint files in a directory, oldest first."""
     directory = Path(directory)

@@ -525,6 +525,11 @@ def run(opts) -> int:
 
     if interrupted:
         path = save_checkpoint(step) if ckpt_dir is not None else None
+        if path is not None:
+            # The launcher's exit status may not be ours: when the first rank exits 75,
+            # srun --kill-on-bad-exit terminates the others, and srun reports 143. The job script
+            # reads this marker, written once the checkpoint is durable, to know the stop was clean.
+            checkpoint.mark_interrupted(ckpt_dir, step, interrupted)
         # Every rank waits for rank 0's checkpoint: a launcher that ends the job when the first
         # rank exits (mpirun, srun --kill-on-bad-exit) must not kill rank 0 in mid-write.
         path = hvd.broadcast_object(None if path is None else str(path), root_rank=0, name="hpcdl.ckpt")

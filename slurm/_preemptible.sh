@@ -7,7 +7,7 @@ else
     # A fresh run must not resume from checkpoints an older run left in the same directory.
     rm -f "$CKPT_DIR"/ckpt-*.hpcdl
 fi
-rm -f "$HPCDL_STOP_FILE"                   # left behind by the attempt that was stopped
+rm -f "$HPCDL_STOP_FILE" "$CKPT_DIR/INTERRUPTED"   # left behind by the attempt that was stopped
 
 case "$HPCDL_LAUNCHER" in
     srun)   # srun of Slurm 22.05 does not take --cpus-per-task from the job: pass it on.
@@ -35,6 +35,10 @@ while :; do
     kill -0 "$pid" 2>/dev/null || break
 done
 rm -f "$HPCDL_STOP_FILE"
+# Rank 0 writes INTERRUPTED once its checkpoint is durable. The launcher's status can hide the
+# clean stop: when the first rank exits 75, --kill-on-bad-exit terminates the rest (srun: 143).
+if [ "$rc" != 0 ] && [ -f "$CKPT_DIR/INTERRUPTED" ]; then rc=75; fi
+rm -f "$CKPT_DIR/INTERRUPTED"
 
 if [ "$rc" = 75 ]; then
     say "training checkpointed and stopped early (exit 75): requeueing"

@@ -277,3 +277,40 @@ def test_study_software_takes_modules_setup_env_and_mpi_from_the_study():
     step = slurm.plan_study(st, sw).steps[0].text
     assert 'export HPCDL_SRUN_MPI="${HPCDL_SRUN_MPI:-pmi2}"' in step
     assert 'export HPCDL_THREADS="${HPCDL_THREADS:-4}"' in step
+
+
+@pytest.mark.parametrize("marker", [True, False])
+def test_clean_stop_is_requeued_even_when_srun_reports_the_killed_ranks_status(tmp_path, marker):
+    """srun --kill-on-bad-exit terminates the other ranks when the first exits 75, and srun then
+    reports 143. Rank 0's INTERRUPTED marker (written after its checkpoint) still means requeue;
+    without the marker, 143 is a failure and the job is not requeued."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    ckpt = tmp_path / "ckpt"
+    write = f'echo "3 stop file" > {ckpt}/INTERRUPTED\n' if marker else ""
+    _fake_tool(bin_dir, "srun", f'echo "srun $*" >> {log}\n'
+               'for i in $(seq 1 100); do [ -e "$HPCDL_STOP_FILE" ] && break; sleep 0.1; done\n'
+               f'{write}exit 143\n')
+    _fake_tool(bin_dir, "scontrol", f'echo "scontrol $*" >> {log}\n')
+    job = slurm.Job(name="t", nodes=1, time="10:00", signal_lead=60)
+    sw = slurm.Software(workdir=str(tmp_path), activate=":")
+    script = tmp_path / "train.sbatch"
+    script.write_text(slurm.render_train(job, sw, ["--steps", "5"], str(ckpt)))
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42"}
+    proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 10
+    while not (log.exists() and "srun" in log.read_text()):
+        assert time.monotonic() < deadline, "fake srun never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=20)
+    calls = log.read_text().splitlines()
+    if marker:
+        assert proc.returncode == 0, out
+        assert calls[-1] == "scontrol requeue 42"
+        assert not (ckpt / "INTERRUPTED").exists()
+    else:
+        assert proc.returncode == 143, out
+        assert not any(c.startswith("scontrol") for c in calls)
