@@ -203,23 +203,19 @@ def _fake_tool(bin_dir: Path, name: str, body: str) -> None:
     path.chmod(0o755)
 
 
-def test_usr1_trap_checkpoints_and_requeues_without_slurm(tmp_path):
-    """The trap logic alone, with stand-ins for srun and scontrol (the real thing is in
-    tests/slurm/test_slurm_cluster.py): USR1 creates the STOP file, the launcher's exit 75
-    leads to 'scontrol requeue', a restarted job gets --resume."""
+def _usr1_to_trap_script(tmp_path: Path, srun_body: str, env_extra=None):
+    """Render train.sbatch with stand-ins for srun (``srun_body``) and scontrol, run it, send the
+    batch shell USR1 once srun has started; return (script, env, exit status, output, calls)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "calls.log"
-    # "srun": records its argv, then behaves like training: exit 75 once the STOP file appears.
-    _fake_tool(bin_dir, "srun", f'echo "srun $*" >> {log}\n'
-               'case "$*" in *--resume) exit 0 ;; esac\n'
-               'for i in $(seq 1 100); do [ -e "$HPCDL_STOP_FILE" ] && exit 75; sleep 0.1; done\nexit 0\n')
+    _fake_tool(bin_dir, "srun", f'echo "srun $*" >> {log}\n' + srun_body)
     _fake_tool(bin_dir, "scontrol", f'echo "scontrol $*" >> {log}\n')
     job = slurm.Job(name="t", nodes=1, time="10:00", signal_lead=60)
     sw = slurm.Software(workdir=str(tmp_path), activate=":")
     script = tmp_path / "train.sbatch"
     script.write_text(slurm.render_train(job, sw, ["--steps", "5"], str(tmp_path / "ckpt")))
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_CPUS_PER_TASK": "2"}
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", **(env_extra or {})}
     proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 10
@@ -228,8 +224,20 @@ def test_usr1_trap_checkpoints_and_requeues_without_slurm(tmp_path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGUSR1)
     out, _ = proc.communicate(timeout=20)
-    calls = log.read_text().splitlines()
-    assert proc.returncode == 0, out
+    return script, env, proc.returncode, out, log.read_text().splitlines()
+
+
+def test_usr1_trap_checkpoints_and_requeues_without_slurm(tmp_path):
+    """The trap logic alone, with stand-ins for srun and scontrol (the real thing is in
+    tests/slurm/test_slurm_cluster.py): USR1 creates the STOP file, the launcher's exit 75
+    leads to 'scontrol requeue', a restarted job gets --resume."""
+    # "srun" behaves like training: exit 75 once the STOP file appears.
+    script, env, rc, out, calls = _usr1_to_trap_script(
+        tmp_path, 'case "$*" in *--resume) exit 0 ;; esac\n'
+        'for i in $(seq 1 100); do [ -e "$HPCDL_STOP_FILE" ] && exit 75; sleep 0.1; done\nexit 0\n',
+        {"SLURM_CPUS_PER_TASK": "2"})
+    log = tmp_path / "calls.log"
+    assert rc == 0, out
     assert calls[0].startswith("srun --mpi=pmix --kill-on-bad-exit=1 --cpus-per-task=2 python -m hpcdl train --steps 5")
     assert "--resume" not in calls[0]
     assert calls[-1] == "scontrol requeue 42"
@@ -284,33 +292,15 @@ def test_clean_stop_is_requeued_even_when_srun_reports_the_killed_ranks_status(t
     """srun --kill-on-bad-exit terminates the other ranks when the first exits 75, and srun then
     reports 143. Rank 0's INTERRUPTED marker (written after its checkpoint) still means requeue;
     without the marker, 143 is a failure and the job is not requeued."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log = tmp_path / "calls.log"
     ckpt = tmp_path / "ckpt"
     write = f'echo "3 stop file" > {ckpt}/INTERRUPTED\n' if marker else ""
-    _fake_tool(bin_dir, "srun", f'echo "srun $*" >> {log}\n'
-               'for i in $(seq 1 100); do [ -e "$HPCDL_STOP_FILE" ] && break; sleep 0.1; done\n'
-               f'{write}exit 143\n')
-    _fake_tool(bin_dir, "scontrol", f'echo "scontrol $*" >> {log}\n')
-    job = slurm.Job(name="t", nodes=1, time="10:00", signal_lead=60)
-    sw = slurm.Software(workdir=str(tmp_path), activate=":")
-    script = tmp_path / "train.sbatch"
-    script.write_text(slurm.render_train(job, sw, ["--steps", "5"], str(ckpt)))
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42"}
-    proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 10
-    while not (log.exists() and "srun" in log.read_text()):
-        assert time.monotonic() < deadline, "fake srun never started"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGUSR1)
-    out, _ = proc.communicate(timeout=20)
-    calls = log.read_text().splitlines()
+    _, _, rc, out, calls = _usr1_to_trap_script(
+        tmp_path, 'for i in $(seq 1 100); do [ -e "$HPCDL_STOP_FILE" ] && break; sleep 0.1; done\n'
+        f'{write}exit 143\n')
     if marker:
-        assert proc.returncode == 0, out
+        assert rc == 0, out
         assert calls[-1] == "scontrol requeue 42"
         assert not (ckpt / "INTERRUPTED").exists()
     else:
-        assert proc.returncode == 143, out
+        assert rc == 143, out
         assert not any(c.startswith("scontrol") for c in calls)
