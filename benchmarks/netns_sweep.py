@@ -20,6 +20,7 @@ import argparse
 import datetime
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -39,11 +40,12 @@ def _hosts_env() -> dict:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def _sweep(p, opts, env, header):
+def _sweep(p, opts, env, header, rep=0):
     hosts = ",".join(f"10.213.0.{i}" for i in range(1, p + 1))
     bench = ["bench", "allreduce", "-B", "mpi,ring,ps", "-C", "none,fp16", "-b", opts.b,
              "-e", opts.e, "-f", opts.f, "-n", opts.n, "-w", opts.w, "--results", opts.results,
-             "--tag", f"netns {p} hosts {opts.rate}"]
+             "--tag", f"netns {p} hosts {opts.rate}"
+             + (f" repeat {rep + 1}/{opts.repeats}" if opts.repeats > 1 else "")]
     # one rank per host, unbound: each host's daemon would otherwise pin its rank to core 0
     argv = local.mpirun_command(p, local.hpcdl_command(bench), oversubscribe=False, bind="none",
                                 extra=["-H", hosts])
@@ -56,9 +58,25 @@ def _sweep(p, opts, env, header):
     shown = " ".join(f"{k}={shlex.quote(v.replace(str(ROOT) + '/', ''))}"
                      for k, v in sorted(_hosts_env().items()))
     cmd = f"{shown} mpirun -np {p} -H {hosts} --bind-to none python -m hpcdl {shlex.join(bench)}"
-    (Path(opts.out) / f"netns-allreduce-p{p}.txt").write_text(
-        f"# command: {cmd}   ({header})\n" + res.stdout)
+    text = f"# command: {cmd}   ({header})\n" + res.stdout
+    path = Path(opts.out) / f"netns-allreduce-p{p}.txt"
+    if rep == 0:
+        path.write_text(text)
+    else:
+        with path.open("a") as f:
+            f.write("\n" + text)
     return records.read(opts.results)[before]
+
+
+def _median_rows(recs):
+    """(backend, compression, size) -> the median over repeats of time and busbw, with min/max."""
+    out = {}
+    keys = {(r["backend"], r["compression"], r["size_bytes"]) for r in recs[0]["rows"]}
+    for key in keys:
+        rows = [next(r for r in rec["rows"]
+                     if (r["backend"], r["compression"], r["size_bytes"]) == key) for rec in recs]
+        out[key] = rows
+    return out
 
 
 def main(argv=None) -> int:
@@ -74,6 +92,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="results/bench")
     ap.add_argument("--tolerance", type=float, default=0.25)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="sweeps per rank count; ratios are taken per sweep, then the median")
     opts = ap.parse_args(argv)
     ranks = [int(x) for x in opts.ranks.split(",")]
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -83,34 +103,46 @@ def main(argv=None) -> int:
     recs = {}
     subprocess.run([str(HOSTS), "up", str(max(ranks)), opts.rate], check=True)
     try:
-        for p in ranks:
-            recs[p] = _sweep(p, opts, env, header)
+        for rep in range(opts.repeats):      # interleaved, so that a busy minute hits every p
+            for p in ranks:
+                recs.setdefault(p, []).append(_sweep(p, opts, env, header, rep))
     finally:
         subprocess.run([str(HOSTS), "down"], check=True)
 
     this = f"python benchmarks/netns_sweep.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
+    med = statistics.median
     lines = [f"# command: {this}   ({header})",
              "# ps vs ring, one rank per emulated host: median times; model = ps time predicted by "
              "hpcdl.comm.model.exchange_time(link-bound) with beta from the same run's ring time and "
              "gamma its measured add, over the measured ring; link = bandwidth_ratio(p, link-bound)",
+             f"# {opts.repeats} sweep(s) per rank count: times are medians over sweeps, ps/ring and "
+             "model the median of the per-sweep ratios, [min-max] of ps/ring over sweeps",
              f"#{'ranks':>5} {'size(B)':>10} {'ring(us)':>10} {'ps(us)':>10} {'ps/ring':>8} "
-             f"{'model':>6} {'link':>5} {'agree':>5}"]
+             f"{'[min-max]':>11} {'model':>6} {'link':>5} {'agree':>5}"]
     agree = total = 0
-    for p, rec in recs.items():
-        rows = {(r["backend"], r["compression"], r["size_bytes"]): r for r in rec["rows"]}
+    for p, prec in recs.items():
+        rows = _median_rows(prec)
         for size in sorted({k[2] for k in rows}):
-            ring = rows[("ring", "none", size)]["time_us"]["median"]
-            ps = rows[("ps", "none", size)]["time_us"]["median"]
-            gamma = rows[("ring", "none", size)]["reduce_us"] / size
-            unit = model.exchange_time("ring", size, p, 1.0, 0.0, model.LINK_BOUND)
-            beta = max(0.0, ring - model.exchange_time("ring", size, p, 0.0, gamma,
-                                                       model.LINK_BOUND)) / unit
-            pred = model.exchange_time("ps", size, p, beta, gamma, model.LINK_BOUND) / ring
-            ok = abs((ps / ring) / pred - 1) <= opts.tolerance
+            ratios, preds, rings, pss = [], [], [], []
+            for rr, pr in zip(rows[("ring", "none", size)], rows[("ps", "none", size)]):
+                ring, ps = rr["time_us"]["median"], pr["time_us"]["median"]
+                gamma = rr["reduce_us"] / size
+                unit = model.exchange_time("ring", size, p, 1.0, 0.0, model.LINK_BOUND)
+                beta = max(0.0, ring - model.exchange_time("ring", size, p, 0.0, gamma,
+                                                           model.LINK_BOUND)) / unit
+                preds.append(model.exchange_time("ps", size, p, beta, gamma, model.LINK_BOUND)
+                             / ring)
+                ratios.append(ps / ring)
+                rings.append(ring)
+                pss.append(ps)
+            ratio, pred = med(ratios), med(preds)
+            ok = abs(ratio / pred - 1) <= opts.tolerance
             agree += ok
             total += 1
-            lines.append(f" {p:>5} {size:>10} {ring:>10.1f} {ps:>10.1f} {ps / ring:>8.2f} "
-                         f"{pred:>6.2f} {model.bandwidth_ratio(p, model.LINK_BOUND):>5.1f} "
+            span = f"[{min(ratios):.2f}-{max(ratios):.2f}]"
+            lines.append(f" {p:>5} {size:>10} {med(rings):>10.1f} {med(pss):>10.1f} {ratio:>8.2f} "
+                         f"{span:>11} {pred:>6.2f} "
+                         f"{model.bandwidth_ratio(p, model.LINK_BOUND):>5.1f} "
                          f"{'yes' if ok else 'no':>5}")
     lines.append(f"# {agree}/{total} rows within +-{opts.tolerance * 100:.0f}% of the model's ratio")
     (Path(opts.out) / "netns-ps_vs_ring.txt").write_text("\n".join(lines) + "\n")
@@ -119,20 +151,26 @@ def main(argv=None) -> int:
     lines = [f"# command: {this}   ({header})",
              "# fp16 against none: effective busbw (float32 bytes / median time * 2(p-1)/p) in the "
              "same run; target >= 1.5 at >= 16 MiB",
+             f"# {opts.repeats} sweep(s) per rank count: busbw the median over sweeps, ratio the "
+             "median of the per-sweep ratios, [min-max] over sweeps",
              f"#{'ranks':>5} {'backend':>7} {'size(B)':>10} {'none GB/s':>9} {'fp16 GB/s':>9} "
-             f"{'ratio':>6} {'met':>4}"]
+             f"{'ratio':>6} {'[min-max]':>11} {'met':>4}"]
     met = {}
-    for p, rec in recs.items():
-        rows = {(r["backend"], r["compression"], r["size_bytes"]): r for r in rec["rows"]}
+    for p, prec in recs.items():
+        rows = _median_rows(prec)
         for backend in ("ring", "mpi"):
             for size in sorted(s for b, c, s in rows if b == backend and c == "none"
                                and s >= 16 << 20):
-                none = rows[(backend, "none", size)]["busbw_gbs"]
-                fp16 = rows[(backend, "fp16", size)]["busbw_gbs"]
-                ok = fp16 / none >= 1.5
+                nones = [r["busbw_gbs"] for r in rows[(backend, "none", size)]]
+                fp16s = [r["busbw_gbs"] for r in rows[(backend, "fp16", size)]]
+                ratios = [f / n for f, n in zip(fp16s, nones)]
+                ratio = med(ratios)
+                ok = ratio >= 1.5
                 met.setdefault((p, backend), []).append(ok)
-                lines.append(f" {p:>5} {backend:>7} {size:>10} {none:>9.3f} {fp16:>9.3f} "
-                             f"{fp16 / none:>6.2f} {'yes' if ok else 'NO':>4}")
+                span = f"[{min(ratios):.2f}-{max(ratios):.2f}]"
+                lines.append(f" {p:>5} {backend:>7} {size:>10} {med(nones):>9.3f} "
+                             f"{med(fp16s):>9.3f} {ratio:>6.2f} {span:>11} "
+                             f"{'yes' if ok else 'NO':>4}")
     for (p, backend), oks in met.items():
         lines.append(f"# {p} ranks {backend}: {sum(oks)}/{len(oks)} sizes meet the target")
     (Path(opts.out) / "netns-fp16.txt").write_text("\n".join(lines) + "\n")

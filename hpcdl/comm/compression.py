@@ -37,7 +37,8 @@ class Codec:
         """Bytes on the wire for ``n`` float32 elements."""
         return 4 * n
 
-    def encode(self, x: np.ndarray) -> np.ndarray:
+    def encode(self, x: np.ndarray, out=None) -> np.ndarray:
+        """The wire bytes of ``x`` (here a view of it: ``out`` is not needed)."""
         return np.ascontiguousarray(x, dtype=np.float32).view(np.uint8)
 
     def decode(self, buf: np.ndarray, n: int, out=None) -> np.ndarray:
@@ -162,8 +163,9 @@ class Int8(Codec):
     name = "int8"
     itemsize = 1
 
-    def __init__(self, chunk: int = CHUNK):
+    def __init__(self, chunk: int = CHUNK, block_chunks: int = 256):
         self.chunk = chunk
+        self.block = chunk * block_chunks     # elements per pass of encode / decode_add
 
     def _nchunks(self, n):
         return -(-n // self.chunk)
@@ -174,17 +176,39 @@ class Int8(Codec):
     def _absmax(self, x):
         full = (x.size // self.chunk) * self.chunk
         m = np.empty(self._nchunks(x.size), dtype=np.float32)
-        if full:
-            np.abs(x[:full].reshape(-1, self.chunk)).max(axis=1, out=m[:full // self.chunk])
+        tmp = self._tmp(min(full, self.block))
+        for s in range(0, full, self.block):
+            e = min(full, s + self.block)
+            t = np.abs(x[s:e], out=tmp[:e - s])
+            t.reshape(-1, self.chunk).max(axis=1, out=m[s // self.chunk:e // self.chunk])
         if full < x.size:
             m[-1] = np.abs(x[full:]).max()
         return m
 
-    def encode(self, x):
-        x = np.asarray(x, dtype=np.float32)
+    def _tmp(self, n):
+        """A reused float32 block (per codec; a codec belongs to one backend and one thread)."""
+        tmp = self.__dict__.get("_scratch")
+        if tmp is None or tmp.size < n:
+            tmp = self._scratch = np.empty(max(n, 1), dtype=np.float32)
+        return tmp[:n]
+
+    def encode(self, x, out=None):
+        """Scales then codes; into ``out`` (uint8, at least ``wire_nbytes``) when given.
+
+        Works in blocks of ``block`` elements (whole chunks, 256 KiB of float32) through one
+        reused temporary: the same element-wise float32 operations, so the same bytes, as the
+        whole-vector form, without a fresh n-element temporary per call (above 32 MiB each one
+        was mapped and page-faulted afresh, and int8's time grew faster than its size).
+        """
+        x = np.asarray(x, dtype=np.float32).reshape(-1)
         n = x.size
         k = self._nchunks(n)
-        buf = np.empty(4 * k + n, dtype=np.uint8)
+        if out is None:
+            buf = np.empty(4 * k + n, dtype=np.uint8)
+        else:
+            if out.size < 4 * k + n:
+                raise ValueError(f"int8 encode: out holds {out.size} bytes, needs {4 * k + n}")
+            buf = out[:4 * k + n]
         scales = buf[:4 * k].view(np.float32)
         codes = buf[4 * k:].view(np.int8)
         if n == 0:
@@ -193,13 +217,18 @@ class Int8(Codec):
         np.divide(absmax, np.float32(INT8_LEVELS), out=scales)
         inv = np.zeros_like(absmax)
         np.divide(np.float32(INT8_LEVELS), absmax, out=inv, where=absmax > 0)
-        full = (n // self.chunk) * self.chunk
-        if full:
-            q = x[:full].reshape(-1, self.chunk) * inv[:full // self.chunk, None]
-            np.rint(q, out=q)
-            codes[:full] = q.ravel()       # |q| <= 127 after rounding, so the cast is exact
-        if full < n:
-            codes[full:] = np.rint(x[full:] * inv[-1])
+        c, tmp = self.chunk, self._tmp(min(n, self.block))
+        for s in range(0, n, self.block):
+            e = min(n, s + self.block)
+            full = s + ((e - s) // c) * c      # only the last block can end in a partial chunk
+            t = tmp[:e - s]
+            if full > s:
+                np.multiply(x[s:full].reshape(-1, c), inv[s // c:full // c, None],
+                            out=t[:full - s].reshape(-1, c))
+            if full < e:
+                np.multiply(x[full:e], inv[-1], out=t[full - s:])
+            np.rint(t, out=t)
+            codes[s:e] = t                     # |q| <= 127 after rounding, so the cast is exact
         return buf
 
     def _split(self, buf, n):
@@ -207,20 +236,36 @@ class Int8(Codec):
         return (np.frombuffer(buf, dtype=np.float32, count=k),
                 np.frombuffer(buf, dtype=np.int8, count=n, offset=4 * k))
 
+    def _decode_into(self, scales, codes, s, e, out):
+        """Decode elements [s, e) (s a chunk boundary) into ``out`` (e - s float32)."""
+        c = self.chunk
+        full = s + ((e - s) // c) * c
+        if full > s:
+            np.multiply(codes[s:full].reshape(-1, c), scales[s // c:full // c, None],
+                        out=out[:full - s].reshape(-1, c), dtype=np.float32)
+        if full < e:
+            np.multiply(codes[full:e], scales[-1], out=out[full - s:], dtype=np.float32)
+
     def decode(self, buf, n, out=None):
         if out is None:
             out = np.empty(n, dtype=np.float32)
         scales, codes = self._split(buf, n)
-        full = (n // self.chunk) * self.chunk
-        if full:
-            np.multiply(codes[:full].reshape(-1, self.chunk), scales[:full // self.chunk, None],
-                        out=out[:full].reshape(-1, self.chunk), dtype=np.float32)
-        if full < n:
-            np.multiply(codes[full:], scales[-1], out=out[full:], dtype=np.float32)
+        self._decode_into(scales, codes, 0, n, out)
         return out
 
     def decode_add(self, buf, n, acc):
-        acc += self.decode(buf, n)
+        """``acc += decode(buf)`` a block at a time through one reused temporary."""
+        scales, codes = self._split(buf, n)
+        tmp = self._tmp(min(n, self.block))
+        for s in range(0, n, self.block):
+            e = min(n, s + self.block)
+            t = tmp[:e - s]
+            self._decode_into(scales, codes, s, e, t)
+            acc[s:e] += t
+
+    def decode_add_encode(self, buf, n, acc, out=None):
+        self.decode_add(buf, n, acc)
+        return self.encode(acc, out=out)
 
     def bound(self, x):
         x = np.asarray(x, dtype=np.float32)

@@ -41,13 +41,10 @@ class HorovodBackend(Backend):
             return flat.copy()
         tf, hvd, n = self.tf, self.hvd, flat.size
         if self.compression == "int8":
+            from .mpi import decode_mean
             wire = self.codec.encode(flat)
-            gathered = hvd.allgather(tf.constant(wire.reshape(1, -1)), name=f"hpcdl.ag8.{n}").numpy()
-            out = np.zeros(n, dtype=np.float32)
-            for r in range(self.size):
-                self.codec.decode_add(gathered[r], n, out)
-            out /= np.float32(self.size)
-            return out
+            gathered = hvd.allgather(tf.constant(wire.reshape(1, -1)), name=f"hpcdl.ag8.{n}")
+            return decode_mean(self.codec, np.asarray(gathered), n)
         # Names are stable per size so that Horovod's response cache can skip negotiation.
         res = hvd.allreduce(self._tensor(flat), compression=self._hvd_compression,
                             name=f"hpcdl.ar.{n}", **self._mean_args())

@@ -59,8 +59,7 @@ class MPIBackend(Backend):
                                 op=_fp16_sum(MPI))
             return self.codec.decode(summed, flat.size, scale=1.0 / p)
         else:
-            out = _allgather_mean(self.comm, self.codec, flat, p)
-            return out
+            return _allgather_mean(self.comm, self.codec, flat, p, self._scratch)
         out /= np.float32(p)
         return out
 
@@ -82,15 +81,26 @@ class MPIBackend(Backend):
         self.comm.Barrier()
 
 
-def _allgather_mean(comm, codec, flat, p):
-    """Gather every rank's encoded payload, decode and add in rank order, divide by p."""
-    wire = codec.encode(flat)
-    gathered = np.empty((p, wire.size), dtype=np.uint8)
+def _allgather_mean(comm, codec, flat, p, scratch):
+    """Gather every rank's encoded payload, decode and add in rank order, divide by p.
+
+    The payload and the gathered buffers are reused (``scratch``); the first payload is decoded
+    into the result, the others decode-added (the same bits as adding all p to zeros: decoded
+    values are never -0.0).
+    """
+    nb = codec.wire_nbytes(flat.size)
+    wire = codec.encode(flat, out=scratch("wire", nb))
+    gathered = scratch("gathered", p * nb).reshape(p, nb)
     comm.Allgather(wire, gathered)
-    out = np.zeros(flat.size, dtype=np.float32)
-    for r in range(p):
-        codec.decode_add(gathered[r], flat.size, out)
-    out /= np.float32(p)
+    return decode_mean(codec, gathered, flat.size)
+
+
+def decode_mean(codec, gathered, n):
+    """The mean of the p payloads in the rows of ``gathered``, added in rank order."""
+    out = codec.decode(gathered[0], n)
+    for r in range(1, gathered.shape[0]):
+        codec.decode_add(gathered[r], n, out)
+    out /= np.float32(gathered.shape[0])
     return out
 
 

@@ -66,6 +66,45 @@ def test_int8_zero_chunk_and_decode_add():
     assert np.allclose(acc, 1 + back)
 
 
+def _int8_reference(x, chunk=C.CHUNK):
+    """The whole-vector form of the int8 encoding, written out: scales, then rint(x / scale)."""
+    n = x.size
+    k = -(-n // chunk)
+    pad = np.zeros(k * chunk, np.float32)
+    pad[:n] = x
+    absmax = np.abs(pad.reshape(k, chunk)).max(axis=1)
+    scales = (absmax / np.float32(C.INT8_LEVELS)).astype(np.float32)
+    inv = np.zeros_like(absmax)
+    np.divide(np.float32(C.INT8_LEVELS), absmax, out=inv, where=absmax > 0)
+    codes = np.rint(pad.reshape(k, chunk) * inv[:, None]).astype(np.int8).ravel()[:n]
+    return scales.tobytes() + codes.tobytes()
+
+
+@pytest.mark.parametrize("block_chunks", [1, 3, 256])
+@pytest.mark.parametrize("n", [0, 1, 255, 257, 768, 1001, 70001])
+def test_int8_in_blocks_gives_the_whole_vector_bytes(n, block_chunks):
+    """encode / decode_add work a block of chunks at a time through one reused temporary; the
+    bytes and sums must be those of the whole-vector form, whatever the block and tail."""
+    codec = C.Int8(block_chunks=block_chunks)
+    x = _data(n, seed=n + 1)
+    x[256:512] = 0.0                               # a zero chunk where there is one
+    wire = codec.encode(x)
+    assert wire.tobytes() == _int8_reference(x)
+    # into a caller's (larger) buffer, reused: the same bytes, no new allocation
+    out = np.full(codec.wire_nbytes(n) + 5, 0xAB, np.uint8)
+    again = codec.encode(x, out=out)
+    assert again.tobytes() == wire.tobytes()
+    if n == 0:
+        return
+    assert np.shares_memory(again, out)
+    with pytest.raises(ValueError, match="needs"):
+        codec.encode(x, out=np.empty(codec.wire_nbytes(n) - 1, np.uint8))
+    acc = _data(n, seed=7)
+    want = acc + C.Int8().decode(wire, n)          # float32 adds, element by element
+    codec.decode_add(wire, n, acc)
+    assert acc.tobytes() == want.tobytes()
+
+
 def test_fp16_decode_add_adds_in_float32():
     codec = C.get_codec("fp16")
     acc = np.full(5, 1e4, np.float32)
