@@ -1,0 +1,24 @@
+"""The benchmark scripts whose tables results/bench/README.md quotes still run and print them."""
+import os
+import sys
+
+import pytest
+
+from hpcdl_testing import ROOT, check
+from hpcdl.launch import local
+
+
+def test_horovod_overhead_prints_every_variant_for_both_barriers():
+    argv = local.mpirun_command(2, [sys.executable, str(ROOT / "benchmarks" / "horovod_overhead.py"),
+                                    "--sizes", "4K,1M", "--iters", "3", "--rounds", "1"])
+    res = local.run(argv, timeout=180, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    if res.timed_out:
+        pytest.fail(f"horovod_overhead timed out\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    check(res)
+    rows = [line.split() for line in res.stdout.splitlines() if line and not line.startswith("#")]
+    assert [(r[0], r[1]) for r in rows] == [("4096", "horovod"), ("4096", "mpi"),
+                                            ("1048576", "horovod"), ("1048576", "mpi")]
+    for size, _barrier, avg, pre, plain, ratio in rows:
+        assert float(avg) > 0 and float(pre) > 0 and float(plain) > 0
+        assert float(ratio) == pytest.approx(float(pre) / float(avg), abs=0.01)
+    assert "ranks=2" in res.stdout and "HOROVOD_CYCLE_TIME=" in res.stdout
