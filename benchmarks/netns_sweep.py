@@ -69,7 +69,7 @@ def _sweep(p, opts, env, header, rep=0):
 
 
 def _median_rows(recs):
-    """(backend, compression, size) -> the median over repeats of time and busbw, with min/max."""
+    """(backend, compression, size) -> that row of every sweep, in sweep order."""
     out = {}
     keys = {(r["backend"], r["compression"], r["size_bytes"]) for r in recs[0]["rows"]}
     for key in keys:

@@ -3,12 +3,12 @@
 ``hpcdl bench allreduce`` runs under ``mpirun -np N`` (or ``srun``). For every backend and
 compression asked for, and every message size from ``--minbytes`` to ``--maxbytes``, it runs
 warm-up and timed iterations of ``allreduce_mean`` with the backend's own barrier before each
-(outside the timed region), takes per iteration the time of the slowest rank, and reports the min, median and
-p99 of those times, algbw = size / median time, busbw = algbw * 2(p-1)/p, the count of elements
-outside the compression's error bound (``#wrong``), and, as the physical reference, the memcpy
-bandwidth of the same size measured in the same run. Sizes count float32 bytes whatever the
-compression, so a compressed backend's busbw is the effective one. Rank 0 prints the table and
-appends one ``hpcdl.bench/1`` record to ``--results``.
+(outside the timed region), takes per iteration the time of the slowest rank, and reports the
+min, median and p99 of those times, algbw = size / median time, busbw = algbw * 2(p-1)/p, the
+count of elements outside the compression's error bound (``#wrong``), and, as the physical
+reference, the memcpy bandwidth of the same size measured in the same run. Sizes count float32
+bytes whatever the compression, so a compressed backend's busbw is the effective one. Rank 0
+prints the table and appends one ``hpcdl.bench/1`` record to ``--results``.
 
 ``hpcdl bench fit`` reads such a record and fits alpha, beta and gamma of each backend's cost
 model (:mod:`hpcdl.comm.model`), prints the prediction beside the measurement for each size, and
@@ -319,7 +319,8 @@ def allreduce_main(opts) -> int:
     say("#  env: " + (" ".join(f"{k}={v}" for k, v in env.items()
                                if not k.startswith("SLURM_")) or "(none)"))
     say("#  time: per iteration the slowest rank, the backend's own barrier outside; "
-        f"algbw = size/median time; busbw = algbw*2(p-1)/p = algbw*{bus:.3g}; size in float32 bytes (compressed on the wire)")
+        f"algbw = size/median time; busbw = algbw*2(p-1)/p = algbw*{bus:.3g}; "
+        "size in float32 bytes (compressed on the wire)")
     say("#")
     head = (f"#{'backend':>8} {'compr':>5} {'size(B)':>11} {'count':>10} {'type':>6} "
             f"{'min(us)':>10} {'median(us)':>11} {'p99(us)':>10} {'algbw(GB/s)':>11} "

@@ -58,8 +58,8 @@ class HorovodBackend(Backend):
         scalar multiply in double precision), after MPI_Allreduce has already copied the input
         into the output (Open MPI's algorithms start from a copy when send != receive buffer).
         With ``prescale_factor`` Horovod writes input / p into the output (the scaling is the
-        copy) and reduces in place: one pass less. 4-32 MiB on 2 ranks: 5-15% faster
-        (results/bench/README.md). At p = 2 the bits are those of Average; at other p each
+        copy) and reduces in place: one pass less; 4-18% faster from 256 KiB to 32 MiB on 2
+        ranks (results/bench/horovod-overhead.txt). At p = 2 the bits are those of Average; at other p each
         term is rounded once before the sum, within float32 rounding of the mean. fp16 keeps
         Average: prescaling halves before the sum would push small gradients into subnormals.
         """
