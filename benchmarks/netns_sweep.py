@@ -68,15 +68,11 @@ def _sweep(p, opts, env, header, rep=0):
     return records.read(opts.results)[before]
 
 
-def _median_rows(recs):
+def _rows_per_sweep(recs):
     """(backend, compression, size) -> that row of every sweep, in sweep order."""
-    out = {}
-    keys = {(r["backend"], r["compression"], r["size_bytes"]) for r in recs[0]["rows"]}
-    for key in keys:
-        rows = [next(r for r in rec["rows"]
-                     if (r["backend"], r["compression"], r["size_bytes"]) == key) for rec in recs]
-        out[key] = rows
-    return out
+    per = [{(r["backend"], r["compression"], r["size_bytes"]): r for r in rec["rows"]}
+           for rec in recs]
+    return {key: [rows[key] for rows in per] for key in per[0]}
 
 
 def main(argv=None) -> int:
@@ -121,7 +117,7 @@ def main(argv=None) -> int:
              f"{'[min-max]':>11} {'model':>6} {'link':>5} {'agree':>5}"]
     agree = total = 0
     for p, prec in recs.items():
-        rows = _median_rows(prec)
+        rows = _rows_per_sweep(prec)
         for size in sorted({k[2] for k in rows}):
             ratios, preds, rings, pss = [], [], [], []
             for rr, pr in zip(rows[("ring", "none", size)], rows[("ps", "none", size)]):
@@ -157,7 +153,7 @@ def main(argv=None) -> int:
              f"{'ratio':>6} {'[min-max]':>11} {'met':>4}"]
     met = {}
     for p, prec in recs.items():
-        rows = _median_rows(prec)
+        rows = _rows_per_sweep(prec)
         for backend in ("ring", "mpi"):
             for size in sorted(s for b, c, s in rows if b == backend and c == "none"
                                and s >= 16 << 20):

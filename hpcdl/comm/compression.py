@@ -166,6 +166,7 @@ class Int8(Codec):
     def __init__(self, chunk: int = CHUNK, block_chunks: int = 256):
         self.chunk = chunk
         self.block = chunk * block_chunks     # elements per pass of encode / decode_add
+        self._scratch = np.empty(0, dtype=np.float32)
 
     def _nchunks(self, n):
         return -(-n // self.chunk)
@@ -187,10 +188,9 @@ class Int8(Codec):
 
     def _tmp(self, n):
         """A reused float32 block (per codec; a codec belongs to one backend and one thread)."""
-        tmp = self.__dict__.get("_scratch")
-        if tmp is None or tmp.size < n:
-            tmp = self._scratch = np.empty(max(n, 1), dtype=np.float32)
-        return tmp[:n]
+        if self._scratch.size < n:
+            self._scratch = np.empty(n, dtype=np.float32)
+        return self._scratch[:n]
 
     def encode(self, x, out=None):
         """Scales then codes; into ``out`` (uint8, at least ``wire_nbytes``) when given.
