@@ -44,6 +44,17 @@ _shape() {  # _shape [netns] DEV RATE: a token bucket on DEV's egress, burst eno
     "$@" tc qdisc replace dev "$dev" root tbf rate "$rate" burst 256kb latency 20ms
 }
 
+_congctl() {  # _congctl NS ADDR: the subnet's route in NS uses cubic (per route: a namespace may
+    # not set a restricted default of its own, and the machine's setting stays as it is)
+    local ns=$1 addr=$2
+    if grep -qw cubic /proc/sys/net/ipv4/tcp_available_congestion_control; then
+        ip -n "$ns" route replace "$NET.0/24" dev eth0 proto kernel scope link src "$addr" \
+            congctl cubic
+    else
+        echo "up: cubic is not available here; $ns keeps the default congestion control" >&2
+    fi
+}
+
 _up() {
     local n=$1 rate=$2 i ns
     [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 16 ]] || { echo "up: N must be 1..16" >&2; exit 2; }
@@ -67,6 +78,10 @@ _up() {
         # direction: windows large enough to keep a link busy through the queue's delay
         ip netns exec "$ns" sysctl -q net.ipv4.tcp_rmem="4096 131072 33554432" \
             net.ipv4.tcp_wmem="4096 65536 33554432"
+        # a loss-based congestion control on the subnet's route, whatever the machine's default:
+        # under BBR a ring's pair of connections, each carrying data one way and the other's
+        # acknowledgements behind the queue, kept falling to two thirds of the link for minutes
+        _congctl "$ns" "$NET.$i"
         _shape eth0 "$rate" ip netns exec "$ns"     # host -> bridge
         _shape "$ns-br" "$rate"                     # bridge -> host
     done

@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     ranks = [int(x) for x in opts.ranks.split(",")]
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     header = (f"{max(ranks)} network namespaces, veth to a bridge, tbf {opts.rate} each way per "
-              f"link; {os.cpu_count()} cores shared; {when}")
+              f"link, TCP cubic; {os.cpu_count()} cores shared; {when}")
     env = dict(os.environ, PYTHONPATH=str(ROOT), HPCDL_THREADS="1", **_hosts_env())
     recs = {}
     subprocess.run([str(HOSTS), "up", str(max(ranks)), opts.rate], check=True)
