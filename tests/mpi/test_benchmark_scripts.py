@@ -25,3 +25,19 @@ def test_horovod_overhead_prints_every_variant_for_both_barriers():
         printing = 0.005 + pre / avg * (0.5 / pre + 0.5 / avg) + 1e-9
         assert float(ratio) == pytest.approx(pre / avg, abs=printing)
     assert "ranks=2" in res.stdout and "HOROVOD_CYCLE_TIME=" in res.stdout
+
+
+def test_horovod_timeline_splits_each_size_into_its_phases():
+    argv = local.mpirun_command(2, [sys.executable, str(ROOT / "benchmarks" / "horovod_timeline.py"),
+                                    "--sizes", "4K,1M", "--iters", "4"])
+    res = local.run(argv, timeout=180, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    if res.timed_out:
+        pytest.fail(f"horovod_timeline timed out\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    check(res)
+    rows = [line.split() for line in res.stdout.splitlines() if line and not line.startswith("#")]
+    assert [r[0] for r in rows] == ["4096", "1048576"]
+    for size, wall, first, last, skew, start, mpi, op, faults, n in rows:
+        assert int(n) == 4                      # the timed iterations, warm-up left out
+        assert float(first) <= float(last) and float(skew) >= 0 and float(start) >= 0
+        assert 0 < float(mpi) <= float(op) < float(wall) + 1   # the work lies within the wall time
+    assert "ranks=2" in res.stdout
