@@ -93,12 +93,15 @@ def main(argv=None) -> int:
     opts = ap.parse_args(argv)
     ranks = [int(x) for x in opts.ranks.split(",")]
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    header = (f"{max(ranks)} network namespaces, veth to a bridge, tbf {opts.rate} each way per "
-              f"link, TCP cubic; {os.cpu_count()} cores shared; {when}")
     env = dict(os.environ, PYTHONPATH=str(ROOT), HPCDL_THREADS="1", **_hosts_env())
     recs = {}
     subprocess.run([str(HOSTS), "up", str(max(ranks)), opts.rate], check=True)
     try:
+        route = subprocess.run(["ip", "-n", "hpcdl-h1", "route"], check=True, capture_output=True,
+                               text=True).stdout
+        cc = route.split("congctl", 1)[1].split()[0] if "congctl" in route else "default"
+        header = (f"{max(ranks)} network namespaces, veth to a bridge, tbf {opts.rate} each way "
+                  f"per link, TCP {cc}; {os.cpu_count()} cores shared; {when}")
         for rep in range(opts.repeats):      # interleaved, so that a busy minute hits every p
             for p in ranks:
                 recs.setdefault(p, []).append(_sweep(p, opts, env, header, rep))
