@@ -118,15 +118,12 @@ def main(argv=None) -> int:
     sizes = [_size(s) for s in opts.sizes.split(",")]
     apply_defaults()
     os.environ.setdefault("HOROVOD_CYCLE_TIME", "0.1")
-    tmpdir = None
-    if opts.timeline:
-        path = Path(opts.timeline).resolve()
-    else:
-        tmpdir = Path(tempfile.gettempdir())      # Horovod writes the file on rank 0 only
-        path = tmpdir / f"hpcdl-timeline-{os.getpid()}.json"
+    keep = opts.timeline is not None
+    # Horovod writes the file on rank 0 only
+    path = (Path(opts.timeline).resolve() if keep
+            else Path(tempfile.gettempdir()) / f"hpcdl-timeline-{os.getpid()}.json")
     os.environ["HOROVOD_TIMELINE"] = str(path)
     n_threads = cluster.configure_threads(cluster.discover())
-    import numpy as np
     malloc = _keep_freed_memory()
     import tensorflow as tf
     cluster.apply_tf_threads(tf, n_threads)
@@ -158,7 +155,7 @@ def main(argv=None) -> int:
     try:
         rows = phases(allreduce_ops(read_timeline(path)), skip=WARMUP)
     finally:
-        if tmpdir is not None:
+        if not keep:
             path.unlink(missing_ok=True)
     print(f"# {' '.join([Path(sys.argv[0]).name] + sys.argv[1:])}")
     print(f"# ranks={be.size} threads/rank={n_threads} HOROVOD_CYCLE_TIME="
