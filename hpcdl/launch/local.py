@@ -100,7 +100,38 @@ def run(argv: Sequence[str], timeout: float, env: Optional[Mapping[str, str]] = 
         timed_out = True
         _kill_group(proc)
         out, err = proc.communicate()
+    _wait_session_gone(proc.pid, DRAIN_S)
     return Result(proc.returncode, out or "", err or "", time.monotonic() - t0, timed_out, list(argv))
+
+
+# mpirun can return while the ranks it signalled after a failure are still exiting (a
+# TensorFlow process takes a moment to die); the job has ended only when they are gone
+DRAIN_S = 30.0
+
+
+def _session_members(sid: int) -> List[int]:
+    """Live (not zombie) processes of session ``sid``: mpirun's ranks keep its session, each in a
+    process group of its own."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:     # state, ppid, pgrp, session
+            found.append(int(name))
+    return found
+
+
+def _wait_session_gone(sid: int, limit: float) -> None:
+    """Wait up to ``limit`` seconds for every process of session ``sid`` to exit (no kill: a rank
+    still there afterwards is left for the caller to see)."""
+    end = time.monotonic() + limit
+    while _session_members(sid) and time.monotonic() < end:
+        time.sleep(0.05)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
