@@ -299,7 +299,11 @@ def run(opts) -> int:
     from . import checkpoint, records, workloads
     from .data import Sharder, even_split
 
-    hvd.init()
+    from .comm.horovod import init as init_horovod
+    try:
+        hvd_threads = init_horovod(hvd)    # hvd.init(), its background thread at a lower priority
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     layout = cluster.refine_with_horovod(layout, hvd)
     rank, size = layout.rank, layout.size
     root = rank == 0
@@ -637,7 +641,8 @@ def run(opts) -> int:
             "weights_digest": digest,
             "resumed_from": resumed_from,
             "manifest": records.manifest(layout, hosts=hosts,
-                                         extra={"horovod_build": _hvd_build(hvd)}),
+                                         extra={"horovod_build": _hvd_build(hvd),
+                                                "horovod_thread": hvd_threads}),
         }
         path = opts.results or os.environ.get("HPCDL_RESULTS") or DEFAULT_RESULTS
         if path != "-":

@@ -58,6 +58,13 @@ def test_every_backend_and_compression_is_correct_and_the_table_well_formed(tmp_
     assert rec["manifest"]["versions"]["mpi4py"] and rec["manifest"]["git_commit"]
     fp16 = [r for r in rec["rows"] if r["compression"] == "fp16" and r["size_bytes"] == 16384]
     assert all(r["wire_bytes"] == 8192 for r in fp16)
+    if np_ == 2:
+        # Horovod's background thread runs at nice 19 (one core per rank), read back from the
+        # real thread; the setting is in the header
+        assert any("HPCDL_HOROVOD_NICE=19" in h for h in header if "env:" in h)
+        hvd_thread = rec["manifest"]["horovod_thread"]
+        assert hvd_thread["asked"] == 19 and hvd_thread["nice"] == [19]
+        assert hvd_thread["threads"] >= 1
 
 
 def test_a_wrong_result_is_counted_and_the_run_fails(tmp_path):

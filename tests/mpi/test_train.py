@@ -75,6 +75,8 @@ def test_record_carries_parameters_curve_throughput_and_manifest(single, tmp_pat
     assert man["versions"]["horovod"] == "0.28.1"
     assert "Open MPI" in man["versions"]["mpi"]
     assert man["horovod_build"]["mpi"] is True
+    # training leaves Horovod's thread at the process's priority unless HPCDL_HOROVOD_NICE says
+    assert man["horovod_thread"]["asked"] == 0 and man["horovod_thread"]["threads"] >= 1
     assert man["layout"]["size"] == 1 and man["hosts"]
     assert "OMP_NUM_THREADS" in man["env"]
 
