@@ -253,9 +253,10 @@ def fit_regimes(model: str, sizes: Sequence[float], times: Sequence[float], p: i
         if not cands:
             break
         top = min(cands, key=lambda r: r["max_rel_err"])
-        if top["max_rel_err"] >= gain * best["max_rel_err"]:
-            break
-        best = top
+        # k+1 regimes are tried even when k did not gain enough: two changes of regime (cache to
+        # memory, then freshly mapped buffers) are often not helped by a single split
+        if top["max_rel_err"] < gain * best["max_rel_err"]:
+            best = top
     pred = predict_fit(best, n, p, gamma=g)
     ss_res = float(np.sum((t - pred) ** 2))
     ss_tot = float(np.sum((t - t.mean()) ** 2))

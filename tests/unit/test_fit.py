@@ -194,3 +194,19 @@ def test_bench_fit_over_repeated_sweeps_takes_the_median(tmp_path, capsys):
     assert cli.main(["bench", "fit", "--input", str(src), "--output", "-"]) == 0   # the last alone
     assert cli.main(["bench", "fit", "--input", str(src), "--records", "4"]) == 2
     capsys.readouterr()
+
+
+def test_fit_tries_three_regimes_when_one_split_gains_nothing():
+    # a middle regime (4-32 MiB) with a higher latency and a lower slope, the same line on both
+    # sides of it: no single split helps, two do (the search must not stop at the first)
+    def time(n):
+        a, b = (300e-6, 0.2e-9) if (4 << 20) <= n <= (32 << 20) else (10e-6, 0.5e-9)
+        return M.ring_time(n, 2, a, b, 0)
+    sizes = [s for s in SIZES if s >= 64 << 10]
+    t = [time(n) for n in sizes]
+    line = M.fit_regimes("ring", sizes, t, 2, gamma=0.0, max_regimes=1)
+    two = M.fit_regimes("ring", sizes, t, 2, gamma=0.0, max_regimes=2)
+    assert two["max_rel_err"] > 0.8 * line["max_rel_err"] > 0.1
+    res = M.fit_regimes("ring", sizes, t, 2, gamma=0.0)
+    assert [g["from_bytes"] for g in res["regimes"]] == [64 << 10, 4 << 20, 64 << 20]
+    assert res["max_rel_err"] < 1e-6
