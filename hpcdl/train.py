@@ -301,7 +301,7 @@ def run(opts) -> int:
 
     from .comm.horovod import init as init_horovod
     try:
-        hvd_threads = init_horovod(hvd)    # hvd.init(), its background thread at a lower priority
+        hvd_threads = init_horovod(hvd)    # hvd.init(); HPCDL_HOROVOD_NICE, if set, lowers its thread
     except ValueError as exc:
         raise UserError(str(exc)) from None
     layout = cluster.refine_with_horovod(layout, hvd)
