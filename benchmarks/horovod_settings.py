@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpcdl import records  # noqa: E402
 from hpcdl.bench import _size  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
+from _run import bench_record  # noqa: E402  (benchmarks/, this script's directory)
 
 
 def _human(n: int) -> str:
@@ -58,20 +58,14 @@ def main(argv=None) -> int:
     runs = []                    # (value, round, {(backend, size): median us})
     for rnd in range(1, opts.rounds + 1):
         for value in (values if rnd % 2 else values[::-1]):
-            before = len(records.read(opts.results)) if Path(opts.results).exists() else 0
             argv = local.mpirun_command(2, local.hpcdl_command(
                 ["bench", "allreduce", "-B", "mpi,horovod", "-C", "none", "-b", opts.b, "-e", opts.e,
                  "-f", opts.f, "-n", opts.n, "--results", opts.results,
                  "--tag", f"horovod settings {opts.var}={value} round {rnd}/{opts.rounds}"]),
                 bind="core")
             env = dict(os.environ, PYTHONPATH=str(ROOT), HPCDL_THREADS="1", **{opts.var: value})
-            res = local.run(argv, timeout=opts.timeout, env=env)
-            if res.returncode != 0 or res.timed_out:
-                print(f"{opts.var}={value} round {rnd}: "
-                      f"{'timed out' if res.timed_out else f'exit {res.returncode}'}\n"
-                      f"{res.stdout[-2000:]}\n{res.stderr[-2000:]}", file=sys.stderr)
-                return 1
-            rec = records.read(opts.results)[before]
+            _, rec = bench_record(argv, opts.results, opts.timeout, env,
+                                  f"{opts.var}={value} round {rnd}")
             runs.append((value, rnd, {(r["backend"], r["size_bytes"]): r["time_us"]["median"]
                                       for r in rec["rows"]}))
             print(f"# {opts.var}={value} round {rnd} done", file=sys.stderr, flush=True)

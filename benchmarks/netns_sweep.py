@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpcdl import records  # noqa: E402
 from hpcdl.comm import model  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
+from _run import bench_record  # noqa: E402  (benchmarks/, this script's directory)
 
 HOSTS = ROOT / "benchmarks" / "netns_hosts.sh"
 
@@ -49,12 +49,7 @@ def _sweep(p, opts, env, header, rep=0):
     # one rank per host, unbound: each host's daemon would otherwise pin its rank to core 0
     argv = local.mpirun_command(p, local.hpcdl_command(bench), oversubscribe=False, bind="none",
                                 extra=["-H", hosts])
-    before = len(records.read(opts.results)) if Path(opts.results).exists() else 0
-    res = local.run(argv, timeout=opts.timeout, env=env)
-    if res.returncode != 0 or res.timed_out:
-        print(res.stdout[-3000:], res.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(f"sweep at {p} hosts failed (rc {res.returncode}, timed out "
-                         f"{res.timed_out})")
+    res, rec = bench_record(argv, opts.results, opts.timeout, env, f"sweep at {p} hosts")
     shown = " ".join(f"{k}={shlex.quote(v.replace(str(ROOT) + '/', ''))}"
                      for k, v in sorted(_hosts_env().items()))
     cmd = f"{shown} mpirun -np {p} -H {hosts} --bind-to none python -m hpcdl {shlex.join(bench)}"
@@ -65,7 +60,7 @@ def _sweep(p, opts, env, header, rep=0):
     else:
         with path.open("a") as f:
             f.write("\n" + text)
-    return records.read(opts.results)[before]
+    return rec
 
 
 def _rows_per_sweep(recs):

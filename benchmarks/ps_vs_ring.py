@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpcdl import records  # noqa: E402
 from hpcdl.comm import model  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
+from _run import bench_record  # noqa: E402  (benchmarks/, this script's directory)
 
 TRANSPORTS = {"shm": "self,vader", "tcp": "self,tcp"}
 
@@ -42,7 +42,6 @@ def main(argv=None) -> int:
     table = []
     for transport in opts.transport.split(","):
         for p in [int(x) for x in opts.ranks.split(",")]:
-            before = len(records.read(opts.results)) if Path(opts.results).exists() else 0
             argv = local.mpirun_command(
                 p, local.hpcdl_command(
                     ["bench", "allreduce", "-B", "ring,ps", "-C", "none", "-b", opts.b, "-e", opts.e,
@@ -50,11 +49,8 @@ def main(argv=None) -> int:
                      "--tag", f"ps-vs-ring p={p} transport={transport}"]),
                 bind="core" if p <= cores else "none")
             env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_MCA_btl=TRANSPORTS[transport])
-            res = local.run(argv, timeout=opts.timeout, env=env)
-            if res.returncode != 0 or res.timed_out:
-                print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
-                return 1
-            rec = records.read(opts.results)[before]
+            _, rec = bench_record(argv, opts.results, opts.timeout, env,
+                                  f"{transport} at {p} ranks")
             rows = {(r["backend"], r["size_bytes"]): r for r in rec["rows"]}
             regime = model.regime_for(p, cores)
             for size in sorted({s for _, s in rows}):

@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpcdl import records  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
+from _run import bench_record  # noqa: E402  (benchmarks/, this script's directory)
 
 TRANSPORTS = {"shm": "self,vader", "tcp": "self,tcp"}
 # (label, numerator, denominator, smallest size, target)
@@ -45,18 +45,13 @@ def main(argv=None) -> int:
     opts = ap.parse_args(argv)
     runs = []
     for i in range(opts.repeats):
-        before = len(records.read(opts.results)) if Path(opts.results).exists() else 0
         argv = local.mpirun_command(2, local.hpcdl_command(
             ["bench", "allreduce", "-B", opts.backends, "-C", "none,fp16", "-b", opts.b,
              "-e", opts.e, "-n", opts.n, "--results", opts.results,
              "--tag", f"targets {opts.transport} repeat {i + 1}/{opts.repeats}"]), bind="core")
         env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_MCA_btl=TRANSPORTS[opts.transport],
                    HPCDL_THREADS="1")
-        res = local.run(argv, timeout=opts.timeout, env=env)
-        if res.returncode != 0 or res.timed_out:
-            print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
-            return 1
-        rec = records.read(opts.results)[before]
+        _, rec = bench_record(argv, opts.results, opts.timeout, env, f"repeat {i + 1}")
         runs.append({(r["backend"], r["compression"], r["size_bytes"]): r["busbw_gbs"]
                      for r in rec["rows"]})
     sizes = sorted({k[2] for k in runs[0]})
