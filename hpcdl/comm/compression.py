@@ -57,10 +57,11 @@ class Codec:
         self.decode_add(buf, n, acc)
         return self.encode(acc)
 
-    def average_encode(self, acc, p):
-        """``acc /= p``, encode it, and leave in ``acc`` the decoded value of those bytes."""
+    def average_encode(self, acc, p, out=None):
+        """``acc /= p``, encode it (into ``out`` when given), and leave in ``acc`` the decoded
+        value of those bytes."""
         acc /= np.float32(p)
-        wire = self.encode(acc)
+        wire = self.encode(acc, out=out)
         self.decode(wire, acc.size, out=acc)
         return wire
 
@@ -133,9 +134,9 @@ class FP16(Codec):
         self.decode_add(buf, n, acc)
         return self.encode(acc, out)
 
-    def average_encode(self, acc, p):
+    def average_encode(self, acc, p, out=None):
         """``acc *= 1/p`` (float32), encode, keep the decoded value in ``acc``: one pass."""
-        wire = np.empty(2 * acc.size, dtype=np.uint8)
+        wire = np.empty(2 * acc.size, dtype=np.uint8) if out is None else out
         if self.native is not None and acc.flags.c_contiguous:
             self.native.scale_roundtrip(acc, wire, acc.size, 1.0 / p)
             return wire

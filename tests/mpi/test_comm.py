@@ -42,9 +42,19 @@ CHECK = textwrap.dedent(r'''
         for comp in COMPRESSIONS:
             be = get_backend(name, comp)
             assert be.size == p and be.rank == r
-            for n in (1, 5, 1001, 70001):
+            prev = None
+            # 1001 again after 70001: a backend's reused buffers must serve a smaller call too
+            for n in (1, 5, 1001, 70001, 1001):
                 xs = [inputs(n, q) for q in range(p)]
-                out = be.allreduce_mean(xs[r])
+                mine = xs[r].copy()
+                out = be.allreduce_mean(mine)
+                if prev is not None and not np.array_equal(prev[0], prev[1]):
+                    failures += 1     # a result is the caller's: no later call may write into it
+                    print(f"FAIL {name}+{comp} p={p} n={n}: the previous result changed", flush=True)
+                prev = (out, out.copy())
+                if not np.array_equal(mine.view(np.uint32), xs[r].view(np.uint32)):
+                    failures += 1     # the ring reads its input until the last step: never write it
+                    print(f"FAIL {name}+{comp} p={p} n={n}: the input was changed", flush=True)
                 assert out.dtype == np.float32 and out.shape == (n,)
                 exact = sum(x.astype(np.float64) for x in xs) / p
                 abs_sum = sum(np.abs(x.astype(np.float64)) for x in xs)
