@@ -28,24 +28,29 @@ class PSBackend(MPIBackend):
             return flat.copy()
         plain = self.compression == "none"
         nbytes = codec.wire_nbytes(n)
+        # Buffers that never reach the caller (the root's receive buffers, encoded payloads) are
+        # the backend's own and reused; the result is a new array.
         if self.rank != ROOT:
-            result = np.empty(n, dtype=np.float32) if plain else np.empty(nbytes, dtype=np.uint8)
+            result = np.empty(n, dtype=np.float32) if plain else self._scratch("down", nbytes)
             down = comm.Irecv(result, source=ROOT, tag=_TAG_DOWN)
-            comm.Send(flat if plain else codec.encode(flat), dest=ROOT, tag=_TAG_UP)
+            comm.Send(flat if plain else codec.encode(flat, out=self._scratch("up", nbytes)),
+                      dest=ROOT, tag=_TAG_UP)
             down.Wait()
             return result if plain else codec.decode(result, n)
-        bufs = [np.empty(n, dtype=np.float32) if plain else np.empty(nbytes, dtype=np.uint8)
-                for _ in range(p - 1)]
+        gathered = self._scratch("up", (p - 1) * nbytes).reshape(p - 1, nbytes)
+        bufs = [row.view(np.float32) if plain else row for row in gathered]
         ups = [comm.Irecv(buf, source=src, tag=_TAG_UP) for src, buf in zip(range(1, p), bufs)]
-        acc = flat.copy()
-        for buf, req in zip(bufs, ups):
+        acc = np.empty_like(flat)
+        for i, (buf, req) in enumerate(zip(bufs, ups)):
             req.Wait()
             if plain:
-                acc += buf
+                np.add(flat if i == 0 else acc, buf, out=acc)   # rank order: x0 + x1 + ...
             else:
+                if i == 0:
+                    acc[...] = flat
                 codec.decode_add(buf, n, acc)
         acc /= np.float32(p)
-        out = acc if plain else codec.encode(acc)
+        out = acc if plain else codec.encode(acc, out=self._scratch("down", nbytes))
         downs = [comm.Isend(out, dest=dst, tag=_TAG_DOWN) for dst in range(1, p)]
         self.MPI.Request.Waitall(downs)
         return acc if plain else codec.decode(out, n)
