@@ -84,7 +84,8 @@ class RingBackend(MPIBackend):
 
         Each is sized for the longest segment, so it is allocated once: fresh buffers per piece
         and step were page-faulted in again on every call once glibc handed them back (ring+fp16
-        at 64 MiB on 2 ranks took 57 ms that way against 19-21 ms).
+        at 256 MiB on 2 ranks took 255-283 ms that way against 93-129 ms,
+        ``results/bench/ring-ps-buffers.txt``).
         """
         size = self.codec.wire_nbytes
         cap = max(sum(size(y - x) for x, y in _pieces(a, b, self.piece)) for a, b in segs)
