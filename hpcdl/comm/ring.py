@@ -88,7 +88,8 @@ class RingBackend(MPIBackend):
         ``results/bench/ring-ps-buffers.txt``).
         """
         size = self.codec.wire_nbytes
-        cap = max(sum(size(y - x) for x, y in _pieces(a, b, self.piece)) for a, b in segs)
+        # segs[0] is a longest segment (the first n % p are the longer ones)
+        cap = sum(size(y - x) for x, y in _pieces(*segs[0], self.piece))
         buf = self._scratch(key, cap)
         views, off = [], 0
         for x, y in pieces:
