@@ -210,18 +210,44 @@ def _keep_freed_memory() -> str:
     MiB, so the next call page-faults the whole buffer in again: on this VM that added 1.5 ms to
     an MPI allreduce of 4 MiB (0.8 -> 2.4 ms), or not, depending on the sweep's history. nccl-tests
     and OSU allocate their buffers once; this is the nearest thing for an interface that returns
-    arrays. Sizes above 32 MiB (glibc's largest heap allocation) are mmapped on every call still.
+    arrays. glibc's mmap threshold stops at 32 MiB, so larger buffers are taken from the heap too
+    (``M_MMAP_MAX`` = 0): mapped afresh per call, they cost the kernel's page faults and zeroing,
+    about 0.08 ms per MiB here, or nothing, depending on what the process freed before (the
+    ring's 128 MiB took 3.2x its 64 MiB in a full sweep, 1.9x when swept alone).
     """
     import ctypes
     import ctypes.util
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        m_trim, m_top_pad, m_mmap = -1, -2, -3
+        m_trim, m_top_pad, m_mmap, m_mmap_max = -1, -2, -3, -4
         ok = (libc.mallopt(m_mmap, 32 << 20) == 1 and libc.mallopt(m_trim, 1 << 30) == 1
-              and libc.mallopt(m_top_pad, 64 << 20) == 1)
+              and libc.mallopt(m_top_pad, 64 << 20) == 1 and libc.mallopt(m_mmap_max, 0) == 1)
     except (OSError, AttributeError):
         ok = False
-    return "keep (mmap_threshold=32M trim_threshold=1G top_pad=64M)" if ok else "default"
+    return ("keep (mmap_threshold=32M mmap_max=0 trim_threshold=1G top_pad=64M)" if ok
+            else "default")
+
+
+def _mapped(n: int):
+    """n float32 in a private anonymous mapping of their own, starting on a 2 MiB boundary.
+
+    The sweep's input and copy target: outside malloc's heap, which then holds only what the
+    backends allocate, and in huge pages from end to end (numpy's own madvise covers only the
+    2 MiB pages inside an allocation). On this VM, where a TLB miss walks two page tables, an
+    add of 256 MiB took 16 ms in huge pages and 35-64 ms in 4 KiB pages (a shared mapping, which
+    madvise does not give huge pages, or the parts of a heap allocation outside its 2 MiB pages).
+    """
+    import mmap
+    import numpy as np
+    huge = 2 << 20
+    m = mmap.mmap(-1, 4 * n + huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        m.madvise(mmap.MADV_HUGEPAGE)
+    except (AttributeError, OSError):
+        pass
+    raw = np.frombuffer(m, dtype=np.uint8)
+    start = -raw.ctypes.data % huge
+    return raw[start:start + 4 * n].view(np.float32)
 
 
 def allreduce_main(opts) -> int:
@@ -292,9 +318,9 @@ def allreduce_main(opts) -> int:
 
     nmax = max(sizes) // 4
     # 64-byte aligned, as a framework's tensors are: Horovod's op then reads it in place
-    src = empty_aligned(nmax)
+    src = _mapped(nmax)
     src[...] = _data(np, 0, nmax, rank, opts.seed)
-    dst = empty_aligned(nmax)
+    dst = _mapped(nmax)
 
     # The physical references of each size, measured here on every rank at once: memcpy, and the
     # local work of one reduction hop of each codec (encode + decode-and-add, float32 add for none).
