@@ -213,18 +213,22 @@ def _keep_freed_memory() -> str:
     arrays. glibc's mmap threshold stops at 32 MiB, so larger buffers are taken from the heap too
     (``M_MMAP_MAX`` = 0): mapped afresh per call, they cost the kernel's page faults and zeroing,
     about 0.08 ms per MiB here, or nothing, depending on what the process freed before (the
-    ring's 128 MiB took 3.2x its 64 MiB in a full sweep, 1.9x when swept alone).
+    ring's 128 MiB took 3.2x its 64 MiB in a full sweep, 1.9x when swept alone). One arena
+    (``M_ARENA_MAX`` = 1): a thread's own arena maps anything above its 64 MiB heaps afresh, and
+    TensorFlow allocates Horovod's output on its executor threads (Horovod's 128 MiB took 63-69 ms
+    that way, 28-29 ms from the main arena).
     """
     import ctypes
     import ctypes.util
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        m_trim, m_top_pad, m_mmap, m_mmap_max = -1, -2, -3, -4
+        m_trim, m_top_pad, m_mmap, m_mmap_max, m_arena_max = -1, -2, -3, -4, -8
         ok = (libc.mallopt(m_mmap, 32 << 20) == 1 and libc.mallopt(m_trim, 1 << 30) == 1
-              and libc.mallopt(m_top_pad, 64 << 20) == 1 and libc.mallopt(m_mmap_max, 0) == 1)
+              and libc.mallopt(m_top_pad, 64 << 20) == 1 and libc.mallopt(m_mmap_max, 0) == 1
+              and libc.mallopt(m_arena_max, 1) == 1)
     except (OSError, AttributeError):
         ok = False
-    return ("keep (mmap_threshold=32M mmap_max=0 trim_threshold=1G top_pad=64M)" if ok
+    return ("keep (mmap_threshold=32M mmap_max=0 arena_max=1 trim_threshold=1G top_pad=64M)" if ok
             else "default")
 
 
