@@ -14,6 +14,12 @@
 
 #define F16C __attribute__((target("avx,f16c")))
 
+/* Bumped whenever a function's arguments change: a library built from older source is not used. */
+int hpcdl_f16_abi(void)
+{
+    return 2;
+}
+
 int hpcdl_f16c_supported(void)
 {
     __builtin_cpu_init();
@@ -97,21 +103,46 @@ F16C void hpcdl_f16_sum_f16(const uint16_t *in, uint16_t *inout, size_t n)
                                                 load_tail_f16(inout + i, n - i)), n - i);
 }
 
-/* acc[i] += float(src[i]); dst[i] = half(acc[i]): the ring's reduce-scatter hop in one pass
- * (add what came from the left, encode the running sum for the right). */
-F16C void hpcdl_f16_add_encode(const uint16_t *src, float *acc, uint16_t *dst, size_t n)
+/* acc[i] = base[i] + float(src[i]); dst[i] = half(acc[i]): the ring's reduce-scatter hop in one
+ * pass (add what came from the left to this rank's own input, encode the running sum for the
+ * right).  base may be acc itself. */
+F16C void hpcdl_f16_add_encode(const uint16_t *src, const float *base, float *acc, uint16_t *dst,
+                               size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_add_ps(_mm256_loadu_ps(acc + i),
+        __m256 v = _mm256_add_ps(_mm256_loadu_ps(base + i),
                                  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
         _mm256_storeu_ps(acc + i, v);
         _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
     }
     if (i < n) {
-        __m256 v = _mm256_add_ps(load_tail_f32(acc + i, n - i), load_tail_f16(src + i, n - i));
+        __m256 v = _mm256_add_ps(load_tail_f32(base + i, n - i), load_tail_f16(src + i, n - i));
         store_tail_f32(acc + i, v, n - i);
         store_tail_f16(dst + i, v, n - i);
+    }
+}
+
+/* v = (base[i] + float(src[i])) * scale; dst[i] = half(v); acc[i] = float(dst[i]): the ring's
+ * last reduce-scatter hop, which finishes this rank's own segment, averages it, encodes it once
+ * for the allgather and keeps the value the others will see, in one pass.  base may be acc. */
+F16C void hpcdl_f16_add_scale_roundtrip(const uint16_t *src, const float *base, float *acc,
+                                        uint16_t *dst, size_t n, float scale)
+{
+    const __m256 s = _mm256_set1_ps(scale);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_add_ps(_mm256_loadu_ps(base + i),
+                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+        __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(v, s), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(dst + i), h);
+        _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(h));
+    }
+    if (i < n) {
+        __m256 v = _mm256_mul_ps(_mm256_add_ps(load_tail_f32(base + i, n - i),
+                                               load_tail_f16(src + i, n - i)), s);
+        store_tail_f16(dst + i, v, n - i);
+        store_tail_f32(acc + i, load_tail_f16(dst + i, n - i), n - i);
     }
 }
 
@@ -124,23 +155,4 @@ F16C void hpcdl_f16_to_f32_scaled(const uint16_t *src, float *dst, size_t n, flo
         _mm256_storeu_ps(dst + i, _mm256_mul_ps(
             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))), s));
     if (i < n) store_tail_f32(dst + i, _mm256_mul_ps(load_tail_f16(src + i, n - i), s), n - i);
-}
-
-/* v = acc[i] * scale; dst[i] = half(v); acc[i] = float(dst[i]): the ring's owner averages its
- * finished segment, encodes it once for the allgather and keeps the value the others will see. */
-F16C void hpcdl_f16_scale_roundtrip(float *acc, uint16_t *dst, size_t n, float scale)
-{
-    const __m256 s = _mm256_set1_ps(scale);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(acc + i), s),
-                                    _MM_FROUND_TO_NEAREST_INT);
-        _mm_storeu_si128((__m128i *)(dst + i), h);
-        _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(h));
-    }
-    if (i < n) {
-        __m256 v = _mm256_mul_ps(load_tail_f32(acc + i, n - i), s);
-        store_tail_f16(dst + i, v, n - i);
-        store_tail_f32(acc + i, load_tail_f16(dst + i, n - i), n - i);
-    }
 }

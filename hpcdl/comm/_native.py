@@ -2,7 +2,8 @@
 
 ``python -m hpcdl.comm._native`` compiles ``_f16.c`` with the system C compiler into ``_f16.so``
 beside it (``scripts/setup.sh`` runs it). :func:`kernels` returns the loaded library's wrappers,
-or None when the library is absent, does not load, the CPU lacks F16C, or ``HPCDL_NATIVE=0``;
+or None when the library is absent, does not load, was built from older source (``ABI``), the
+CPU lacks F16C, or ``HPCDL_NATIVE=0``;
 callers then use numpy, which gives the same bits, only slower.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 SOURCE = Path(__file__).with_name("_f16.c")
 LIBRARY = Path(__file__).with_name("_f16.so")
+ABI = 2                       # hpcdl_f16_abi() of the library these wrappers are written for
 
 _loaded = False
 _kernels = None
@@ -62,14 +64,14 @@ class _Kernels:
         sz, vp = ctypes.c_size_t, ctypes.c_void_p
         for name, nargs in (("hpcdl_f32_to_f16", 2), ("hpcdl_f16_to_f32", 2),
                             ("hpcdl_f16_add_f32", 2), ("hpcdl_f16_sum_f16", 2),
-                            ("hpcdl_f16_add_encode", 3)):
+                            ("hpcdl_f16_add_encode", 4)):
             fn = getattr(lib, name)
             fn.argtypes = [vp] * nargs + [sz]
             fn.restype = None
         lib.hpcdl_f16_to_f32_scaled.argtypes = [vp, vp, sz, ctypes.c_float]
         lib.hpcdl_f16_to_f32_scaled.restype = None
-        lib.hpcdl_f16_scale_roundtrip.argtypes = [vp, vp, sz, ctypes.c_float]
-        lib.hpcdl_f16_scale_roundtrip.restype = None
+        lib.hpcdl_f16_add_scale_roundtrip.argtypes = [vp, vp, vp, vp, sz, ctypes.c_float]
+        lib.hpcdl_f16_add_scale_roundtrip.restype = None
         self._lib = lib
 
     @staticmethod
@@ -89,9 +91,11 @@ class _Kernels:
         else:
             self._lib.hpcdl_f16_to_f32_scaled(src.ctypes.data, self._ptr(dst, np.float32), n, scale)
 
-    def scale_roundtrip(self, acc, dst, n, scale):
-        """dst (half) = half(acc * scale); acc = float(dst)"""
-        self._lib.hpcdl_f16_scale_roundtrip(self._ptr(acc, np.float32), dst.ctypes.data, n, scale)
+    def add_scale_roundtrip(self, src, base, acc, dst, n, scale):
+        """dst (half) = half((base + float(src)) * scale); acc = float(dst)"""
+        self._lib.hpcdl_f16_add_scale_roundtrip(src.ctypes.data, self._ptr(base, np.float32),
+                                                self._ptr(acc, np.float32), dst.ctypes.data, n,
+                                                scale)
 
     def add(self, src, acc, n):
         """acc (float32) += float(src (half))"""
@@ -101,10 +105,10 @@ class _Kernels:
         """inout (half) = half(float(inout) + float(src))"""
         self._lib.hpcdl_f16_sum_f16(src.ctypes.data, inout.ctypes.data, n)
 
-    def add_encode(self, src, acc, dst, n):
-        """acc += float(src); dst = half(acc)"""
-        self._lib.hpcdl_f16_add_encode(src.ctypes.data, self._ptr(acc, np.float32),
-                                       dst.ctypes.data, n)
+    def add_encode(self, src, base, acc, dst, n):
+        """acc = base + float(src); dst = half(acc)  (base may be acc)"""
+        self._lib.hpcdl_f16_add_encode(src.ctypes.data, self._ptr(base, np.float32),
+                                       self._ptr(acc, np.float32), dst.ctypes.data, n)
 
 
 def _agrees(k) -> bool:
@@ -134,8 +138,9 @@ def kernels():
     try:
         lib = ctypes.CDLL(str(LIBRARY))
         lib.hpcdl_f16c_supported.restype = ctypes.c_int
-        if not lib.hpcdl_f16c_supported():
-            return None
+        lib.hpcdl_f16_abi.restype = ctypes.c_int
+        if lib.hpcdl_f16_abi() != ABI or not lib.hpcdl_f16c_supported():
+            return None           # older source (scripts/setup.sh rebuilds it), or no F16C
         k = _Kernels(lib)
     except (OSError, AttributeError):
         return None

@@ -52,14 +52,23 @@ class Codec:
         """``acc += decode(buf)`` without a temporary where the format allows."""
         acc += np.frombuffer(buf, dtype=np.float32, count=n)
 
-    def decode_add_encode(self, buf, n, acc, out=None):
-        """``acc += decode(buf)``, then the encoding of the new ``acc`` (fused where it pays)."""
+    def _add(self, buf, n, acc, base):
+        """``acc = base + decode(buf)``, or ``acc += decode(buf)`` when ``base`` is None."""
+        if base is not None:
+            acc[...] = base
         self.decode_add(buf, n, acc)
-        return self.encode(acc)
 
-    def average_encode(self, acc, p, out=None):
-        """``acc /= p``, encode it (into ``out`` when given), and leave in ``acc`` the decoded
-        value of those bytes."""
+    def decode_add_encode(self, buf, n, acc, out=None, base=None):
+        """``acc = base + decode(buf)`` (``acc += ...`` without ``base``), then the encoding of the
+        new ``acc``: one fused pass where the codec has one."""
+        self._add(buf, n, acc, base)
+        return self.encode(acc, out=out)
+
+    def decode_add_average_encode(self, buf, n, acc, p, out=None, base=None):
+        """``acc = (base + decode(buf)) / p`` (``acc`` for ``base`` without it), encoded (into
+        ``out`` when given), leaving in ``acc`` the decoded value of those bytes: the ring's last
+        reduce-scatter hop, which finishes and averages this rank's own segment."""
+        self._add(buf, n, acc, base)
         acc /= np.float32(p)
         wire = self.encode(acc, out=out)
         self.decode(wire, acc.size, out=acc)
@@ -126,20 +135,28 @@ class FP16(Codec):
         np.add(acc, np.frombuffer(buf, dtype=np.float16, count=n), out=acc, dtype=np.float32,
                casting="unsafe")
 
-    def decode_add_encode(self, buf, n, acc, out):
-        """``acc += decode(buf)``, then ``out = encode(acc)``: one pass with the kernels."""
-        if self.native is not None and acc.flags.c_contiguous:
-            self.native.add_encode(np.ascontiguousarray(buf), acc, out, n)
+    def decode_add_encode(self, buf, n, acc, out, base=None):
+        """``acc = base + decode(buf)`` (or ``acc += ...``), then ``out = encode(acc)``: one pass
+        with the kernels."""
+        base = acc if base is None else base
+        if self.native is not None and acc.flags.c_contiguous and base.flags.c_contiguous:
+            self.native.add_encode(np.ascontiguousarray(buf), base, acc, out, n)
             return out
-        self.decode_add(buf, n, acc)
+        np.add(base, np.frombuffer(buf, dtype=np.float16, count=n), out=acc, dtype=np.float32,
+               casting="unsafe")
         return self.encode(acc, out)
 
-    def average_encode(self, acc, p, out=None):
-        """``acc *= 1/p`` (float32), encode, keep the decoded value in ``acc``: one pass."""
+    def decode_add_average_encode(self, buf, n, acc, p, out=None, base=None):
+        """``acc = (base + decode(buf)) * (1/p)`` (float32 add, then multiply), encoded into
+        ``out``, and ``acc`` = the decoded value of those bytes: one pass with the kernels."""
+        base = acc if base is None else base
         wire = np.empty(2 * acc.size, dtype=np.uint8) if out is None else out
-        if self.native is not None and acc.flags.c_contiguous:
-            self.native.scale_roundtrip(acc, wire, acc.size, 1.0 / p)
+        if self.native is not None and acc.flags.c_contiguous and base.flags.c_contiguous:
+            self.native.add_scale_roundtrip(np.ascontiguousarray(buf), base, acc, wire, n,
+                                            1.0 / p)
             return wire
+        np.add(base, np.frombuffer(buf, dtype=np.float16, count=n), out=acc, dtype=np.float32,
+               casting="unsafe")
         acc *= np.float32(1.0 / p)
         self.encode(acc, wire)
         self.decode(wire, acc.size, out=acc)
@@ -254,19 +271,20 @@ class Int8(Codec):
         self._decode_into(scales, codes, 0, n, out)
         return out
 
-    def decode_add(self, buf, n, acc):
-        """``acc += decode(buf)`` a block at a time through one reused temporary."""
+    def decode_add(self, buf, n, acc, base=None):
+        """``acc += decode(buf)`` (``acc = base + ...`` with ``base``) a block at a time through
+        one reused temporary."""
         scales, codes = self._split(buf, n)
         tmp = self._tmp(min(n, self.block))
+        base = acc if base is None else base
         for s in range(0, n, self.block):
             e = min(n, s + self.block)
             t = tmp[:e - s]
             self._decode_into(scales, codes, s, e, t)
-            acc[s:e] += t
+            np.add(base[s:e], t, out=acc[s:e])
 
-    def decode_add_encode(self, buf, n, acc, out=None):
-        self.decode_add(buf, n, acc)
-        return self.encode(acc, out=out)
+    def _add(self, buf, n, acc, base):
+        self.decode_add(buf, n, acc, base=base)
 
     def bound(self, x):
         x = np.asarray(x, dtype=np.float32)

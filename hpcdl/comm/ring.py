@@ -66,17 +66,10 @@ class RingBackend(MPIBackend):
         segs = segments(flat.size, p)
         if self.compression == "none":
             self._reduce_scatter_plain(flat, acc, segs)
-            own = segs[(r + 1) % p]
-            acc[own[0]:own[1]] /= np.float32(p)
             self._allgather_plain(acc, segs)
         else:
-            self._reduce_scatter_coded(flat, acc, segs)
-            own_i = (r + 1) % p
-            a, b = segs[own_i]
-            pcs = _pieces(a, b, self.piece)
-            wires = [self.codec.average_encode(acc[x:y], p, out=w)
-                     for (x, y), w in zip(pcs, self._wire_bufs("wire-a", pcs, segs))]
-            self._allgather_coded(acc, segs, wires)
+            wires, key = self._reduce_scatter_coded(flat, acc, segs)
+            self._allgather_coded(acc, segs, wires, key)
         return acc
 
     def _wire_bufs(self, key, pieces, segs):
@@ -111,9 +104,12 @@ class RingBackend(MPIBackend):
             src = flat if k == 0 else acc    # step 0 sends this rank's own input segment
             sends = [comm.Isend(src[x:y], dest=self.right, tag=j)
                      for j, (x, y) in enumerate(_pieces(sa, sb, self.piece))]
+            last = k == p - 2     # the last step finishes this rank's own segment
             for x, y, req in recv:
                 req.Wait()
                 np.add(flat[x:y], tmp[x - ta:y - ta], out=acc[x:y])
+                if last:          # average the piece while it is still in cache
+                    acc[x:y] /= np.float32(p)
             self.MPI.Request.Waitall(sends)
 
     def _allgather_plain(self, acc, segs):
@@ -148,27 +144,33 @@ class RingBackend(MPIBackend):
             else:
                 sends = [comm.Isend(w, dest=self.right, tag=j) for j, w in enumerate(wires)]
             last = k == p - 2
-            outs = [] if last else self._wire_bufs(encoding, tpieces, segs)
+            # the pieces in flight are in ``sending``: the new ones go into the other set
+            outs = self._wire_bufs(encoding, tpieces, segs)
             nxt = []
             for j, ((x, y), buf, req) in enumerate(zip(tpieces, bufs, recv)):
                 req.Wait()
-                acc[x:y] = flat[x:y]  # this piece's first touch, just before the add reads it
-                if last:          # this rank's own segment: it is averaged and encoded afterwards
-                    codec.decode_add(buf, y - x, acc[x:y])
-                else:             # the running sum goes right at the next step: encode it now
-                    nxt.append(codec.decode_add_encode(buf, y - x, acc[x:y], outs[j]))
+                # acc = this rank's input + what came from the left, encoded in the same pass
+                if last:          # this rank's own segment, now complete: average it too
+                    nxt.append(codec.decode_add_average_encode(buf, y - x, acc[x:y], p, outs[j],
+                                                               base=flat[x:y]))
+                else:             # the running sum goes right at the next step
+                    nxt.append(codec.decode_add_encode(buf, y - x, acc[x:y], outs[j],
+                                                       base=flat[x:y]))
             self.MPI.Request.Waitall(sends)
             wires = nxt
             sending, encoding = encoding, sending
+        return wires, sending     # after the swap, ``sending`` names the set the wires are in
 
-    def _allgather_coded(self, acc, segs, wires):
+    def _allgather_coded(self, acc, segs, wires, key):
         p, r, comm, codec = self.size, self.rank, self.comm, self.codec
+        other = {"wire-a": "wire-b", "wire-b": "wire-a"}
         for k in range(p - 1):
             ta, tb = segs[(r - k) % p]
             tpieces = _pieces(ta, tb, self.piece)
-            # step k sends what step k-1 received (its own segment's bytes at step 0, in
-            # "wire-a") and receives into the other reused set: the two alternate
-            bufs = self._wire_bufs(("wire-b", "wire-a")[k % 2], tpieces, segs)
+            # step k sends what step k-1 received (its own segment's bytes at step 0, in the set
+            # ``key``) and receives into the other reused set: the two alternate
+            key = other[key]
+            bufs = self._wire_bufs(key, tpieces, segs)
             reqs = [comm.Irecv(buf, source=self.left, tag=j) for j, buf in enumerate(bufs)]
             reqs += [comm.Isend(w, dest=self.right, tag=j) for j, w in enumerate(wires)]
             self.MPI.Request.Waitall(reqs)

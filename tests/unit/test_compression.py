@@ -166,6 +166,29 @@ def test_native_fp16_gives_numpy_bits_for_every_operation(n):
         of = fast.decode_add_encode(wf, n, accf, np.empty(2 * n, np.uint8))
         os_ = slow.decode_add_encode(ws, n, accs, np.empty(2 * n, np.uint8))
     assert np.array_equal(accf, accs, equal_nan=True) and np.array_equal(of, os_)
+    # the ring's fused hops: acc = base + decode(wire), encoded (and averaged on the last hop)
+    z = rng.standard_normal(n).astype(np.float32)
+    z0 = z.copy()
+    for p in (2, 3):
+        got = {}
+        for name, codec in (("fast", fast), ("slow", slow)):
+            acc1, acc2 = np.full(n, np.nan, np.float32), np.full(n, np.nan, np.float32)
+            with np.errstate(over="ignore", invalid="ignore"):
+                o1 = codec.decode_add_encode(wf, n, acc1, np.empty(2 * n, np.uint8), base=z)
+                o2 = codec.decode_add_average_encode(wf, n, acc2, p, np.empty(2 * n, np.uint8),
+                                                     base=z)
+            got[name] = (acc1, o1, acc2, o2)
+        for a, b in zip(got["fast"], got["slow"]):
+            assert np.array_equal(a, b, equal_nan=True)
+        acc1, o1, acc2, o2 = got["slow"]
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = z + wf.view(np.float16).astype(np.float32)
+            assert np.array_equal(acc1, want, equal_nan=True)
+            assert np.array_equal(o1.view(np.float16), want.astype(np.float16), equal_nan=True)
+            mean = (want * np.float32(1.0 / p)).astype(np.float16)
+        assert np.array_equal(o2.view(np.float16), mean, equal_nan=True)
+        assert np.array_equal(acc2, mean.astype(np.float32), equal_nan=True)
+        assert np.array_equal(z, z0)          # the base (the ring's input) is only read
     hf, hs = y.astype(np.float16).view(np.uint16), y.astype(np.float16).view(np.uint16)
     with np.errstate(over="ignore"):
         fast.sum_halves(wf.view(np.uint16), hf, n)
@@ -200,3 +223,22 @@ def test_kernel_build_makes_a_library_that_loads(tmp_path, monkeypatch):
     assert _native.build(quiet=True) is True and lib.is_file()
     if ctypes.CDLL(str(lib)).hpcdl_f16c_supported():
         assert _native._agrees(_native._Kernels(ctypes.CDLL(str(lib))))
+
+
+def test_a_library_built_from_older_source_is_not_used(tmp_path, monkeypatch):
+    import shutil
+    from hpcdl.comm import _native
+    _kernels_or_skip()                         # where the current library is used at all
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler")
+    src = tmp_path / "_f16.c"
+    text = _native.SOURCE.read_text()
+    assert f"return {_native.ABI};" in text
+    src.write_text(text.replace(f"return {_native.ABI};", f"return {_native.ABI - 1};", 1))
+    lib = tmp_path / "_f16.so"
+    monkeypatch.setattr(_native, "SOURCE", src)
+    monkeypatch.setattr(_native, "LIBRARY", lib)
+    monkeypatch.setattr(_native, "_loaded", False)
+    monkeypatch.setattr(_native, "_kernels", None)
+    assert _native.build(quiet=True) is True
+    assert _native.kernels() is None           # its wrappers would pass the wrong arguments
