@@ -132,8 +132,12 @@ class FP16(Codec):
         if self.native is not None and acc.flags.c_contiguous and np.asarray(buf).nbytes >= 2 * n:
             self.native.add(np.ascontiguousarray(buf), acc, n)
             return
-        np.add(acc, np.frombuffer(buf, dtype=np.float16, count=n), out=acc, dtype=np.float32,
-               casting="unsafe")
+        self._add(buf, n, acc, None)
+
+    def _add(self, buf, n, acc, base):
+        """numpy: ``acc = base + decode(buf)`` in one float32 add (``base`` may be ``acc``)."""
+        np.add(acc if base is None else base, np.frombuffer(buf, dtype=np.float16, count=n),
+               out=acc, dtype=np.float32, casting="unsafe")
 
     def decode_add_encode(self, buf, n, acc, out, base=None):
         """``acc = base + decode(buf)`` (or ``acc += ...``), then ``out = encode(acc)``: one pass
@@ -142,8 +146,7 @@ class FP16(Codec):
         if self.native is not None and acc.flags.c_contiguous and base.flags.c_contiguous:
             self.native.add_encode(np.ascontiguousarray(buf), base, acc, out, n)
             return out
-        np.add(base, np.frombuffer(buf, dtype=np.float16, count=n), out=acc, dtype=np.float32,
-               casting="unsafe")
+        self._add(buf, n, acc, base)
         return self.encode(acc, out)
 
     def decode_add_average_encode(self, buf, n, acc, p, out=None, base=None):
@@ -155,9 +158,8 @@ class FP16(Codec):
             self.native.add_scale_roundtrip(np.ascontiguousarray(buf), base, acc, wire, n,
                                             1.0 / p)
             return wire
-        np.add(base, np.frombuffer(buf, dtype=np.float16, count=n), out=acc, dtype=np.float32,
-               casting="unsafe")
-        acc *= np.float32(1.0 / p)
+        self._add(buf, n, acc, base)
+        acc *= np.float32(1.0 / p)         # a multiply, as the kernel does (not a division)
         self.encode(acc, wire)
         self.decode(wire, acc.size, out=acc)
         return wire
