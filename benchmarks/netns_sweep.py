@@ -6,7 +6,7 @@ each rank count, and always takes the hosts down again. Writes to ``--out``:
 
 - ``netns-allreduce-pN.txt``: the bench table of each rank count (command in the header);
 - ``netns-ps_vs_ring.txt``: ps/ring per size against the link-bound model
-  (:func:`hpcdl.comm.model.exchange_time` with beta from the same run's ring time and gamma its
+  (:func:`hpcdl.costmodel.bottleneck_time` with beta from the same run's ring time and gamma its
   measured add; ``bandwidth_ratio`` = p without the reduction);
 - ``netns-fp16.txt``: fp16 against none, effective busbw, for ring and mpi.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpcdl.comm import model  # noqa: E402
+from hpcdl import costmodel as model  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
 from _run import bench_record  # noqa: E402  (benchmarks/, this script's directory)
 
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     med = statistics.median
     lines = [f"# command: {this}   ({header})",
              "# ps vs ring, one rank per emulated host: median times; model = ps time predicted by "
-             "hpcdl.comm.model.exchange_time(link-bound) with beta from the same run's ring time and "
+             "hpcdl.costmodel.bottleneck_time(link-bound) with beta from the same run's ring time and "
              "gamma its measured add, over the measured ring; link = bandwidth_ratio(p, link-bound)",
              f"# {opts.repeats} sweep(s) per rank count: times are medians over sweeps, ps/ring and "
              "model the median of the per-sweep ratios, [min-max] of ps/ring over sweeps",
@@ -121,10 +121,10 @@ def main(argv=None) -> int:
             for rr, pr in zip(rows[("ring", "none", size)], rows[("ps", "none", size)]):
                 ring, ps = rr["time_us"]["median"], pr["time_us"]["median"]
                 gamma = rr["reduce_us"] / size
-                unit = model.exchange_time("ring", size, p, 1.0, 0.0, model.LINK_BOUND)
-                beta = max(0.0, ring - model.exchange_time("ring", size, p, 0.0, gamma,
+                unit = model.bottleneck_time("ring", size, p, 1.0, 0.0, model.LINK_BOUND)
+                beta = max(0.0, ring - model.bottleneck_time("ring", size, p, 0.0, gamma,
                                                            model.LINK_BOUND)) / unit
-                preds.append(model.exchange_time("ps", size, p, beta, gamma, model.LINK_BOUND)
+                preds.append(model.bottleneck_time("ps", size, p, beta, gamma, model.LINK_BOUND)
                              / ring)
                 ratios.append(ps / ring)
                 rings.append(ring)

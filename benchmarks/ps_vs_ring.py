@@ -2,7 +2,7 @@
 
 Runs ``hpcdl bench allreduce -B ring,ps -C none`` under mpirun for each rank count (and each
 transport asked for), then prints per size the measured ps/ring time ratio beside the model's
-for the bottleneck of that run (:func:`hpcdl.comm.model.bandwidth_ratio`): copy-bound (ranks <=
+for the bottleneck of that run (:func:`hpcdl.costmodel.bandwidth_ratio`): copy-bound (ranks <=
 cores, one node: every byte in or out is a copy by its rank's CPU) -> p/2, cpu-bound (more ranks
 than cores) -> 1; the link-bound ratio p of a real network is printed beside them.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpcdl.comm import model  # noqa: E402
+from hpcdl import costmodel as model  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
 from _run import bench_record  # noqa: E402  (benchmarks/, this script's directory)
 
@@ -58,16 +58,16 @@ def main(argv=None) -> int:
                 ps = rows[("ps", size)]["time_us"]["median"]
                 # gamma: this run's float32 add, per byte; beta: what the ring's time leaves
                 gamma = rows[("ring", size)]["reduce_us"] / size
-                unit = model.exchange_time("ring", size, p, 1.0, 0.0, regime, cores)
-                beta = max(0.0, ring - model.exchange_time("ring", size, p, 0.0, gamma, regime,
+                unit = model.bottleneck_time("ring", size, p, 1.0, 0.0, regime, cores)
+                beta = max(0.0, ring - model.bottleneck_time("ring", size, p, 0.0, gamma, regime,
                                                            cores)) / unit
-                pred = model.exchange_time("ps", size, p, beta, gamma, regime, cores) / ring
+                pred = model.bottleneck_time("ps", size, p, beta, gamma, regime, cores) / ring
                 table.append((transport, p, size, ring, ps, ps / ring, regime, pred,
                               model.bandwidth_ratio(p, regime),
                               model.bandwidth_ratio(p, model.LINK_BOUND)))
     print(f"# ps vs ring: {Path(opts.results)}; {cores} cores; median times; bind-to core where "
           f"ranks <= cores")
-    print("# model: ps time predicted from the same run's ring time (hpcdl.comm.model.exchange_time"
+    print("# model: ps time predicted from the same run's ring time (hpcdl.costmodel.bottleneck_time"
           " for the run's bottleneck: beta from the ring, gamma = the run's measured add per byte),"
           " over the measured ring time")
     print("# bw-only: the ratio without reduction (copy-bound p/2, cpu-bound 1); link: p, a "

@@ -11,7 +11,7 @@ bytes whatever the compression, so a compressed backend's busbw is the effective
 prints the table and appends one ``hpcdl.bench/1`` record to ``--results``.
 
 ``hpcdl bench fit`` reads such a record and fits alpha, beta and gamma of each backend's cost
-model (:mod:`hpcdl.comm.model`), prints the prediction beside the measurement for each size, and
+model (:mod:`hpcdl.costmodel`), prints the prediction beside the measurement for each size, and
 writes the parameters to ``results/bench/fit.json`` (``hpcdl.fit/1``). It needs no MPI.
 """
 from __future__ import annotations
@@ -294,7 +294,7 @@ def allreduce_main(opts) -> int:
     from . import records
     from .comm import get_backend
     from .comm.compression import get_codec
-    from .comm.model import busbw_factor, model_for
+    from .costmodel import algorithm_for, busbw_factor
 
     world = MPI.COMM_WORLD.Dup()
     rank, p = world.Get_rank(), world.Get_size()
@@ -395,7 +395,7 @@ def allreduce_main(opts) -> int:
                 busbw = algbw * bus
                 memcpy = size / refs[size]["memcpy"]["median"] / 1e9
                 red = refs[size]["reduce:" + comp]["median"]
-                row = {"backend": name, "compression": comp, "model": model_for(name, comp),
+                row = {"backend": name, "compression": comp, "model": algorithm_for(name, comp),
                        "size_bytes": size, "count": n, "type": "float",
                        "wire_bytes": be.codec.wire_nbytes(n), "iters": iters, "warmup": warm,
                        "time_us": {k: (v * 1e6 if k != "n" else v) for k, v in st.items()},
@@ -535,7 +535,7 @@ def _gamma_of(row) -> float:
 
 def fit_record(record: dict, min_bytes: int = 64 << 10) -> dict:
     """Fit every backend+compression of one bench record; return the ``backends`` mapping."""
-    from .comm.model import fit_regimes, model_for, predict_fit
+    from .costmodel import algorithm_for, fit_regimes, predict_fit
     p = int(record["layout"]["size"])
     groups = {}
     for row in record["rows"]:
@@ -546,7 +546,7 @@ def fit_record(record: dict, min_bytes: int = 64 << 10) -> dict:
         use = [r for r in rows if r["size_bytes"] >= min_bytes]
         if len(use) < 2:
             continue
-        model = rows[0].get("model") or model_for(backend, comp)
+        model = rows[0].get("model") or algorithm_for(backend, comp)
         sizes = [r["size_bytes"] for r in use]
         # gamma(n): the reduction hop's measured time per byte at each size (it too changes
         # between in-cache and out-of-cache sizes), not a single slope
@@ -569,9 +569,9 @@ def fit_main(opts) -> int:
                         "sweep to larger --maxbytes")
     print(f"# hpcdl bench fit: {path} record of {record.get('time')} ({p} ranks, "
           f"hosts {','.join(record['layout'].get('hosts', []))}); fit and judged from {opts.min_bytes} B")
-    print("# models (n = float32 bytes): ring t = 2(p-1)a + 2(p-1)/p n b + (p-1)/p n g; "
-          "ps t = 2(p-1)a + 2(p-1) n b + (p-1) n g; allgather t = (p-1)a + (p-1) n b + n g (one encode + one decode-add in g, each further "
-          "decode-add in b)")
+    from .costmodel import FORMULAS
+    print("# models (n = float32 bytes, hpcdl.costmodel): "
+          + "; ".join(f"{k} t = {v}" for k, v in FORMULAS.items()))
     print("# g (gamma) is measured: the reduction hop's local time per byte at each size, same run")
     print("# alpha, beta: one line over all sizes (weighted least squares on relative error); "
           "where it misses, up to three regimes (in cache, in memory, buffers mapped afresh per "

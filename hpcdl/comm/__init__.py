@@ -15,12 +15,8 @@ Compression (``none``, ``fp16``, ``int8``; :mod:`.compression`) applies to every
 payload cannot be summed on the wire (int8 codes with per-chunk scales over ``mpi`` and
 ``horovod``), the ranks allgather the payloads and average them locally.
 
-Cost model, with n bytes of float32 payload on p ranks (alpha: s per message, beta: s per byte
-on a link, gamma: s per byte reduced; :mod:`.model` holds these as functions)::
-
-    ring       t = 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma
-    ps         t = 2(p-1) alpha + 2(p-1) n beta   + (p-1) n gamma
-    allgather  t = (p-1) alpha  + (p-1) n beta    + n gamma   (beta + the decode-add of a payload)
+The time each takes is modelled in :mod:`hpcdl.costmodel` (``algorithm_for`` names the
+algorithm of each backend and compression).
 
 This package's top level imports numpy only; mpi4py, TensorFlow and Horovod are imported when a
 backend is made.

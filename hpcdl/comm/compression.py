@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..costmodel import INT8_CHUNK, wire_bytes
+
 __all__ = ["CHUNK", "Codec", "get_codec", "FP16_UNIT_ROUNDOFF", "FP16_TINY", "INT8_LEVELS"]
 
-CHUNK = 256                  # int8: elements per scale (4 bytes of scale per 256 codes: 1.6 %)
+CHUNK = INT8_CHUNK           # int8: elements per scale (4 bytes of scale per 256 codes: 1.6 %)
 INT8_LEVELS = 127
 FP16_UNIT_ROUNDOFF = 2.0 ** -11
 FP16_TINY = 2.0 ** -25       # half the spacing of fp16 subnormals
@@ -34,8 +36,8 @@ class Codec:
     itemsize = 4
 
     def wire_nbytes(self, n: int) -> int:
-        """Bytes on the wire for ``n`` float32 elements."""
-        return 4 * n
+        """Bytes on the wire for ``n`` float32 elements (:func:`hpcdl.costmodel.wire_bytes`)."""
+        return wire_bytes(n, self.name)
 
     def encode(self, x: np.ndarray, out=None) -> np.ndarray:
         """The wire bytes of ``x`` (here a view of it: ``out`` is not needed)."""
@@ -96,9 +98,6 @@ class FP16(Codec):
     def __init__(self, native=None):
         from ._native import kernels
         self.native = kernels() if native is None else (kernels() if native else None)
-
-    def wire_nbytes(self, n):
-        return 2 * n
 
     def encode(self, x, out=None):
         x = np.ascontiguousarray(x, dtype=np.float32)
@@ -183,16 +182,13 @@ class Int8(Codec):
     name = "int8"
     itemsize = 1
 
-    def __init__(self, chunk: int = CHUNK, block_chunks: int = 256):
-        self.chunk = chunk
-        self.block = chunk * block_chunks     # elements per pass of encode / decode_add
+    def __init__(self, block_chunks: int = 256):
+        self.chunk = CHUNK
+        self.block = CHUNK * block_chunks     # elements per pass of encode / decode_add
         self._scratch = np.empty(0, dtype=np.float32)
 
     def _nchunks(self, n):
         return -(-n // self.chunk)
-
-    def wire_nbytes(self, n):
-        return n + 4 * self._nchunks(n)
 
     def _absmax(self, x):
         full = (x.size // self.chunk) * self.chunk

@@ -8,8 +8,8 @@ tensors ready by then up to ``HOROVOD_FUSION_THRESHOLD`` bytes; see docs/ or the
 ``hvd.DistributedGradientTape(compression=...)``. Horovod has no int8 compressor, and int8
 codes with per-chunk scales cannot be summed on the wire: ``int8`` allgathers every rank's
 payload (codes and scales) with ``hvd.allgather`` and each rank decodes and averages them in
-rank order, so all ranks end with the same bits. That moves (p-1) * n/4 bytes into each rank,
-against 2(p-1)/p * n for a float32 ring: less traffic up to p = 8.
+rank order, so all ranks end with the same bits (``allgather`` in :mod:`hpcdl.costmodel`):
+each rank receives p-1 quarter-size payloads, less traffic than a float32 ring up to p = 8.
 """
 from __future__ import annotations
 

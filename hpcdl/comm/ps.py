@@ -1,9 +1,9 @@
 """Average buffers through a synchronous parameter server at rank 0 (the seeds' baseline).
 
 Every rank sends its whole buffer to rank 0; rank 0 adds them in rank order as they arrive,
-divides by p and sends the result back to each rank, one message per rank. The root's link
-carries (p-1)*n bytes each way, against 2(p-1)/p*n for a ring link: at large n the ps takes
-about p times as long as a ring (see :mod:`hpcdl.comm.model`). With compression, each rank sends
+divides by p and sends the result back to each rank, one message per rank: all p-1 messages
+each way cross the root's link, so at large n the ps takes about p times as long as a ring
+(:mod:`hpcdl.costmodel` models both). With compression, each rank sends
 its encoded buffer, the root decodes and adds in float32, encodes the mean once and every rank,
 the root included, takes the decoded value of those bytes.
 """

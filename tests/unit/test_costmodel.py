@@ -1,31 +1,43 @@
-"""The alpha-beta-gamma model: formulas, and the fit recovering known parameters."""
+"""The alpha-beta-gamma model: formulas, wire bytes, the fit recovering known parameters."""
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hpcdl.comm import model as M
+from hpcdl import costmodel as M
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ring_time(n, p, a, b, g):
+    return M.predict("ring", n, p, a, b, g)
+
+
+def ps_time(n, p, a, b, g):
+    return M.predict("ps", n, p, a, b, g)
 
 SIZES = [float(1 << k) for k in range(16, 29)]     # 64 KiB .. 256 MiB
 
 
 def test_ring_and_ps_formulas():
     n, p, a, b, g = 1e6, 4, 1e-5, 1e-9, 1e-10
-    assert M.ring_time(n, p, a, b, g) == pytest.approx(6 * a + 1.5 * n * b + 0.75 * n * g)
-    assert M.ps_time(n, p, a, b, g) == pytest.approx(6 * a + 6 * n * b + 3 * n * g)
-    assert M.allgather_time(n, p, a, b, g) == pytest.approx(3 * a + 3 * n * b + n * g)
-    assert M.ring_time(n, 1, a, b, g) == 0.0
+    assert ring_time(n, p, a, b, g) == pytest.approx(6 * a + 1.5 * n * b + 0.75 * n * g)
+    assert ps_time(n, p, a, b, g) == pytest.approx(6 * a + 6 * n * b + 3 * n * g)
+    assert M.predict("allgather", n, p, a, b, g) == pytest.approx(3 * a + 3 * n * b + n * g)
+    assert ring_time(n, 1, a, b, g) == 0.0
     # at large n a parameter server takes p times a ring's time
     for p in (2, 3, 4, 8):
-        assert M.ps_time(1e9, p, 0, b, g) / M.ring_time(1e9, p, 0, b, g) == pytest.approx(p)
+        assert ps_time(1e9, p, 0, b, g) / ring_time(1e9, p, 0, b, g) == pytest.approx(p)
     assert M.busbw_factor(2) == 1.0 and M.busbw_factor(4) == 1.5
 
 
-def test_model_for_each_backend():
-    assert M.model_for("ring") == M.model_for("mpi") == M.model_for("horovod", "fp16") == "ring"
-    assert M.model_for("ps", "int8") == "ps"
-    assert M.model_for("mpi", "int8") == M.model_for("horovod", "int8") == "allgather"
-    assert M.model_for("ring", "int8") == "ring"
+def test_algorithm_for_each_backend():
+    assert M.algorithm_for("ring") == M.algorithm_for("mpi") == M.algorithm_for("horovod", "fp16") == "ring"
+    assert M.algorithm_for("ps", "int8") == "ps"
+    assert M.algorithm_for("mpi", "int8") == M.algorithm_for("horovod", "int8") == "allgather"
+    assert M.algorithm_for("ring", "int8") == "ring"
 
 
 @pytest.mark.parametrize("model,p", [("ring", 2), ("ring", 4), ("ps", 3), ("allgather", 2)])
@@ -69,14 +81,31 @@ def test_fit_clamps_a_negative_latency_to_zero():
     assert res["alpha_s"] == 0.0 and res["beta_s_per_byte"] > 0
 
 
-def test_gamma_from_reduction_times_is_the_slope():
-    assert M.gamma_from(SIZES, [n * 3e-11 for n in SIZES]) == pytest.approx(3e-11)
+def test_wire_bytes_per_codec_are_what_the_codecs_send():
+    from hpcdl.comm.compression import get_codec
+    for n in (1, 255, 256, 257, 1000, 1 << 20):
+        assert M.wire_bytes(n, "none") == 4 * n
+        assert M.wire_bytes(n, "fp16") == 2 * n
+        assert M.wire_bytes(n, "int8") == n + 4 * -(-n // 256)
+        for comp in ("none", "fp16", "int8"):
+            x = np.linspace(-1, 1, n, dtype=np.float32)
+            assert get_codec(comp).encode(x).nbytes == M.wire_bytes(n, comp)
+    with pytest.raises(ValueError):
+        M.wire_bytes(4, "int4")
+
+
+def test_the_formula_is_written_in_one_module():
+    """The alpha-beta-gamma terms appear in hpcdl/costmodel.py and nowhere else in hpcdl/."""
+    term = re.compile(r"2\s*\*?\s*\(p\s*[-−]\s*1\)\s*/\s*p\s*\*?\s*·?\s*n")
+    found = [p.relative_to(ROOT).as_posix() for p in (ROOT / "hpcdl").rglob("*.py")
+             if term.search(p.read_text())]
+    assert found == ["hpcdl/costmodel.py"]
 
 
 def _record(p=2, alpha=20e-6, beta=0.3e-9, gamma=0.1e-9):
     rows = []
     for backend, comp in [("ring", "none"), ("ps", "none"), ("mpi", "int8")]:
-        model = M.model_for(backend, comp)
+        model = M.algorithm_for(backend, comp)
         for k in range(2, 29, 2):
             n = 1 << k
             t = M.predict(model, n, p, alpha, beta, gamma)
@@ -112,7 +141,7 @@ def test_bench_fit_without_records_is_a_user_error(tmp_path):
 def test_fit_finds_the_cache_breakpoint_of_a_two_regime_sweep():
     # in-cache sizes at 0.2 ns/B, memory-bound sizes from 16 MiB at 0.5 ns/B
     alpha, b_in, b_out, brk = 15e-6, 0.2e-9, 0.5e-9, float(16 << 20)
-    t = [M.ring_time(n, 2, alpha, b_in if n < brk else b_out, 0) for n in SIZES]
+    t = [ring_time(n, 2, alpha, b_in if n < brk else b_out, 0) for n in SIZES]
     one = M.fit("ring", SIZES, t, 2, gamma=0.0)
     assert one["max_rel_err"] > 0.2                       # a single line misses
     res = M.fit_regimes("ring", SIZES, t, 2, gamma=0.0)
@@ -129,7 +158,7 @@ def test_fit_finds_the_cache_breakpoint_of_a_two_regime_sweep():
 
 def test_fit_keeps_one_regime_when_one_line_holds():
     rng = np.random.default_rng(3)
-    t = np.array([M.ring_time(n, 4, 10e-6, 0.3e-9, 0.05e-9) for n in SIZES]) * (1 + rng.normal(0, 0.01, len(SIZES)))
+    t = np.array([ring_time(n, 4, 10e-6, 0.3e-9, 0.05e-9) for n in SIZES]) * (1 + rng.normal(0, 0.01, len(SIZES)))
     res = M.fit_regimes("ring", SIZES, t, 4, gamma=0.05e-9)
     assert res["breakpoint_bytes"] is None and len(res["regimes"]) == 1
     assert res["beta_s_per_byte"] == pytest.approx(0.3e-9, rel=0.03)
@@ -148,7 +177,7 @@ def test_ps_over_ring_ratio_per_bottleneck():
     # CPU in both directions -> p/2; more ranks than cores -> all copies share the cores -> 1
     for p in (2, 3, 4, 8):
         assert M.bandwidth_ratio(p, M.LINK_BOUND) == pytest.approx(
-            M.ps_time(1e9, p, 0, 1e-9, 0) / M.ring_time(1e9, p, 0, 1e-9, 0))
+            ps_time(1e9, p, 0, 1e-9, 0) / ring_time(1e9, p, 0, 1e-9, 0))
         assert M.bandwidth_ratio(p, M.COPY_BOUND) == p / 2
         assert M.bandwidth_ratio(p, M.CPU_BOUND) == 1
     assert M.regime_for(2, cores=2) == M.COPY_BOUND and M.regime_for(4, cores=2) == M.CPU_BOUND
@@ -170,7 +199,7 @@ def test_fit_finds_three_regimes_cache_memory_and_fresh_mappings():
     # cache up to 4 MiB, memory from 8 MiB, buffers mapped afresh per call from 64 MiB
     def beta(n):
         return 0.15e-9 if n <= (4 << 20) else (0.3e-9 if n < (64 << 20) else 0.6e-9)
-    t = [M.ring_time(n, 2, 10e-6, beta(n), 0) for n in SIZES]
+    t = [ring_time(n, 2, 10e-6, beta(n), 0) for n in SIZES]
     res = M.fit_regimes("ring", SIZES, t, 2, gamma=0.0)
     assert [g["from_bytes"] for g in res["regimes"]] == [1 << 16, 8 << 20, 64 << 20]
     assert res["breakpoint_bytes"] == 64 << 20 and res["max_rel_err"] < 1e-6
@@ -201,7 +230,7 @@ def test_fit_tries_three_regimes_when_one_split_gains_nothing():
     # sides of it: no single split helps, two do (the search must not stop at the first)
     def time(n):
         a, b = (300e-6, 0.2e-9) if (4 << 20) <= n <= (32 << 20) else (10e-6, 0.5e-9)
-        return M.ring_time(n, 2, a, b, 0)
+        return ring_time(n, 2, a, b, 0)
     sizes = [s for s in SIZES if s >= 64 << 10]
     t = [time(n) for n in sizes]
     line = M.fit_regimes("ring", sizes, t, 2, gamma=0.0, max_regimes=1)
