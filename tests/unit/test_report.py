@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _record(study, ranks, rep, tput, std, step, comp, compression="none", gb=1000):
     return {"schema": "hpcdl.run/1", "kind": "train", "study": study, "status": "ok",
+            "declared": {"scaling": "strong", "study_sha256": "ab" * 32, "calibration": "runs"},
             "time": f"2024-05-0{rep + 1}T10:00:00+00:00",
             "point": {"id": f"n1-r{ranks}-horovod-{compression}-rep{rep}", "repeat": rep},
             "params": {"workload": "expmlp", "batch_size": gb // ranks, "global_batch": gb,
@@ -39,6 +40,7 @@ def results(tmp_path):
     for rep in range(3):
         recs.append(_record("demo", 1, rep, 1000.0 + rep, 10.0, 1.0e-3 * (1 + rep / 100), 0.8e-3))
         recs.append(_record("demo", 2, rep, 1600.0 + 2 * rep, 20.0, 1.25e-3 * (1 + rep / 100), 0.5e-3))
+        recs.append(_record("demo", 4, rep, 2400.0 + 2 * rep, 30.0, 1.6e-3 * (1 + rep / 100), 0.3e-3))
         recs.append(_record("demo", 2, rep, 1700.0, 15.0, 1.18e-3, 0.5e-3, compression="fp16"))
         recs.append(_record("demo", 1, rep, 1000.0, 10.0, 1.0e-3, 0.8e-3, compression="fp16"))
     with open(d / "runs.jsonl", "w") as fh:
@@ -59,14 +61,14 @@ def test_report_files_exist_and_tables_match_the_records(results):
     names = {p.name for p in out["files"]}
     assert {"report.md", "report.json", "scaling-horovod-none.csv", "scaling-horovod-fp16.csv",
             "model-vs-measured.csv", "model-extrapolation.csv", "model-vs-published.csv",
-            "throughput-speedup.png", "efficiency.png", "comm-share.png", "axes-compared.png",
+            "throughput-speedup.png", "efficiency.png", "step-split.png", "axes-compared.png",
             "model-extrapolation.png"} <= names
     for p in out["files"]:
         assert p.exists() and p.stat().st_size > 0
         if p.suffix == ".png":
             assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = _csv_rows(d / "scaling-horovod-none.csv")
-    assert [int(r["ranks"]) for r in rows] == [1, 2]
+    assert [int(r["ranks"]) for r in rows] == [1, 2, 4]
     mine = [r for r in recs if r["params"]["compression"] == "none"]
     for row in rows:
         sel = [r["metrics"]["throughput"] for r in mine if r["layout"]["size"] == int(row["ranks"])]
@@ -86,18 +88,25 @@ def test_report_files_exist_and_tables_match_the_records(results):
     assert "ResNet-101" in md and "VGG-16" in md and "25 GbE RoCE" in md
     assert "nodeA" in md and "tensorflow 2.15.1" in md
     doc = json.loads((d / "report.json").read_text())
-    assert doc["records"] == len(recs)
-    assert doc["tables"]["scaling-horovod-none"]["rows"][1]["ranks"] == 2
+    assert doc["records"] == len(recs) and doc["scaling"] == "strong"
+    assert [r["ranks"] for r in doc["rows"] if r["axis"] == "horovod/none"] == [1, 2, 4]
+    assert doc["extrapolation"]["axis"] == "horovod/none" and doc["extrapolation"]["points"]
 
 
 def test_report_model_section_is_calibrated_and_beside_each_measurement(results):
     d, _ = results
     report.write_report(d, plots=False)
     rows = _csv_rows(d / "model-vs-measured.csv")
-    assert len(rows) == 4
+    assert len(rows) == 5
     for r in rows:
-        assert float(r["model_step_s"]) > 0
-        assert abs(float(r["model_error"])) < 0.2
+        if r["axis"] == "horovod/none":      # 2 and 4 ranks: alpha and beta determined
+            assert float(r["model_step_s"]) > 0
+            assert abs(float(r["model_error"])) < 0.2
+        else:                                # fp16 has one multi-rank point: not determined
+            assert r["model_step_s"] == "" and r["determined"] == "False"
+    md = (d / "report.md").read_text()
+    assert "**horovod/fp16** — calibrated from this study's runs" in md
+    assert "α and β **not determined from these runs**" in md
     pub = _csv_rows(d / "model-vs-published.csv")
     assert {r["model"] for r in pub} == {"ResNet-101", "VGG-16"}
 
@@ -111,6 +120,7 @@ def test_report_uses_a_bench_fit_when_given(results, tmp_path):
     models = json.loads((d / "report.json").read_text())["models"]
     assert models["horovod/none"]["alpha"] == 7e-6
     assert "bench fit" in models["horovod/none"]["source"]
+    assert json.loads((d / "report.json").read_text())["calibration"] == f"fit:{fit}"
 
 
 def test_report_errors_are_user_errors(tmp_path, results):
