@@ -34,9 +34,13 @@ Example::
     [slurm]
     partition = "gpu"
     time = "00:30:00"
+
+    [model]                       # how the report calibrates the communication model
+    fit = "results/bench/fit.json"   # from 'hpcdl bench fit' (default: this study's own runs)
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -77,7 +81,8 @@ _WORKLOAD_KEYS: Dict[str, Tuple[type, str]] = {
 # Smallest allowed value of the [workload] keys (1 when not listed; None: any).
 _WORKLOAD_MIN = {"seed": None, "lr": None, "model": None, "data": None, "lr_scaling": None,
                  "warmup": 0, "num_warmup_batches": 0, "lr_warmup_steps": 0, "probes": 0}
-_SECTIONS = ("study", "workload", "layout", "axes", "run", "slurm")
+_SECTIONS = ("study", "workload", "layout", "axes", "run", "slurm", "model")
+_MODEL_KEYS = ("fit",)
 _STUDY_KEYS = ("name", "description", "scaling", "repeats")
 _LAYOUT_KEYS = ("ranks", "nodes", "ranks_per_node")
 _AXES_KEYS = ("backend", "compression")
@@ -113,6 +118,7 @@ class Point:
     batch_size: int            # per rank
     workload: str
     params: Tuple[Tuple[str, Any], ...] = ()
+    declared: str = ""         # the study's declarations (JSON), carried into every record
 
     @property
     def ranks(self) -> int:
@@ -146,8 +152,10 @@ class Point:
         for key, value in self.params:
             args += [_WORKLOAD_KEYS[key][1], str(value)]
         args += ["--study", self.study,
-                 "--point", json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":")),
-                 "--results", str(results_path)]
+                 "--point", json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))]
+        if self.declared:
+            args += ["--declared", self.declared]
+        args += ["--results", str(results_path)]
         return args
 
     def command(self, results_path) -> List[str]:
@@ -173,7 +181,15 @@ class Study:
     mpirun_args: List[str] = field(default_factory=list)
     description: str = ""
     results_dir: Path = Path("results")
+    fit: str = ""                    # [model] fit: the bench fit that calibrates the report's model
+    sha256: str = ""                 # of the study file's bytes
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def declared(self) -> Dict[str, str]:
+        """What every record of this study carries, so that the report guesses nothing."""
+        return {"scaling": self.scaling, "study_file": str(self.path), "study_sha256": self.sha256,
+                "calibration": f"fit:{self.fit}" if self.fit else "runs"}
 
     @property
     def runs_path(self) -> Path:
@@ -186,6 +202,7 @@ class Study:
     def points(self) -> List[Point]:
         """Every run, repeats outermost so that slow drift of the machine spreads over all layouts."""
         out = []
+        declared = json.dumps(self.declared, sort_keys=True, separators=(",", ":"))
         for rep in range(self.repeats):
             for backend in self.backends:
                 for comp in self.compressions:
@@ -193,7 +210,8 @@ class Study:
                         ranks = nodes * rpn
                         per_rank = self.batch // ranks if self.scaling == "strong" else self.batch
                         out.append(Point(self.name, nodes, rpn, rep, backend, comp, per_rank,
-                                         self.workload, tuple(sorted(self.params.items()))))
+                                         self.workload, tuple(sorted(self.params.items())),
+                                         declared))
         return out
 
     def done_ids(self, runs_path=None) -> set:
@@ -227,12 +245,14 @@ def load(path, results_root=None) -> Study:
     path = Path(path)
     if not path.is_file():
         raise StudyError(f"{path}: no such study file")
+    data = path.read_bytes()
     try:
-        with open(path, "rb") as fh:
-            raw = _toml.load(fh)
-    except _toml.TOMLDecodeError as exc:
+        raw = _toml.loads(data.decode("utf-8"))
+    except (_toml.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise StudyError(f"{path}: not valid TOML: {exc}") from None
-    return from_dict(raw, path, results_root=results_root)
+    study = from_dict(raw, path, results_root=results_root)
+    study.sha256 = hashlib.sha256(data).hexdigest()
+    return study
 
 
 def from_dict(raw: dict, path, results_root=None) -> Study:
@@ -338,12 +358,17 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
         if any(not isinstance(x, str) for x in slurm[key]):
             v.fail(f"slurm.{key}", "must be a list of strings")
 
+    model = v.table(raw, "model")
+    v.only(model, "model", _MODEL_KEYS)
+    fit = v.get(model, "model.fit", str, default="")
+
     root = Path(results_root) if results_root is not None else Path(
         os.environ.get("HPCDL_RESULTS_ROOT", "results"))
     return Study(name=name, path=path, scaling=scaling, workload=workload, params=params,
                  batch=batch, layouts=layouts, repeats=repeats, backends=backends,
                  compressions=compressions, slurm=slurm, timeout=timeout, env=env,
-                 mpirun_args=mpirun_args, description=description, results_dir=root / name, raw=raw)
+                 mpirun_args=mpirun_args, description=description, results_dir=root / name,
+                 fit=fit, raw=raw)
 
 
 def _comm_choices() -> Tuple[Sequence[str], Sequence[str]]:

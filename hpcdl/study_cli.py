@@ -88,12 +88,14 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="where to write the report (default: the results folder)")
     p.add_argument("--fit", default=None,
                    help="calibrate the exchange model from a 'hpcdl bench fit' file (fit.json) "
-                        "instead of from the study's own runs")
+                        "instead of the study's declared calibration ([model] fit, or its own runs)")
     p.add_argument("--algorithm", choices=("ring", "ps"), default=None,
                    help="exchange algorithm of the model (default: ps for the ps backend, else ring)")
     p.add_argument("--overlap", type=float, default=0.0,
                    help="fraction of the exchange hidden behind backprop in the extrapolation (0)")
     p.add_argument("--max-ranks", type=int, default=1024, help="extrapolate up to this many ranks")
+    p.add_argument("--scaling", choices=("strong", "weak"), default=None,
+                   help="for records made outside a study, which declare no scaling kind")
     p.add_argument("--no-plots", action="store_true", help="tables and model only")
     p.add_argument("--study", default=None, help="only records of this study name")
 
@@ -148,7 +150,8 @@ def report_main(opts) -> int:
         raise UserError(f"--overlap must be in [0, 1), got {opts.overlap}")
     written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
                                   algorithm=opts.algorithm, overlap=opts.overlap,
-                                  max_ranks=opts.max_ranks, plots=not opts.no_plots)
+                                  max_ranks=opts.max_ranks, plots=not opts.no_plots,
+                                  scaling=opts.scaling)
     for kind, path in written.items():
         if kind != "files":
             print(f"{kind}: {path}")

@@ -108,6 +108,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "'-' for none")
     r.add_argument("--study", default=None, help="study name stored in the record")
     r.add_argument("--point", default=None, help="study point id stored in the record (JSON or text)")
+    r.add_argument("--declared", default=None,
+                   help="the study's declarations stored in the record (JSON: scaling, study file "
+                        "and hash, calibration); 'hpcdl study' passes it")
     r.add_argument("--tag", default=None, help="free text stored in the record")
     r.add_argument("--checkpoint-dir", default=None, help="where rank 0 writes checkpoints")
     r.add_argument("--checkpoint-every", type=_nonneg_int, default=0, help="checkpoint every K steps (0 = only on stop)")
@@ -582,18 +585,14 @@ def run(opts) -> int:
     if probe_times:
         ptimes = hvd.allreduce(tf.constant(np.asarray(probe_times, dtype=np.float64)), op=hvd.Max,
                                name="hpcdl.probes").numpy()
-        compute = float(np.median(ptimes))
-        split = {"method": "probe", "compute_s": compute,
-                 "exchange_s": max(0.0, step_stats["median"] - compute), "probes": len(ptimes)}
+        split = step_split(size, step_stats.get("median"), "probe", float(np.median(ptimes)))
+        split["probes"] = len(ptimes)
     elif comp_times:
         c = hvd.allreduce(tf.constant(np.asarray([np.median(comp_times), np.median(exch_times)])),
                           op=hvd.Max, name="hpcdl.split").numpy()
-        split = {"method": "timed", "compute_s": float(c[0]), "exchange_s": float(c[1])}
+        split = step_split(size, step_stats.get("median"), "timed", float(c[0]), float(c[1]))
     else:
         split = {"method": "none"}
-    if "compute_s" in split and step_stats.get("median"):
-        split["compute_share"] = min(1.0, split["compute_s"] / step_stats["median"])
-        split["exchange_share"] = 1.0 - split["compute_share"]
 
     if opts.save_weights and (root or "{rank}" in opts.save_weights):
         wpath = Path(opts.save_weights.replace("{rank}", str(rank)))
@@ -608,8 +607,7 @@ def run(opts) -> int:
               f"+-{total_rate.get('ci95', 0):.1f}")
         print(f"Step time: median {step_stats.get('median', 0) * 1e3:.3f} ms, "
               f"p99 {step_stats.get('p99', 0) * 1e3:.3f} ms over {step_stats['n']} timed steps"
-              + (f"; compute {split['compute_share'] * 100:.0f}% / exchange "
-                 f"{split['exchange_share'] * 100:.0f}%" if "compute_share" in split else ""))
+              + (f"; {split['text']}" if split.get("text") else ""))
         print(f"Final loss: {final_loss:.6g}")
         if "test_accuracy" in metrics:
             print(f"Test accuracy: {metrics['test_accuracy']:.4f}")
@@ -618,6 +616,7 @@ def run(opts) -> int:
         record = {
             "schema": records.SCHEMA, "kind": "train", "study": opts.study,
             "point": _parse_point(opts.point), "tag": opts.tag, "time": records.now_iso(),
+            "declared": _parse_point(opts.declared),
             "status": "ok",
             "params": {"workload": wl.name, "batch_size": batch, "global_batch": global_batch,
                        "steps": steps, "warmup": warmup, "batches_per_iter": per_iter,
@@ -649,6 +648,34 @@ def run(opts) -> int:
             records.append(path, record)
             print(f"Record appended to {path}")
     return 0
+
+
+def step_split(size: int, step: Optional[float], method: str, compute: float,
+               exchange: Optional[float] = None) -> dict:
+    """How a step divides into compute and the rest, in words that claim no more than was measured.
+
+    ``probe``: ``compute`` is a compute-only step; the rest of the step is the exchange not hidden
+    behind it, the update and overhead, and at one rank only the latter (nothing is exchanged).
+    ``timed``: compute and ``exchange`` were timed around the backend call itself. A probe that
+    is not shorter than the step leaves the split undetermined.
+    """
+    out = {"method": method, "compute_s": compute}
+    if not step:
+        return out
+    if method == "timed" and size > 1:
+        out.update(exchange_s=exchange, compute_share=compute / step, exchange_share=exchange / step,
+                   text=f"compute {compute / step * 100:.0f}% / exchange {exchange / step * 100:.0f}%")
+        return out
+    if compute >= step:
+        out.update(determined=False, text=f"probed compute {compute * 1e3:.3f} ms is not shorter "
+                                          "than the step: split not determined")
+        return out
+    rest = "update and overhead; nothing exchanged at 1 rank" if size == 1 else \
+        "exchange not hidden, update, overhead"
+    out.update(rest_s=step - compute, compute_share=compute / step,
+               text=f"compute {compute / step * 100:.0f}% / rest {(1 - compute / step) * 100:.0f}% "
+                    f"({rest})")
+    return out
 
 
 def _check_horovod() -> None:

@@ -1,5 +1,6 @@
 """A real two-point local study: run through mpirun, interrupt, resume, and report."""
 import csv
+import hashlib
 import json
 import os
 import subprocess
@@ -56,6 +57,9 @@ def test_two_point_study_resumes_and_reports(tmp_path):
     assert [r["layout"]["size"] for r in recs] == [1, 2]
     assert [r["params"]["batch_size"] for r in recs] == [200, 100]
     assert all(r["study"] == "e2e" and r["replicas_identical"] for r in recs)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert all(r["declared"] == {"scaling": "strong", "study_file": str(path), "study_sha256": sha,
+                                 "calibration": "runs"} for r in recs)
 
     # A finished study runs nothing.
     out = hpcdl("study", "run", str(path), "--results-root", str(root))
@@ -65,7 +69,7 @@ def test_two_point_study_resumes_and_reports(tmp_path):
     # The report's table holds exactly the recorded figures.
     d = root / "e2e"
     for name in ("report.md", "report.json", "scaling-horovod-none.csv", "model-vs-measured.csv",
-                 "throughput-speedup.png", "efficiency.png", "comm-share.png"):
+                 "throughput-speedup.png", "efficiency.png"):
         assert (d / name).stat().st_size > 0, name
     with open(d / "scaling-horovod-none.csv") as fh:
         rows = list(csv.DictReader(ln for ln in fh if not ln.startswith("#")))
@@ -79,3 +83,4 @@ def test_two_point_study_resumes_and_reports(tmp_path):
     assert f"{x2:.1f} ±" in md and "MODEL" in md
     doc = json.loads((d / "report.json").read_text())
     assert doc["study"] == "e2e" and doc["records"] == 2
+    assert doc["scaling"] == "strong" and doc["scaling_source"] == "declared by the study"

@@ -1,0 +1,26 @@
+"""The compute/rest split of a step claims no more than was measured."""
+import pytest
+
+from hpcdl.train import step_split
+
+
+def test_one_rank_never_shows_an_exchange():
+    s = step_split(1, 10e-3, "probe", 9.5e-3)
+    assert s["compute_share"] == pytest.approx(0.95) and s["rest_s"] == pytest.approx(0.5e-3)
+    assert "exchange_s" not in s and "exchange_share" not in s
+    assert s["text"] == "compute 95% / rest 5% (update and overhead; nothing exchanged at 1 rank)"
+    timed = step_split(1, 10e-3, "timed", 9e-3, 0.1e-3)       # a local copy is no exchange either
+    assert "exchange_share" not in timed and "nothing exchanged" in timed["text"]
+
+
+def test_more_ranks_name_the_rest_as_exchange_not_hidden():
+    s = step_split(2, 10e-3, "probe", 8e-3)
+    assert s["text"] == "compute 80% / rest 20% (exchange not hidden, update, overhead)"
+    t = step_split(4, 10e-3, "timed", 6e-3, 3e-3)
+    assert t["exchange_share"] == pytest.approx(0.3) and t["text"] == "compute 60% / exchange 30%"
+
+
+def test_a_probe_not_shorter_than_the_step_leaves_the_split_undetermined():
+    s = step_split(2, 177e-3, "probe", 188e-3)
+    assert s["determined"] is False and "compute_share" not in s
+    assert "split not determined" in s["text"]
