@@ -98,19 +98,53 @@ def _jsonable(obj):
 
 # --- the manifest -------------------------------------------------------------------------------
 
-def _git_commit(start: Optional[Path] = None) -> Optional[str]:
-    start = start or Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _git(*args) -> Optional[str]:
+    """``git -C <this package> ARGS``'s output, or None outside a git work tree."""
     try:
-        out = subprocess.run(["git", "-C", str(start), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-        if out.returncode == 0:
-            commit = out.stdout.strip()
-            dirty = subprocess.run(["git", "-C", str(start), "status", "--porcelain", "-uno"],
-                                   capture_output=True, text=True, timeout=5).stdout.strip()
-            return commit + ("-dirty" if dirty else "")
+        out = subprocess.run(["git", "-C", str(_PACKAGE), *args], capture_output=True, text=True,
+                             timeout=5)
     except (OSError, subprocess.SubprocessError):
-        pass
-    return None
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def code_changes() -> List[str]:
+    """Uncommitted changes to hpcdl's own code (tracked files under hpcdl/), as git lists them."""
+    out = _git("status", "--porcelain", "-uno", "--", str(_PACKAGE))
+    return [ln[3:] for ln in (out or "").splitlines() if ln.strip()]
+
+
+def _git_commit() -> Optional[str]:
+    """HEAD, with ``-dirty`` when hpcdl/ has uncommitted changes (results files do not count)."""
+    commit = _git("rev-parse", "HEAD")
+    if commit is None:
+        return None
+    return commit.strip() + ("-dirty" if code_changes() else "")
+
+
+def check_clean(path) -> None:
+    """Refuse to record into the repository's results/ while hpcdl/ has uncommitted changes.
+
+    results/ holds what committed code made, each figure traceable to its commit; anywhere else
+    (a study's own folder, build/, a scratch file) records are written whatever the tree.
+    """
+    top = _git("rev-parse", "--show-toplevel")
+    if top is None:
+        return
+    results = Path(top.strip()).resolve() / "results"
+    target = Path(path).resolve()
+    if results != target and results not in target.parents:
+        return
+    changes = code_changes()
+    if changes:
+        from .errors import UserError
+        raise UserError(f"{path} is in the repository's results/, which holds what committed code "
+                        f"made, and hpcdl/ has uncommitted changes ({', '.join(changes[:3])}"
+                        f"{', ...' if len(changes) > 3 else ''}): commit them first, or record "
+                        "elsewhere (--results, RESULTS_ROOT)")
 
 
 def package_version(*names: str) -> Optional[str]:
@@ -166,12 +200,7 @@ def manifest(layout=None, hosts: Optional[Iterable[str]] = None, extra: Optional
         "versions": versions(),
         "hosts": sorted(set(hosts)) if hosts else [layout.host or socket.gethostname()],
         "layout": layout.as_dict(),
-        "slurm": {
-            "job_id": env.get("SLURM_JOB_ID"),
-            "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
-            "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
-            "restart_count": env.get("SLURM_RESTART_COUNT"),
-        },
+        "slurm": cluster.scheduler_facts(),
         "env": env,
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import cluster
+
 SOURCE = Path(__file__).with_name("_f16.c")
 LIBRARY = Path(__file__).with_name("_f16.so")
 ABI = 2                       # hpcdl_f16_abi() of the library these wrappers are written for
@@ -133,7 +135,7 @@ def kernels():
     if _loaded:
         return _kernels
     _loaded = True
-    if os.environ.get("HPCDL_NATIVE", "1") == "0" or not LIBRARY.is_file():
+    if cluster.setting("HPCDL_NATIVE") == "0" or not LIBRARY.is_file():
         return None
     try:
         lib = ctypes.CDLL(str(LIBRARY))

@@ -17,10 +17,10 @@ backend's own, allocated once for the largest call so far and reused.
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
+from .. import cluster
 from . import _as_f32
 from .compression import CHUNK
 from .mpi import MPIBackend
@@ -48,7 +48,7 @@ class RingBackend(MPIBackend):
 
     def __init__(self, compression="none", comm=None, piece_bytes=None):
         super().__init__(compression, comm)
-        piece_bytes = piece_bytes or int(os.environ.get("HPCDL_RING_PIECE_BYTES", PIECE_BYTES))
+        piece_bytes = piece_bytes or int(cluster.setting("HPCDL_RING_PIECE_BYTES") or PIECE_BYTES)
         # whole int8 chunks per piece, so a piece's scales cover exactly its own elements
         self.piece = max(CHUNK, (piece_bytes // 4) // CHUNK * CHUNK)
         self.right = (self.rank + 1) % self.size
@@ -56,7 +56,7 @@ class RingBackend(MPIBackend):
 
     def allreduce_mean(self, flat):
         flat = _as_f32(flat)
-        p, r = self.size, self.rank
+        p = self.size
         if p == 1:
             return flat.copy()
         # Every element of acc is written before it is read: the reduce-scatter's first touch of

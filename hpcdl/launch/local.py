@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Sequence
 
+from .. import cluster
 from ..errors import UserError
 
 # Settings every local job gets (the caller's environment wins).
@@ -27,7 +28,7 @@ LOCAL_ENV = {
     "OMPI_MCA_btl": "self,vader,tcp",
     "OMPI_MCA_btl_base_warn_component_unused": "0",
     "PMIX_MCA_gds": "hash",
-    # Waiting ranks yield the core instead of spinning (hpcdl.comm.MPI_DEFAULTS explains).
+    # Waiting ranks yield the core instead of spinning (hpcdl.cluster.RANK_DEFAULTS explains).
     "OMPI_MCA_mpi_yield_when_idle": "1",
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
@@ -70,7 +71,7 @@ def mpirun_command(np: int, command: Sequence[str], *, mpirun: Optional[str] = N
         argv.append("--oversubscribe")
     if bind:
         argv += ["--bind-to", bind]
-    argv += ["--tag-output"] if os.environ.get("HPCDL_TAG_OUTPUT") else []
+    argv += ["--tag-output"] if cluster.setting("HPCDL_TAG_OUTPUT") else []
     argv += list(extra)
     return argv + list(command)
 

@@ -7,11 +7,11 @@ set of handwritten digits from the copy that ships inside scikit-learn (8x8 digi
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
+from .. import cluster
 from . import Workload, WorkloadError
 
 DIGITS = "sklearn-digits"
@@ -59,7 +59,7 @@ def load_npz(path):
 def build(opts) -> Workload:
     import tensorflow as tf
 
-    data = getattr(opts, "data", None) or os.environ.get("HPCDL_DATA")
+    data = getattr(opts, "data", None) or cluster.setting("HPCDL_DATA")
     if not data:
         raise WorkloadError("mnist needs its data and downloads nothing: give the standard "
                             f"mnist.npz with --data PATH (or HPCDL_DATA), or --data {DIGITS}")

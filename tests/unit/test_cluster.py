@@ -75,3 +75,42 @@ def test_launcher_env_keeps_library_settings_only():
            "SLURM_JOB_ID": "7", "HOME": "/root", "SLURM_JOB_USER": "alice"}
     assert cluster.launcher_env(env) == {"HOROVOD_CYCLE_TIME": "1", "NCCL_DEBUG": "INFO",
                                          "OMPI_MCA_btl": "self,tcp", "SLURM_JOB_ID": "7"}
+
+
+def test_rank_defaults_fill_only_what_the_user_left_unset():
+    env = {}
+    assert cluster.apply_rank_defaults(env) == cluster.RANK_DEFAULTS == env
+    assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    mine = {"OMPI_MCA_mpi_yield_when_idle": "0", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "600"}
+    done = cluster.apply_rank_defaults(mine)
+    assert "OMPI_MCA_mpi_yield_when_idle" not in done and mine["OMPI_MCA_mpi_yield_when_idle"] == "0"
+    assert mine["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] == "600"
+
+
+def test_settings_are_read_by_name_and_unknown_names_are_refused():
+    assert cluster.setting("HPCDL_DATA", {"HPCDL_DATA": "/d/mnist.npz"}) == "/d/mnist.npz"
+    assert cluster.setting("HPCDL_DATA", {"HPCDL_DATA": ""}) is None
+    with pytest.raises(KeyError, match="HPCDL_DTA is not one of hpcdl's settings"):
+        cluster.setting("HPCDL_DTA", {})
+
+
+def test_only_cluster_reads_hpcdl_and_scheduler_variables():
+    """Every HPCDL_* and SLURM_* variable is read in hpcdl/cluster.py (one place answers)."""
+    import re
+    from pathlib import Path
+    root = Path(cluster.__file__).parent
+    read = re.compile(r"""environ(?:\.get)?\s*[\[(]\s*["'](HPCDL_|SLURM_)""")
+    offenders = [p.relative_to(root).as_posix() for p in root.rglob("*.py")
+                 if p.name != "cluster.py" and read.search(p.read_text())]
+    assert offenders == []
+    for name in re.findall(r"""setting\(\s*["'](HPCDL_\w+)""",
+                           "".join(p.read_text() for p in root.rglob("*.py"))):
+        assert name in cluster.SETTINGS, name
+
+
+def test_job_deadline_and_scheduler_facts():
+    assert cluster.job_deadline({"SLURM_JOB_END_TIME": "1700000000"}) == 1700000000
+    assert cluster.job_deadline({}) is None and cluster.job_deadline({"SLURM_JOB_END_TIME": "x"}) is None
+    facts = cluster.scheduler_facts({"SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]"})
+    assert facts == {"job_id": "7", "array_task_id": None, "nodelist": "n[1-2]",
+                     "restart_count": None}
