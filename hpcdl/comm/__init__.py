@@ -1,10 +1,12 @@
 """Exchange gradients between ranks: four backends behind one small interface.
 
-Every backend averages a flat float32 buffer across all ranks (``allreduce_mean``), broadcasts
-(``broadcast``) and synchronises (``barrier``); the result of ``allreduce_mean`` is the same, bit
-for bit, on every rank.
+Training and the allreduce benchmark make a backend with :func:`get_backend` and call the same
+method of it: ``average(grads)`` inside the training step's graph where the backend works there
+(``in_graph``: horovod with none or fp16, as ``hvd.DistributedGradientTape`` does), else
+``allreduce_mean(flat)`` on one fused float32 buffer per step. The result is the same, bit for
+bit, on every rank.
 
-- ``horovod`` (default): Horovod's allreduce and grouped allreduce (MPI or Gloo underneath).
+- ``horovod`` (default): Horovod's allreduce (MPI or Gloo underneath; NCCL on GPU builds).
 - ``mpi``: mpi4py ``Allreduce``, the MPI library's own tuned algorithm.
 - ``ring``: a readable reference ring allreduce in numpy over mpi4py point-to-point:
   reduce-scatter then allgather, p-1 steps each, pipelined in pieces (see :mod:`.ring`).
@@ -13,10 +15,8 @@ for bit, on every rank.
 
 Compression (``none``, ``fp16``, ``int8``; :mod:`.compression`) applies to every backend. Where a
 payload cannot be summed on the wire (int8 codes with per-chunk scales over ``mpi`` and
-``horovod``), the ranks allgather the payloads and average them locally.
-
-The time each takes is modelled in :mod:`hpcdl.costmodel` (``algorithm_for`` names the
-algorithm of each backend and compression).
+``horovod``), the ranks allgather the payloads and average them locally. The time each takes is
+modelled in :mod:`hpcdl.costmodel` (``algorithm_for`` names the algorithm of each backend).
 
 This package's top level imports numpy only; mpi4py, TensorFlow and Horovod are imported when a
 backend is made.
@@ -27,43 +27,17 @@ import importlib
 
 import numpy as np
 
-__all__ = ["ALIGN", "BACKENDS", "COMPRESSIONS", "MPI_DEFAULTS", "Backend", "apply_defaults",
-           "empty_aligned", "get_backend"]
+__all__ = ["BACKENDS", "COMPRESSIONS", "Backend", "get_backend"]
 
 BACKENDS = ("horovod", "mpi", "ring", "ps")
 COMPRESSIONS = ("none", "fp16", "int8")
 
-# Set in every rank before MPI starts unless the environment says otherwise (results/bench/README.md).
-MPI_DEFAULTS = {
-    # Open MPI busy-polls while a rank waits (in a collective, or Horovod's background thread
-    # coordinating every cycle). When a rank's threads outnumber its cores (TensorFlow's thread
-    # plus Horovod's, two ranks on two cores) the spinning thread takes the core from the thread
-    # that has work: the small CNN ran at 496 img/s on 2 ranks against 404 on 1. Yielding while
-    # idle gave 773 (weak-scaling efficiency 0.61 -> 0.96) and costs a few us of latency.
-    "OMPI_MCA_mpi_yield_when_idle": "1",
-}
-
-
-def apply_defaults(environ=None) -> dict:
-    """Put MPI_DEFAULTS into ``environ`` (os.environ) where unset; return what was set.
-
-    Call before MPI_Init (hvd.init(), the first mpi4py import): Open MPI reads its OMPI_MCA_*
-    parameters from the process environment then.
-    """
-    import os
-    env = os.environ if environ is None else environ
-    done = {}
-    for key, value in MPI_DEFAULTS.items():
-        if key not in env:
-            env[key] = value
-            done[key] = value
-    return done
-
-
 class Backend:
-    """The interface; subclasses implement ``allreduce_mean``, ``broadcast`` and ``barrier``."""
+    """The interface; subclasses implement ``allreduce_mean``, ``broadcast`` and ``barrier``, and
+    those that work inside the training step's graph (``in_graph``) ``average`` too."""
 
     name = "base"
+    in_graph = False
 
     def __init__(self, compression: str = "none"):
         from .compression import get_codec
@@ -98,6 +72,15 @@ class Backend:
             off += a.size
         return out
 
+    def average(self, grads):
+        """The ranks' mean of each gradient tensor, inside the step's tf.function (in_graph only)."""
+        raise NotImplementedError(f"{self.label} exchanges a flat buffer: use allreduce_mean")
+
+    def timed_call(self, flat: np.ndarray):
+        """``(call, fetch)`` for the benchmark: ``call()`` runs the exchange that a training step
+        runs on ``flat``, ``fetch(result)`` gives the result as a float32 array."""
+        return (lambda: self.allreduce_mean(flat)), (lambda res: res)
+
     def broadcast(self, arr: np.ndarray, root: int = 0) -> np.ndarray:
         raise NotImplementedError
 
@@ -106,21 +89,6 @@ class Backend:
 
     def close(self) -> None:
         """Release communicators (optional)."""
-
-
-ALIGN = 64       # bytes: what TensorFlow's CPU tensors require (EIGEN_MAX_ALIGN_BYTES)
-
-
-def empty_aligned(n: int, dtype=np.float32) -> np.ndarray:
-    """An uninitialised array of n elements whose data starts on an ALIGN-byte boundary.
-
-    numpy aligns large arrays to 16 bytes; a 64-byte aligned buffer reaches Horovod's TensorFlow
-    op without a copy (see :mod:`.horovod`).
-    """
-    item = np.dtype(dtype).itemsize
-    raw = np.empty(n + ALIGN // item, dtype=dtype)
-    off = (-raw.ctypes.data % ALIGN) // item
-    return raw[off:off + n]
 
 
 def _as_f32(flat) -> np.ndarray:

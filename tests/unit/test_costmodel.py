@@ -186,15 +186,6 @@ def test_ps_over_ring_ratio_per_bottleneck():
         M.bandwidth_ratio(2, "warp")
 
 
-def test_mpi_defaults_fill_only_what_the_user_left_unset():
-    from hpcdl.comm import MPI_DEFAULTS, apply_defaults
-    env = {}
-    assert apply_defaults(env) == MPI_DEFAULTS == env
-    assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
-    mine = {"OMPI_MCA_mpi_yield_when_idle": "0"}
-    assert apply_defaults(mine) == {} and mine["OMPI_MCA_mpi_yield_when_idle"] == "0"
-
-
 def test_fit_finds_three_regimes_cache_memory_and_fresh_mappings():
     # cache up to 4 MiB, memory from 8 MiB, buffers mapped afresh per call from 64 MiB
     def beta(n):

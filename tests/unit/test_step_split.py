@@ -1,7 +1,7 @@
 """The compute/rest split of a step claims no more than was measured."""
 import pytest
 
-from hpcdl.train import step_split
+from hpcdl.trainloop import step_split
 
 
 def test_one_rank_never_shows_an_exchange():

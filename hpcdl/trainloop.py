@@ -1,0 +1,275 @@
+"""Train one rank: the loop with probes, progress, checkpoints and the ranks' agreement on
+stopping (:func:`run_loop`), and the run's figures from every rank's measurements
+(:func:`summarize`, :func:`step_split`)."""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+from . import cluster
+from .errors import UserError
+from .trainer import Plan, Replica, Runtime, save_checkpoint
+
+STOP_CHECK_SECONDS = 1.0      # the ranks agree on stopping about this often (at least every 10 steps)
+
+
+# --- stopping ---------------------------------------------------------------------------------------
+
+class StopWatch:
+    """Local reasons to stop early; the ranks agree on them every few steps."""
+
+    def __init__(self, max_time: Optional[float], stop_file: Optional[Path], margin: float = 30.0):
+        self.start = time.monotonic()
+        self.max_time = max_time
+        self.stop_file = stop_file
+        self.signalled: Optional[str] = None
+        self.deadline = cluster.job_deadline()   # stop a margin (growing with the step) before it
+        self.margin = margin
+        self.step_time = 0.0
+
+    def install(self):
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            try:
+                signal.signal(sig, self._on_signal)
+            except (ValueError, OSError):  # not the main thread
+                pass
+
+    def _on_signal(self, signum, frame):
+        if self.signalled and signum == signal.SIGTERM:
+            raise SystemExit(128 + signum)    # a second TERM: go now
+        self.signalled = signal.Signals(signum).name
+
+    def reason(self) -> Optional[str]:
+        if self.signalled:
+            return f"signal {self.signalled}"
+        if self.stop_file is not None and self.stop_file.exists():
+            return f"stop file {self.stop_file}"
+        if self.max_time is not None and time.monotonic() - self.start >= self.max_time:
+            return f"--max-time {self.max_time:g} s reached"
+        if self.deadline is not None and time.time() + self.margin + 3 * self.step_time >= self.deadline:
+            return "Slurm time limit (SLURM_JOB_END_TIME) near"
+        return None
+
+
+def fault_from_env(rank: int):
+    """The step at which this rank fails, and how, from ``HPCDL_FAULT`` (tests only).
+
+    ``HPCDL_FAULT="rank=1,step=37,kind=raise"``: rank 1 fails at step 37 by raising an exception
+    (``raise``), killing itself with SIGKILL (``kill``), leaving with ``os._exit(3)`` (``exit``)
+    or stopping in a sleep without exiting (``hang``). Unset, it is None.
+    """
+    text = cluster.setting("HPCDL_FAULT")
+    if not text:
+        return None
+    try:
+        spec = dict(part.split("=", 1) for part in text.split(",") if part.strip())
+        target, step, kind = int(spec.get("rank", 0)), int(spec["step"]), spec.get("kind", "raise")
+    except (KeyError, ValueError):
+        raise UserError(f"HPCDL_FAULT='{text}': expected rank=R,step=S,kind=raise|kill|exit|hang")
+    if kind not in ("raise", "kill", "exit", "hang"):
+        raise UserError(f"HPCDL_FAULT kind '{kind}': choose raise, kill, exit or hang")
+    return (step, kind) if target == rank else None
+
+
+def inject_fault(kind: str, step: int, layout) -> None:
+    # The wall-clock time lets a harness measure how long the job takes to end after the fault.
+    cluster.log(f"HPCDL_FAULT: injecting '{kind}' at step {step} (t={time.time():.3f})", layout)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "exit":
+        os._exit(3)
+    if kind == "hang":
+        while True:
+            time.sleep(1)
+    raise RuntimeError(f"HPCDL_FAULT: injected failure at step {step}")
+
+
+# --- the loop ---------------------------------------------------------------------------------------
+
+@dataclass
+class LoopResult:
+    """What one rank measured: timed steps, iterations, probes, the loss, and why it stopped."""
+
+    step: int = 0
+    step_times: List[float] = field(default_factory=list)     # the step call alone
+    iter_times: List[float] = field(default_factory=list)     # per_iter steps with their bookkeeping
+    comp_times: List[float] = field(default_factory=list)
+    exch_times: List[float] = field(default_factory=list)
+    probe_times: List[float] = field(default_factory=list)
+    curve: List[list] = field(default_factory=list)
+    first_loss: Optional[float] = None
+    last_loss: object = None
+    wall: float = 0.0
+    stopped: Optional[str] = None
+
+
+def probe_steps(plan: Plan, first: int, count: int) -> set:
+    """``count`` steps spread over the timed ones, each preceded by a compute-only probe."""
+    timed = plan.steps - first
+    if not count or timed <= 0:
+        return set()
+    k = min(count, timed)
+    return {first + (i * timed) // k for i in range(k)}
+
+
+def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatch,
+             ckpt_dir: Optional[Path]) -> LoopResult:
+    """Train from ``start_step``. After warm-up, time each step call, and each iteration of
+    ``per_iter`` steps whole: input, steps and their bookkeeping (the loss curve, the ranks' stop
+    agreement), without the measurement probes and checkpoints."""
+    rt, plan, hvd, tf = rep.rt, rep.plan, rep.rt.hvd, rep.rt.tf
+    first_timed = max(plan.warmup, start_step + (1 if resumed else 0))
+    probes = probe_steps(plan, first_timed, opts.probes if rep.in_graph else 0)
+    fault = fault_from_env(rt.rank)
+    check_every = opts.stop_check_every
+    res = LoopResult(step=start_step)
+    t_run = time.perf_counter()
+    t_iter, in_iter = 0.0, 0
+    while res.step < plan.steps:
+        step = res.step
+        if fault is not None and step == fault[0]:
+            inject_fault(fault[1], step, rt.layout)
+        t0 = time.perf_counter()
+        x, y = rep.batch(step)
+        if step in probes:
+            res.probe_times.append(rep.probe(x, y))
+            t0 += res.probe_times[-1]
+        ts = time.perf_counter()
+        loss, c, e = rep.step(x, y)
+        t1 = time.perf_counter()
+        if step == start_step and not resumed:
+            rep.broadcast_state()         # every replica starts from rank 0's weights
+            res.first_loss = float(loss)
+        res.step = step = step + 1
+        res.last_loss, watch.step_time = loss, t1 - ts
+        timed = step > first_timed
+        if timed:
+            res.step_times.append(t1 - ts)
+            if c is not None:
+                res.comp_times.append(c)
+                res.exch_times.append(e)
+        if step % opts.log_every == 0 or step == plan.steps:
+            avg = float(hvd.allreduce(tf.constant(float(loss)), op=hvd.Average, name="hpcdl.loss"))
+            res.curve.append([step, avg])
+            rt.say(f"Step {step}/{plan.steps}: loss {avg:.6g} ({time.perf_counter() - t_run:.1f} s)")
+        if step == first_timed:
+            check_every = _agree_check_interval(rt, opts.stop_check_every, t1 - ts)
+        if step % check_every == 0 and step < plan.steps:
+            if float(hvd.allreduce(tf.constant(1.0 if watch.reason() else 0.0), op=hvd.Max,
+                                   name="hpcdl.stop")) > 0:
+                res.stopped = watch.reason() or "another rank asked to stop"
+                break
+        if timed:
+            t_iter, in_iter = t_iter + time.perf_counter() - t0, in_iter + 1
+            if in_iter == plan.per_iter:
+                res.iter_times.append(t_iter)
+                t_iter, in_iter = 0.0, 0
+        if opts.checkpoint_every and step % opts.checkpoint_every == 0 and step < plan.steps:
+            save_checkpoint(rep, ckpt_dir, step, opts)
+    res.wall = time.perf_counter() - t_run
+    return res
+
+
+def _agree_check_interval(rt: Runtime, at_least: int, step_time: float) -> int:
+    """Steps between stop agreements: about STOP_CHECK_SECONDS of steps and never fewer than
+    ``at_least``, as rank 0 measured it, so that every rank agrees at the same steps."""
+    mine = max(at_least, math.ceil(STOP_CHECK_SECONDS / step_time)) if step_time > 0 else at_least
+    return int(rt.hvd.broadcast_object(mine, root_rank=0, name="hpcdl.check_every"))
+
+
+# --- the summary ------------------------------------------------------------------------------------
+
+def summarize_values(values) -> dict:
+    """mean, spread and order statistics of a list of numbers."""
+    vals = sorted(float(v) for v in values)
+    n = len(vals)
+    if not n:
+        return {"n": 0}
+    mean = sum(vals) / n
+    std = statistics.stdev(vals) if n > 1 else 0.0
+    p99 = vals[min(n - 1, max(0, math.ceil(0.99 * n) - 1))]
+    return {"n": n, "mean": mean, "std": std, "ci95": 1.96 * std, "min": vals[0],
+            "median": statistics.median(vals), "p99": p99, "max": vals[-1]}
+
+
+def summarize(rep: Replica, loop: LoopResult) -> dict:
+    """The run's figures from every rank's measurements (a collective: every rank calls it).
+
+    Throughput per timed iteration is that of the slowest rank (every rank's own iteration times,
+    the largest per iteration); step-time figures are the largest over ranks of each rank's own
+    summary, never a maximum taken per step (that would add the ranks' skews together).
+    """
+    rt, plan, np, tf, hvd = rep.rt, rep.plan, rep.np, rep.rt.tf, rep.rt.hvd
+
+    def slowest(values, op=hvd.Max, name="hpcdl.max"):
+        return hvd.allreduce(tf.constant(np.asarray(values, dtype=np.float64)), op=op,
+                             name=name).numpy()
+
+    iters, per_iter = loop.iter_times, plan.per_iter
+    if not iters and loop.step_times:          # fewer timed steps than one iteration
+        iters, per_iter = [float(sum(loop.step_times))], len(loop.step_times)
+    n_it = int(slowest([len(iters)], hvd.Min, "hpcdl.nit")[0])
+    times = slowest(iters[:n_it], name="hpcdl.iters") if n_it else []
+    rate = summarize_values(plan.batch * per_iter / t for t in times if t > 0)
+    total = {k: (v * rt.size if k != "n" else v) for k, v in rate.items()}
+    own = summarize_values(loop.step_times)
+    keys = ("mean", "std", "ci95", "min", "median", "p99", "max")
+    step = dict(zip(keys, slowest([own.get(k, 0.0) for k in keys], name="hpcdl.steps").tolist()))
+    step["n"] = int(slowest([own["n"]], hvd.Min, "hpcdl.nsteps")[0])
+    out = {"throughput": total, "throughput_per_rank": rate, "step_time": step,
+           "split": _split(rep, loop, step.get("median"), slowest),
+           "final_loss": float(hvd.allreduce(tf.constant(float(loop.last_loss)), op=hvd.Average,
+                                             name="hpcdl.final")),
+           "first_loss": loop.first_loss, "loss_curve": loop.curve, "wall_time_s": loop.wall}
+    out.update(rep.evaluate())
+    out["digests"] = hvd.allgather_object(rep.digest())
+    out["hosts"] = hvd.allgather_object(rt.layout.host)
+    return out
+
+
+def _split(rep, loop, step_median, slowest) -> dict:
+    if loop.probe_times:
+        split = step_split(rep.rt.size, step_median, "probe",
+                           float(slowest([statistics.median(loop.probe_times)],
+                                         name="hpcdl.probes")[0]))
+        split["probes"] = len(loop.probe_times)
+        return split
+    if loop.comp_times:
+        c, e = slowest([statistics.median(loop.comp_times), statistics.median(loop.exch_times)],
+                       name="hpcdl.split")
+        return step_split(rep.rt.size, step_median, "timed", float(c), float(e))
+    return {"method": "none"}
+
+
+def step_split(size: int, step: Optional[float], method: str, compute: float,
+               exchange: Optional[float] = None) -> dict:
+    """How a step divides into compute and the rest, in words that claim no more than was measured.
+
+    ``probe``: ``compute`` is a compute-only step; the rest of the step is the exchange not hidden
+    behind it, the update and overhead, and at one rank only the latter (nothing is exchanged).
+    ``timed``: compute and ``exchange`` were timed around the backend call itself. A probe that
+    is not shorter than the step leaves the split undetermined.
+    """
+    out = {"method": method, "compute_s": compute}
+    if not step:
+        return out
+    if method == "timed" and size > 1:
+        out.update(exchange_s=exchange, compute_share=compute / step, exchange_share=exchange / step,
+                   text=f"compute {compute / step * 100:.0f}% / exchange {exchange / step * 100:.0f}%")
+        return out
+    if compute >= step:
+        out.update(determined=False, text=f"probed compute {compute * 1e3:.3f} ms is not shorter "
+                                          "than the step: split not determined")
+        return out
+    rest = "update and overhead; nothing exchanged at 1 rank" if size == 1 else \
+        "exchange not hidden, update, overhead"
+    out.update(rest_s=step - compute, compute_share=compute / step,
+               text=f"compute {compute / step * 100:.0f}% / rest {(1 - compute / step) * 100:.0f}% "
+                    f"({rest})")
+    return out
