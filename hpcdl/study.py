@@ -6,7 +6,9 @@ repeats, the backend and compression axes, how to run a point locally and the Sl
 :func:`load` checks all of it and raises :class:`StudyError` naming the file, the key and what is
 allowed; :meth:`Study.points` lists the runs in the order they are run.
 
-Standard library only: launchers, the report and the Slurm renderer all import this module.
+Standard library only: launchers, the report and the Slurm renderer all import this module. It
+runs past 400 lines on purpose: the whole study-file format, its validation, the rules that
+depend on it (what counts as recorded, a Slurm time) and its expansion into runs, in one place.
 
 Example::
 
@@ -42,12 +44,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
+from . import cluster
 from .errors import UserError
 
 try:
@@ -56,8 +58,6 @@ except ModuleNotFoundError:  # pragma: no cover - Python < 3.11
     import tomli as _toml  # type: ignore
 
 SCALINGS = ("strong", "weak")
-DEFAULT_BACKENDS = ("horovod",)
-DEFAULT_COMPRESSIONS = ("none", "fp16")
 DEFAULT_TIMEOUT = 600.0
 
 # [workload] keys -> (type, hpcdl train flag). batch_size/global_batch are handled per scaling.
@@ -98,7 +98,28 @@ _SLURM_DEFAULTS = {"partition": None, "account": None, "qos": None, "constraint"
                    "ntasks_per_node": None, "mem": None, "signal_lead": 120, "mpi": "pmix",
                    "modules": [], "setup": [], "extra": []}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_TIME_RE = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$")
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_time(text: str) -> int:
+    """Seconds in a Slurm time limit: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S."""
+    m = _TIME.match(str(text).strip())
+    if not m:
+        raise UserError(f"time limit '{text}' is not a Slurm time (e.g. 30, 02:00:00, 1-12:00:00)")
+    days, a, b, c = m.groups()
+    a, b, c = int(a), int(b) if b else None, int(c) if c else None
+    if days is not None:                       # D-H, D-H:M, D-H:M:S
+        secs = int(days) * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
+    elif c is not None:                        # H:M:S
+        secs = a * 3600 + b * 60 + c
+    elif b is not None:                        # M:S
+        secs = a * 60 + b
+    else:                                      # M
+        secs = a * 60
+    if secs <= 0:
+        raise UserError(f"time limit '{text}' must be positive")
+    return secs
+
 
 
 class StudyError(UserError):
@@ -215,15 +236,10 @@ class Study:
         return out
 
     def done_ids(self, runs_path=None) -> set:
-        """Point ids already recorded for this study (a record with our name and point id)."""
+        """Point ids already recorded for this study (see :func:`recorded_point`)."""
         from . import records
-        done = set()
-        for rec in records.iter_records(runs_path or self.runs_path):
-            point = rec.get("point")
-            if rec.get("study") == self.name and isinstance(point, dict) and "id" in point:
-                if rec.get("status", "ok") == "ok":
-                    done.add(point["id"])
-        return done
+        ids = (recorded_point(rec, self.name) for rec in records.iter_records(runs_path or self.runs_path))
+        return {pid for pid in ids if pid is not None}
 
     def pending(self, runs_path=None) -> List[Point]:
         done = self.done_ids(runs_path)
@@ -236,6 +252,18 @@ class Study:
                 f"{'global' if self.scaling == 'strong' else 'per-rank'} batch {self.batch}, "
                 f"ranks {ranks}, backends {self.backends}, compressions {self.compressions}, "
                 f"{self.repeats} repeat(s): {len(pts)} runs")
+
+
+def recorded_point(rec: dict, study_name: str):
+    """The id of the point ``rec`` records for study ``study_name``, or None.
+
+    The one rule of what counts as recorded: a record of this study, with a point id, whose run
+    ended well (status ok). ``hpcdl study run``, ``submit`` and ``status`` all ask here.
+    """
+    point = rec.get("point")
+    if rec.get("study") != study_name or not isinstance(point, dict) or "id" not in point:
+        return None
+    return str(point["id"]) if rec.get("status", "ok") == "ok" else None
 
 
 # --- loading --------------------------------------------------------------------------------------
@@ -256,18 +284,43 @@ def load(path, results_root=None) -> Study:
 
 
 def from_dict(raw: dict, path, results_root=None) -> Study:
+    """Validate a parsed study file section by section; StudyError names the first fault."""
     path = Path(path)
     v = _Validator(path)
     v.only(raw, "", _SECTIONS)
+    name, scaling, repeats, description = _study_section(v, raw, path)
+    workload, params, batch = _workload_section(v, raw, scaling)
+    layouts, by_nodes = _layout_section(v, raw, scaling, batch)
+    ax = v.table(raw, "axes")
+    v.only(ax, "axes", _AXES_KEYS)
+    from .comm import BACKENDS, COMPRESSIONS
+    backends = v.str_list(ax, "axes.backend", BACKENDS, default=["horovod"])
+    compressions = v.str_list(ax, "axes.compression", COMPRESSIONS, default=["none"])
+    timeout, env, mpirun_args = _run_section(v, raw)
+    slurm = _slurm_section(v, raw, layouts, by_nodes)
+    model = v.table(raw, "model")
+    v.only(model, "model", _MODEL_KEYS)
+    root = Path(results_root) if results_root is not None else Path(
+        cluster.setting("HPCDL_RESULTS_ROOT") or "results")
+    return Study(name=name, path=path, scaling=scaling, workload=workload, params=params,
+                 batch=batch, layouts=layouts, repeats=repeats, backends=backends,
+                 compressions=compressions, slurm=slurm, timeout=timeout, env=env,
+                 mpirun_args=mpirun_args, description=description, results_dir=root / name,
+                 fit=v.get(model, "model.fit", str, default=""), raw=raw)
+
+
+def _study_section(v, raw, path):
     st = v.table(raw, "study")
     v.only(st, "study", _STUDY_KEYS)
     name = v.get(st, "study.name", str, default=path.stem)
     if not _NAME_RE.match(name):
         v.fail("study.name", f"'{name}' must be letters, digits, '.', '_' or '-' (it names a folder)")
-    scaling = v.choice(st, "study.scaling", SCALINGS)
-    repeats = v.get(st, "study.repeats", int, default=1, minimum=1)
-    description = v.get(st, "study.description", str, default="")
+    return (name, v.choice(st, "study.scaling", SCALINGS),
+            v.get(st, "study.repeats", int, default=1, minimum=1),
+            v.get(st, "study.description", str, default=""))
 
+
+def _workload_section(v, raw, scaling):
     wl = v.table(raw, "workload", required=True)
     v.only(wl, "workload", ("name", "batch_size", "global_batch") + tuple(_WORKLOAD_KEYS))
     workload = v.get(wl, "workload.name", str, required=True)
@@ -283,61 +336,56 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
         v.fail("workload.lr", f"must be positive, got {params['lr']}")
     if "lr_scaling" in params and params["lr_scaling"] not in ("linear", "none"):
         v.fail("workload.lr_scaling", f"'{params['lr_scaling']}' is not allowed: use linear or none")
-    if scaling == "strong":
-        if "batch_size" in wl:
-            v.fail("workload.batch_size", "strong scaling fixes the global batch: give "
-                                          "workload.global_batch instead (per-rank = global / ranks)")
-        batch = v.get(wl, "workload.global_batch", int, required=True, minimum=1)
-    else:
-        if "global_batch" in wl:
-            v.fail("workload.global_batch", "weak scaling fixes the per-rank batch: give "
-                                            "workload.batch_size instead (global = per-rank x ranks)")
-        batch = v.get(wl, "workload.batch_size", int, required=True, minimum=1)
+    key, other, why = (("global_batch", "batch_size", "strong scaling fixes the global batch: give "
+                        "workload.global_batch instead (per-rank = global / ranks)")
+                       if scaling == "strong" else
+                       ("batch_size", "global_batch", "weak scaling fixes the per-rank batch: give "
+                        "workload.batch_size instead (global = per-rank x ranks)"))
+    if other in wl:
+        v.fail(f"workload.{other}", why)
+    return workload, params, v.get(wl, f"workload.{key}", int, required=True, minimum=1)
 
+
+def _layout_section(v, raw, scaling, batch):
     lay = v.table(raw, "layout", required=True)
     v.only(lay, "layout", _LAYOUT_KEYS)
     if "ranks" in lay and ("nodes" in lay or "ranks_per_node" in lay):
         v.fail("layout.ranks", "give either layout.ranks (one machine) or layout.nodes with "
                                "layout.ranks_per_node (a cluster), not both")
     if "ranks" in lay:
-        counts = v.int_list(lay, "layout.ranks")
-        layouts = [(1, r) for r in counts]
+        layouts = [(1, r) for r in v.int_list(lay, "layout.ranks")]
     elif "nodes" in lay:
-        counts = v.int_list(lay, "layout.nodes")
         rpn = v.get(lay, "layout.ranks_per_node", int, default=1, minimum=1)
-        layouts = [(n, rpn) for n in counts]
+        layouts = [(n, rpn) for n in v.int_list(lay, "layout.nodes")]
     else:
         v.fail("layout", "missing: give layout.ranks = [1, 2, ...] (one machine) or "
                          "layout.nodes = [1, 2, ...] with layout.ranks_per_node")
-    if scaling == "strong":
-        for nodes, rpn in layouts:
-            if batch % (nodes * rpn):
-                key = "layout.ranks" if "ranks" in lay else "layout.nodes"
-                v.fail(key, f"{nodes * rpn} ranks do not divide workload.global_batch = {batch} "
-                            f"(strong scaling needs per-rank batch = global / ranks to be whole): "
-                            f"use rank counts that divide {batch}")
+    for nodes, rpn in layouts if scaling == "strong" else ():
+        if batch % (nodes * rpn):
+            v.fail("layout.ranks" if "ranks" in lay else "layout.nodes",
+                   f"{nodes * rpn} ranks do not divide workload.global_batch = {batch} "
+                   f"(strong scaling needs per-rank batch = global / ranks to be whole): "
+                   f"use rank counts that divide {batch}")
+    return layouts, "nodes" in lay
 
-    ax = v.table(raw, "axes")
-    v.only(ax, "axes", _AXES_KEYS)
-    backends_allowed, comps_allowed = _comm_choices()
-    backends = v.str_list(ax, "axes.backend", backends_allowed, default=["horovod"])
-    compressions = v.str_list(ax, "axes.compression", comps_allowed, default=["none"])
 
+def _run_section(v, raw):
     run = v.table(raw, "run")
     v.only(run, "run", _RUN_KEYS)
     timeout = float(v.get(run, "run.timeout", (int, float), default=DEFAULT_TIMEOUT))
     if not timeout > 0:
         v.fail("run.timeout", f"must be a positive number of seconds, got {timeout}")
     env = {}
-    env_raw = v.get(run, "run.env", dict, default={})
-    for k, val in env_raw.items():
+    for k, val in v.get(run, "run.env", dict, default={}).items():
         if not isinstance(val, (str, int, float)) or isinstance(val, bool):
             v.fail(f"run.env.{k}", f"must be a string or number, got {type(val).__name__}")
         env[str(k)] = str(val)
     if "threads_per_rank" in run:
         env.setdefault("HPCDL_THREADS", str(v.get(run, "run.threads_per_rank", int, minimum=1)))
-    mpirun_args = [str(a) for a in v.get(run, "run.mpirun_args", list, default=[])]
+    return timeout, env, [str(a) for a in v.get(run, "run.mpirun_args", list, default=[])]
 
+
+def _slurm_section(v, raw, layouts, by_nodes):
     sl = v.table(raw, "slurm")
     v.only(sl, "slurm", SLURM_KEYS)
     slurm = dict(_SLURM_DEFAULTS)
@@ -346,39 +394,21 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
             slurm[key] = v.get(sl, f"slurm.{key}", typ,
                                minimum=(0 if key in ("gpus_per_node", "signal_lead") else
                                         (1 if typ is int else None)))
-    if slurm["time"] and not _TIME_RE.match(slurm["time"]):
-        v.fail("slurm.time", f"'{slurm['time']}' is not a Slurm time: use MM, HH:MM:SS or D-HH:MM:SS")
-    rpns = sorted({rpn for _, rpn in layouts})
+    if slurm["time"]:
+        try:
+            parse_time(slurm["time"])
+        except UserError as exc:
+            v.fail("slurm.time", str(exc))
+    rpn = max(r for _, r in layouts)
     if slurm["ntasks_per_node"] is None:
-        slurm["ntasks_per_node"] = rpns[-1]
-    elif "nodes" in lay and slurm["ntasks_per_node"] != rpns[-1]:
+        slurm["ntasks_per_node"] = rpn
+    elif by_nodes and slurm["ntasks_per_node"] != rpn:
         v.fail("slurm.ntasks_per_node", f"{slurm['ntasks_per_node']} differs from "
-                                        f"layout.ranks_per_node = {rpns[-1]}: drop one or make them equal")
+                                        f"layout.ranks_per_node = {rpn}: drop one or make them equal")
     for key in ("modules", "setup", "extra"):
         if any(not isinstance(x, str) for x in slurm[key]):
             v.fail(f"slurm.{key}", "must be a list of strings")
-
-    model = v.table(raw, "model")
-    v.only(model, "model", _MODEL_KEYS)
-    fit = v.get(model, "model.fit", str, default="")
-
-    root = Path(results_root) if results_root is not None else Path(
-        os.environ.get("HPCDL_RESULTS_ROOT", "results"))
-    return Study(name=name, path=path, scaling=scaling, workload=workload, params=params,
-                 batch=batch, layouts=layouts, repeats=repeats, backends=backends,
-                 compressions=compressions, slurm=slurm, timeout=timeout, env=env,
-                 mpirun_args=mpirun_args, description=description, results_dir=root / name,
-                 fit=fit, raw=raw)
-
-
-def _comm_choices() -> Tuple[Sequence[str], Sequence[str]]:
-    """The backends and compressions this build offers (hpcdl.comm when it is present)."""
-    try:
-        from . import comm
-    except ImportError:
-        return DEFAULT_BACKENDS, DEFAULT_COMPRESSIONS
-    return (tuple(getattr(comm, "BACKENDS", DEFAULT_BACKENDS)),
-            tuple(getattr(comm, "COMPRESSIONS", DEFAULT_COMPRESSIONS)))
+    return slurm
 
 
 class _Validator:

@@ -6,7 +6,7 @@ once, and a report never needs TensorFlow, Horovod or mpi4py.
 from __future__ import annotations
 
 import argparse
-import importlib
+import json
 from pathlib import Path
 
 from .errors import UserError
@@ -54,17 +54,16 @@ def register(subparsers, name: str, help_text: str) -> None:
     add_report_arguments(rep)
     rep.set_defaults(_main=report_main)
 
-    for cmd, help_line, add, main in (
-            ("submit", "submit a study to Slurm (one job per point, report chained)",
-             "add_submit_arguments", "submit_main"),
-            ("status", "show the Slurm jobs and recorded points of a study",
-             "add_status_arguments", "status_main")):
-        funcs = _slurm_functions(add, main)
-        if funcs is None:
-            continue           # this build has no Slurm launcher
-        sp = sub.add_parser(cmd, help=help_line, description=help_line)
-        funcs[0](sp)
-        sp.set_defaults(_main=funcs[1])
+    s = sub.add_parser("submit", help="submit a study to Slurm (one job per point, report chained)",
+                       description="Write one job script per point not yet recorded and submit "
+                                   "them with sbatch, the report job chained after them.")
+    add_submit_arguments(s)
+    s.set_defaults(_main=submit_main)
+    st = sub.add_parser("status", help="show the Slurm jobs and recorded points of a study",
+                        description="Per point: the latest job, its state from squeue and "
+                                    "sacct -c, and whether the point is recorded.")
+    add_status_arguments(st)
+    st.set_defaults(_main=status_main)
 
 
 def _set_default_main(p) -> None:
@@ -72,14 +71,6 @@ def _set_default_main(p) -> None:
         p.print_help()
         return 2
     p.set_defaults(_main=_usage)
-
-
-def _slurm_functions(add_name: str, main_name: str):
-    try:
-        mod = importlib.import_module("hpcdl.launch.slurm")
-        return getattr(mod, add_name), getattr(mod, main_name)
-    except (ImportError, AttributeError):
-        return None
 
 
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
@@ -157,3 +148,80 @@ def report_main(opts) -> int:
             print(f"{kind}: {path}")
     print(f"{len(written['files'])} file(s) written to {Path(written['report']).parent}")
     return 0
+
+
+def add_submit_arguments(p) -> None:
+    p.add_argument("study", help="the study file, e.g. jobs/cluster-cnn-weak.toml")
+    p.add_argument("--dry-run", action="store_true",
+                   help="write the job scripts and show the sbatch commands, submit nothing")
+    p.add_argument("--force", action="store_true", help="submit points that are already recorded too")
+    p.add_argument("--partition", default=None, help="override the study's slurm.partition")
+    p.add_argument("--account", default=None, help="override the study's slurm.account")
+    p.add_argument("--time", default=None, help="override the study's slurm.time (e.g. 02:00:00)")
+    p.add_argument("--setup", default=None,
+                   help="shell line that makes hpcdl's Python available in the job (default: "
+                        "activate the venv running this command; e.g. 'module load hpcdl')")
+    p.add_argument("--export", action="append", default=[], metavar="NAME=VALUE",
+                   help="set an environment variable in the job scripts (repeatable)")
+    p.add_argument("--results-root", default=None,
+                   help="folder that holds results/<study> (default $HPCDL_RESULTS_ROOT or results)")
+
+
+def submit_main(opts) -> int:
+    from . import study as _study
+    from .launch import submit
+    st = _study.load(opts.study, results_root=opts.results_root)
+    software = submit.study_software(st, opts.export, opts.setup)
+    plan = submit.plan_study(st, software, force=opts.force,
+                             overrides={"partition": opts.partition, "account": opts.account,
+                                        "time": opts.time})
+    if not plan.steps and not opts.force:
+        print(f"Every point of {st.name} is recorded; nothing to submit (--force submits again)")
+        return 0
+    submit.submit_study(plan, dry_run=opts.dry_run)
+    return 0
+
+
+def add_status_arguments(p) -> None:
+    p.add_argument("study", help="the study file (jobs/X.toml) or its results folder")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                   help="wait until every submitted job has ended (at most SECONDS); exit 1 if "
+                        "one did not complete, 124 on the time limit")
+    p.add_argument("--results-root", default=None,
+                   help="folder that holds results/<study> (default $HPCDL_RESULTS_ROOT or results)")
+
+
+def status_main(opts) -> int:
+    from . import study as _study
+    from .launch import scheduler, submit
+    target = Path(opts.study)
+    if target.is_dir():
+        results_dir, ids, name = target, None, None
+    else:
+        st = _study.load(opts.study, results_root=opts.results_root)
+        results_dir, name = Path(st.results_dir), st.name
+        ids = [str(p.id) for p in st.points()]
+    if not (results_dir / "jobs" / "submitted.jsonl").is_file():
+        raise UserError(f"nothing submitted for {opts.study}: no {results_dir / 'jobs' / 'submitted.jsonl'} "
+                        "(run hpcdl study submit first)")
+    rows = submit.study_status(results_dir, ids, name)
+    rc = 0
+    if opts.wait is not None:
+        try:
+            scheduler.wait_for_jobs([r["job_id"] for r in rows if r["job_id"]], opts.wait,
+                                    poll=1.0, cancel=False)
+        except TimeoutError:
+            rc = 124
+        rows = submit.study_status(results_dir, ids, name)
+        if rc == 0 and any(r["job_id"] and r["state"] != "COMPLETED" for r in rows):
+            rc = 1
+    if opts.json:
+        print(json.dumps(rows, indent=1))
+        return rc
+    print(f"# {results_dir}: states from squeue and sacct -c")
+    print(f"{'point':<24} {'job':>8}  {'state':<13} {'exit':>6} {'tries':>5}  recorded  reason")
+    for r in rows:
+        print(f"{r['point']:<24} {r['job_id'] or '-':>8}  {r['state']:<13} {r['exit_code'] or '-':>6} "
+              f"{r['attempts']:>5}  {'yes' if r['recorded'] else 'no':<8}  {r['reason'] or ''}")
+    return rc

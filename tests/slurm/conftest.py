@@ -20,7 +20,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from slurm_testing import JOB_EXPORTS, ROOT, slurm  # noqa: E402
+from slurm_testing import JOB_EXPORTS, ROOT  # noqa: E402
+
+from hpcdl.launch import jobscript  # noqa: E402
 
 SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
 LOCK = Path("/tmp/hpcdl-slurm-tests.lock")        # one test session owns the cluster at a time
@@ -100,4 +102,4 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.fixture(scope="session")
 def software(slurm_cluster):
     """This venv, with the settings the four fake nodes need."""
-    return slurm.Software.here(workdir=ROOT, exports=JOB_EXPORTS)
+    return jobscript.Software.here(workdir=ROOT, exports=JOB_EXPORTS)

@@ -9,7 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from hpcdl.launch import slurm  # noqa: E402
+from hpcdl.launch import scheduler  # noqa: E402
 
 # Settings every job of these tests needs: four "nodes" share this host, so Open MPI must not use
 # shared memory between them.
@@ -18,11 +18,11 @@ JOB_EXPORTS = {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo"}
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
-def submit_and_wait(script: Path, timeout: float, cwd=None) -> slurm.JobState:
+def submit_and_wait(script: Path, timeout: float, cwd=None) -> scheduler.JobState:
     """sbatch a script and poll until it has ended; cancel it and fail on the time limit."""
-    jid = slurm.sbatch(script, cwd=cwd or script.parent)
+    jid = scheduler.sbatch(script, cwd=cwd or script.parent)
     try:
-        return slurm.wait_for_jobs([jid], timeout)[jid]
+        return scheduler.wait_for_jobs([jid], timeout)[jid]
     except TimeoutError as exc:
         out = "\n".join(p.read_text()[-3000:] for p in Path(cwd or script.parent).glob(f"*-{jid}.out"))
         pytest.fail(f"{exc}\njob output:\n{out}")

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.launch import slurm
+from hpcdl.launch import jobscript, scheduler
 
 from slurm_testing import JOB_EXPORTS, ROOT, ROOT_ENV, job_output, submit_and_wait
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 STEPS = 1000            # long enough (several seconds) to interrupt mid-run without racing
 TRAIN = ["--workload", "expmlp", "--steps", str(STEPS), "--log-every", "50"]
@@ -30,8 +30,8 @@ def _records(path: Path):
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
-def _train_job(name: str, lead: int = 60) -> slurm.Job:
-    return slurm.Job(name=name, nodes=2, ntasks_per_node=1, cpus_per_task=1, time="00:10:00",
+def _train_job(name: str, lead: int = 60) -> jobscript.Job:
+    return jobscript.Job(name=name, nodes=2, ntasks_per_node=1, cpus_per_task=1, time="00:10:00",
                      signal_lead=lead)
 
 
@@ -40,7 +40,7 @@ def reference_run(software, tmp_path_factory):
     """One uninterrupted 2-node x 1-rank training run through sbatch and srun."""
     d = tmp_path_factory.mktemp("train")
     script = d / "train.sbatch"
-    script.write_text(slurm.render_train(_train_job("hpcdl-train"), software,
+    script.write_text(jobscript.render_train(_train_job("hpcdl-train"), software,
                                          TRAIN + ["--results", str(d / "runs.jsonl")], str(d / "ckpt")))
     state = submit_and_wait(script, timeout=240)
     return d, state
@@ -67,9 +67,9 @@ def test_usr1_checkpoints_requeues_and_resumes_to_the_same_final_loss(software, 
     (ref,) = _records(ref_dir / "runs.jsonl")
     results = tmp_path / "runs.jsonl"
     script = tmp_path / "train.sbatch"
-    script.write_text(slurm.render_train(_train_job("hpcdl-preempt", lead=120), software,
+    script.write_text(jobscript.render_train(_train_job("hpcdl-preempt", lead=120), software,
                                          TRAIN + ["--results", str(results)], str(tmp_path / "ckpt")))
-    jid = slurm.sbatch(script, cwd=tmp_path)
+    jid = scheduler.sbatch(script, cwd=tmp_path)
     out_file = tmp_path / f"hpcdl-preempt-{jid}.out"
     # Signal the batch shell as soon as training is under way (Slurm's warning before the time
     # limit, or a preemption, arrives the same way).
@@ -82,7 +82,7 @@ def test_usr1_checkpoints_requeues_and_resumes_to_the_same_final_loss(software, 
         time.sleep(0.2)
     subprocess.run(["scancel", "--batch", "--signal=USR1", jid], check=True, timeout=30)
     try:
-        state = slurm.wait_for_jobs([jid], timeout=300)[jid]
+        state = scheduler.wait_for_jobs([jid], timeout=300)[jid]
     except TimeoutError as exc:
         pytest.fail(f"{exc}\n{out_file.read_text()[-3000:]}")
     out = out_file.read_text()
@@ -189,7 +189,7 @@ def test_a_rank_that_dies_under_srun_ends_the_job_within_60_s(software, tmp_path
     # srun --kill-on-bad-exit=1 ends the step when one task fails, instead of leaving the other
     # rank blocked in an allreduce until Horovod's stall shutdown.
     results = tmp_path / "runs.jsonl"
-    text = slurm.render_train(_train_job(f"hpcdl-fault-{kind}"), software,
+    text = jobscript.render_train(_train_job(f"hpcdl-fault-{kind}"), software,
                               TRAIN + ["--steps", "100000", "--results", str(results)],
                               str(tmp_path / "ckpt"))
     text = text.replace("set -euo pipefail\n",

@@ -17,10 +17,10 @@ import pytest
 
 from hpcdl import study as study_mod
 from hpcdl.errors import UserError
-from hpcdl.launch import slurm
+from hpcdl.launch import jobscript, submit
 
 GOLDEN = Path(__file__).parent / "golden"
-SOFTWARE = slurm.Software(workdir="/opt/hpcdl", activate="source /opt/hpcdl/.venv/bin/activate",
+SOFTWARE = jobscript.Software(workdir="/opt/hpcdl", activate="source /opt/hpcdl/.venv/bin/activate",
                           exports=(("OMPI_MCA_btl", "self,tcp"), ("OMPI_MCA_btl_tcp_if_include", "lo")))
 TRAIN_ARGS = ["--workload", "expmlp", "--steps", "300", "--results", "/opt/hpcdl/results/runs.jsonl"]
 
@@ -71,9 +71,9 @@ def _study(tmp_path=None):
 
 
 def test_train_sbatch_matches_golden_and_is_valid_bash(tmp_path):
-    job = slurm.Job(name="hpcdl-train", nodes=2, ntasks_per_node=1, cpus_per_task=1,
+    job = jobscript.Job(name="hpcdl-train", nodes=2, ntasks_per_node=1, cpus_per_task=1,
                     time="10:00", partition="debug", signal_lead=60)
-    text = slurm.render_train(job, SOFTWARE, TRAIN_ARGS, "/opt/hpcdl/ckpt/run1")
+    text = jobscript.render_train(job, SOFTWARE, TRAIN_ARGS, "/opt/hpcdl/ckpt/run1")
     _golden("train-2x1.sbatch", text)
     _bash_syntax_ok(text, tmp_path)
     assert "srun --mpi=\"$HPCDL_SRUN_MPI\"" in text and 'HPCDL_SRUN_MPI:-pmix' in text
@@ -82,8 +82,8 @@ def test_train_sbatch_matches_golden_and_is_valid_bash(tmp_path):
 
 def test_study_step_for_a_4_node_study_matches_golden(tmp_path):
     # A production cluster: the settings' defaults, no loopback transport.
-    software = slurm.Software(workdir="/opt/hpcdl", activate="source /opt/hpcdl/.venv/bin/activate")
-    plan = slurm.plan_study(_study(), software)
+    software = jobscript.Software(workdir="/opt/hpcdl", activate="source /opt/hpcdl/.venv/bin/activate")
+    plan = submit.plan_study(_study(), software)
     assert [s.point_id for s in plan.steps] == ["n4-r4-horovod-none-rep0"]
     step = plan.steps[0]
     _golden("study-step-4node.sbatch", step.text)
@@ -101,7 +101,7 @@ def test_study_step_for_a_4_node_study_matches_golden(tmp_path):
 
 
 def test_report_sbatch_matches_golden(tmp_path):
-    plan = slurm.plan_study(_study(), SOFTWARE)
+    plan = submit.plan_study(_study(), SOFTWARE)
     _golden("report.sbatch", plan.report.text)
     _bash_syntax_ok(plan.report.text, tmp_path)
     assert "python -m hpcdl study report /opt/hpcdl/results/golden-4node" in plan.report.text
@@ -110,9 +110,9 @@ def test_report_sbatch_matches_golden(tmp_path):
 
 
 def test_tsubame_qsub_matches_golden(tmp_path):
-    job = slurm.Job(name="hpcdl-train", nodes=2, ntasks_per_node=4, time="02:00:00",
+    job = jobscript.Job(name="hpcdl-train", nodes=2, ntasks_per_node=4, time="02:00:00",
                     account="tga-hpcdl", signal_lead=300)
-    text = slurm.render_qsub(job, slurm.Software(workdir="/gs/bs/tga-hpcdl/hpcdl",
+    text = jobscript.render_qsub(job, jobscript.Software(workdir="/gs/bs/tga-hpcdl/hpcdl",
                                                  activate="module load openmpi cuda\nsource .venv/bin/activate"),
                              ["--workload", "cnn", "--model", "resnet50"], "/gs/bs/tga-hpcdl/ckpt")
     _golden("tsubame-train.qsub", text)
@@ -124,19 +124,19 @@ def test_tsubame_qsub_matches_golden(tmp_path):
 
 
 def test_sbatch_options_are_sorted_and_omit_unset_resources():
-    job = slurm.Job(name="x", nodes=3, time="1-00:00:00", extra=("--qos=debug", "--exclusive"))
-    opts = slurm.sbatch_options(job)
+    job = jobscript.Job(name="x", nodes=3, time="1-00:00:00", extra=("--qos=debug", "--exclusive"))
+    opts = jobscript.sbatch_options(job)
     assert opts == sorted(opts)
     assert "--time=1-00:00:00" in opts and "--qos=debug" in opts and "--exclusive" in opts
     assert not any(o.startswith(("--partition", "--account", "--gpus-per-node", "--cpus-per-task"))
                    for o in opts)
-    assert "--requeue" not in slurm.sbatch_options(job, preemptible=False)
+    assert "--requeue" not in jobscript.sbatch_options(job, preemptible=False)
 
 
 @pytest.mark.parametrize("text,secs", [("30", 1800), ("10:00", 600), ("01:00:00", 3600),
                                        ("1-12", 129600), ("2-00:30", 174600), ("0-00:00:59", 59)])
 def test_parse_time_reads_every_slurm_format(text, secs):
-    assert slurm.parse_time(text) == secs
+    assert study_mod.parse_time(text) == secs
 
 
 @pytest.mark.parametrize("kwargs,msg", [
@@ -148,13 +148,13 @@ def test_parse_time_reads_every_slurm_format(text, secs):
 ])
 def test_bad_job_parameters_are_user_errors(kwargs, msg):
     with pytest.raises(UserError, match=msg):
-        slurm.Job(name="x", **kwargs)
+        jobscript.Job(name="x", **kwargs)
 
 
 def test_exports_are_overridable_and_off_examples_are_comments():
-    sw = slurm.Software(workdir="/w", activate=":", exports=(("NCCL_DEBUG", "INFO"),
+    sw = jobscript.Software(workdir="/w", activate=":", exports=(("NCCL_DEBUG", "INFO"),
                                                              ("MY_FLAG", 'a "b" $c')))
-    block, names = slurm._render_exports(sw)
+    block, names = jobscript._render_exports(sw)
     assert 'export NCCL_DEBUG="${NCCL_DEBUG:-INFO}"' in block
     assert "# export NCCL_SOCKET_IFNAME=ib0" in block
     assert 'export MY_FLAG="${MY_FLAG:-a \\"b\\" \\$c}"' in block
@@ -172,8 +172,8 @@ def test_dry_run_writes_scripts_and_submits_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")     # sbatch cannot be reached even by mistake
     st = study_mod.load(study_file, results_root=tmp_path / "results")
     out = io.StringIO()
-    plan = slurm.plan_study(st, SOFTWARE)
-    sub = slurm.submit_study(plan, dry_run=True, out=out)
+    plan = submit.plan_study(st, SOFTWARE)
+    sub = submit.submit_study(plan, dry_run=True, out=out)
     jobs = tmp_path / "results" / "golden-4node" / "jobs"
     assert sorted(p.name for p in jobs.iterdir()) == [
         "report.sbatch", "step-n1-r4-horovod-none-rep0.sbatch", "step-n2-r4-horovod-none-rep0.sbatch"]
@@ -191,10 +191,10 @@ def test_recorded_points_are_not_submitted_again(tmp_path):
     (st.results_dir / "runs.jsonl").write_text(
         '{"schema": "hpcdl.run/1", "study": "golden-4node", "status": "ok", "point": %s}\n'
         % __import__("json").dumps(done.as_dict()))
-    plan = slurm.plan_study(st, SOFTWARE)
+    plan = submit.plan_study(st, SOFTWARE)
     assert plan.skipped == [done.id]
     assert [s.point_id for s in plan.steps] == [st.points()[1].id]
-    assert len(slurm.plan_study(st, SOFTWARE, force=True).steps) == 2
+    assert len(submit.plan_study(st, SOFTWARE, force=True).steps) == 2
 
 
 def _fake_tool(bin_dir: Path, name: str, body: str) -> None:
@@ -211,10 +211,10 @@ def _usr1_to_trap_script(tmp_path: Path, srun_body: str, env_extra=None):
     log = tmp_path / "calls.log"
     _fake_tool(bin_dir, "srun", f'echo "srun $*" >> {log}\n' + srun_body)
     _fake_tool(bin_dir, "scontrol", f'echo "scontrol $*" >> {log}\n')
-    job = slurm.Job(name="t", nodes=1, time="10:00", signal_lead=60)
-    sw = slurm.Software(workdir=str(tmp_path), activate=":")
+    job = jobscript.Job(name="t", nodes=1, time="10:00", signal_lead=60)
+    sw = jobscript.Software(workdir=str(tmp_path), activate=":")
     script = tmp_path / "train.sbatch"
-    script.write_text(slurm.render_train(job, sw, ["--steps", "5"], str(tmp_path / "ckpt")))
+    script.write_text(jobscript.render_train(job, sw, ["--steps", "5"], str(tmp_path / "ckpt")))
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", **(env_extra or {})}
     proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -255,15 +255,15 @@ def test_usr1_trap_checkpoints_and_requeues_without_slurm(tmp_path):
 
 def test_module_command_writes_the_same_script_as_the_renderer(tmp_path, capsys):
     out = tmp_path / "job.sbatch"
-    rc = slurm.main(["--nodes", "2", "--time", "10:00", "--signal-lead", "60", "--setup", ":",
+    rc = jobscript.main(["--nodes", "2", "--time", "10:00", "--signal-lead", "60", "--setup", ":",
                      "--checkpoint-dir", str(tmp_path / "ck"), "-o", str(out), "--",
                      "--workload", "expmlp", "--steps", "300"])
     assert rc == 0
-    job = slurm.Job(name="hpcdl-train", nodes=2, time="10:00", signal_lead=60)
-    sw = slurm.Software.here(activate=":")
-    assert out.read_text() == slurm.render_train(job, sw, ["--workload", "expmlp", "--steps", "300"],
+    job = jobscript.Job(name="hpcdl-train", nodes=2, time="10:00", signal_lead=60)
+    sw = jobscript.Software.here(activate=":")
+    assert out.read_text() == jobscript.render_train(job, sw, ["--workload", "expmlp", "--steps", "300"],
                                                  str(tmp_path / "ck"), script_name="job.sbatch")
-    assert slurm.main(["--time", "1", "--signal-lead", "60"]) == 2
+    assert jobscript.main(["--time", "1", "--signal-lead", "60"]) == 2
     assert "must be shorter than the time limit" in capsys.readouterr().err
 
 
@@ -278,11 +278,11 @@ def test_study_software_takes_modules_setup_env_and_mpi_from_the_study():
         """)
     st = study_mod.from_dict(study_mod._toml.loads(text), "/opt/hpcdl/jobs/s.toml",
                              results_root="/opt/hpcdl/results")
-    sw = slurm.study_software(st, ["NCCL_DEBUG=INFO"], workdir="/opt/hpcdl")
+    sw = submit.study_software(st, ["NCCL_DEBUG=INFO"], workdir="/opt/hpcdl")
     assert sw.activate.splitlines() == ["set +u", "module load openmpi/4.1", "module load cuda/12.1",
                                         "set -u", "source /apps/hpcdl/bin/activate"]
     assert dict(sw.exports) == {"HPCDL_SRUN_MPI": "pmi2", "HPCDL_THREADS": "4", "NCCL_DEBUG": "INFO"}
-    step = slurm.plan_study(st, sw).steps[0].text
+    step = submit.plan_study(st, sw).steps[0].text
     assert 'export HPCDL_SRUN_MPI="${HPCDL_SRUN_MPI:-pmi2}"' in step
     assert 'export HPCDL_THREADS="${HPCDL_THREADS:-4}"' in step
 

@@ -99,7 +99,7 @@ def test_cluster_layout_gives_nodes_times_ranks_per_node(tmp_path):
     (("global_batch = 400", "batch_size = 400"), "workload.batch_size", "global_batch"),
     (("repeats = 2", "repeats = 0"), "study.repeats", ">= 1"),
     (("repeats = 2", 'repeats = "two"'), "study.repeats", "an integer"),
-    (('time = "00:10:00"', 'time = "ten minutes"'), "slurm.time", "HH:MM:SS"),
+    (('time = "00:10:00"', 'time = "ten minutes"'), "slurm.time", "not a Slurm time (e.g. 30, 02:00:00"),
     (('partition = "debug"', 'partiton = "debug"'), "slurm.partiton", "partition"),
     (("ranks = [1, 2, 4]", "ranks = []"), "layout.ranks", "non-empty"),
     (('name = "expmlp"', 'name = "resnet"'), "workload.name", "expmlp"),
@@ -159,3 +159,27 @@ def test_default_studies_in_jobs_are_valid():
             assert max(p.nodes for p in st.points()) == 64 and min(p.nodes for p in st.points()) == 1
     assert {("cnn", "weak", True), ("expmlp", "strong", True),
             ("cnn", "weak", False), ("expmlp", "strong", False)} <= kinds
+
+
+def test_a_time_in_minutes_is_one_rule_for_the_validator_and_the_job_script(tmp_path):
+    """'120' is 120 minutes to Slurm: the study accepts it and the script asks for 02:00:00."""
+    from hpcdl.launch import jobscript, submit
+    path = tmp_path / "s.toml"
+    path.write_text('[study]\nscaling = "weak"\n[workload]\nname = "expmlp"\nbatch_size = 10\n'
+                    '[layout]\nnodes = [1]\n[slurm]\ntime = "120"\n')
+    st = study.load(path, results_root=tmp_path)
+    plan = submit.plan_study(st, jobscript.Software(workdir="/w", activate="true"))
+    assert "#SBATCH --time=02:00:00" in plan.steps[0].text
+
+
+def test_only_a_run_that_ended_well_counts_as_recorded(tmp_path):
+    from hpcdl.launch import submit
+    st = study.from_dict({"study": {"name": "s", "scaling": "weak"},
+                              "workload": {"name": "expmlp", "batch_size": 10},
+                              "layout": {"ranks": [1, 2]}}, tmp_path / "s.toml", results_root=tmp_path)
+    ids = [p.id for p in st.points()]
+    records.append(st.runs_path, {"study": "s", "point": {"id": ids[0]}, "status": "ok"})
+    records.append(st.runs_path, {"study": "s", "point": {"id": ids[1]}, "status": "failed"})
+    assert st.done_ids() == {ids[0]}
+    rows = submit.study_status(st.results_dir, ids, "s")
+    assert [r["recorded"] for r in rows] == [True, False]

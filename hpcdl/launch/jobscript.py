@@ -1,0 +1,396 @@
+"""Render job scripts: a pure function from typed parameters to script text.
+
+The templates ship inside the package (``hpcdl/templates``, read with ``importlib.resources``),
+with ``{{name}}`` placeholders and ``{{> part}}`` includes of ``_part.sh``. The ``#SBATCH`` lines
+are sorted ``--key=value`` lines, so a rendered script can be compared with a golden file.
+``python -m hpcdl.launch.jobscript`` writes the script of one training run (Slurm, or Grid
+Engine as on TSUBAME). Standard library only: this runs on a login node without TensorFlow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+import textwrap
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import List, Mapping, Optional, Sequence, Tuple
+
+from ..cluster import RANK_DEFAULTS
+from ..errors import UserError
+from ..study import parse_time
+
+__all__ = ["Job", "Software", "Export", "DEFAULT_EXPORTS", "sbatch_options", "render_train",
+           "render_study_step", "render_report", "render_qsub", "train_command"]
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
+_PARTIAL = re.compile(r"^\{\{>\s*([a-z_]+)\s*\}\}$", re.M)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIGNAL_LEAD_MAX = 65535  # Slurm keeps --signal's lead time in 16 bits
+
+
+def _hms(secs: int) -> str:
+    d, rest = divmod(int(secs), 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    return (f"{d}-" if d else "") + f"{h:02d}:{m:02d}:{s:02d}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """Resources and scheduling of one batch job."""
+
+    name: str
+    nodes: int = 1
+    ntasks_per_node: int = 1
+    cpus_per_task: Optional[int] = None
+    gpus_per_node: Optional[int] = None
+    time: str = "00:30:00"
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    output: str = "%x-%j.out"
+    signal_lead: Optional[int] = 120   # seconds of warning before the limit; None: not preemptible
+    extra: Tuple[str, ...] = ()        # more sbatch options, "--key=value"
+
+    def __post_init__(self):
+        if not re.match(r"^[A-Za-z0-9_.+-]+$", self.name or ""):
+            raise UserError(f"job name '{self.name}' may hold only letters, digits and _.+-")
+        for key in ("nodes", "ntasks_per_node"):
+            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
+                raise UserError(f"slurm {key} must be a positive integer, got {getattr(self, key)!r}")
+        for key in ("cpus_per_task", "gpus_per_node"):
+            v = getattr(self, key)
+            if v is not None and (not isinstance(v, int) or v < (1 if key == "cpus_per_task" else 0)):
+                raise UserError(f"slurm {key} must be a positive integer, got {v!r}")
+        secs = parse_time(self.time)
+        if self.signal_lead is not None:
+            if not isinstance(self.signal_lead, int) or not 0 < self.signal_lead <= _SIGNAL_LEAD_MAX:
+                raise UserError(f"slurm signal_lead must be 1..{_SIGNAL_LEAD_MAX} seconds, got "
+                                f"{self.signal_lead!r}")
+            if self.signal_lead >= secs:
+                raise UserError(f"slurm signal_lead ({self.signal_lead} s) must be shorter than the "
+                                f"time limit {self.time} ({secs} s)")
+        for opt in self.extra:
+            if not str(opt).startswith("--"):
+                raise UserError(f"extra sbatch option '{opt}' must look like --key=value")
+
+    @property
+    def seconds(self) -> int:
+        return parse_time(self.time)
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ntasks_per_node
+
+
+@dataclass(frozen=True)
+class Export:
+    """One documented setting of the job scripts; ``value`` None renders a commented example."""
+
+    name: str
+    value: Optional[str]
+    example: str
+    doc: str
+
+
+# The settings every script documents. Each is overridable by exporting it before sbatch; the
+# values here are the defaults that suit a production cluster.
+DEFAULT_EXPORTS: Tuple[Export, ...] = (
+    Export("HPCDL_LAUNCHER", "srun", "srun",
+           "How ranks start: srun (the default) or mpirun (Open MPI's own launcher in the allocation)."),
+    Export("HPCDL_SRUN_MPI", "pmix", "pmix",
+           "srun's MPI plugin: Open MPI 4 and 5 speak PMIx (pmi2 only if built with Slurm's PMI)."),
+    Export("HOROVOD_STALL_CHECK_TIME_SECONDS", RANK_DEFAULTS["HOROVOD_STALL_CHECK_TIME_SECONDS"],
+           RANK_DEFAULTS["HOROVOD_STALL_CHECK_TIME_SECONDS"],
+           "Horovod: warn when ranks have waited this long for each other..."),
+    Export("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+           RANK_DEFAULTS["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"],
+           RANK_DEFAULTS["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"],
+           "...and end the job rather than hold the allocation once they have waited this long."),
+    Export("HOROVOD_FUSION_THRESHOLD", "67108864", "67108864",
+           "Horovod: bytes of gradients fused into one allreduce (64 MiB, Horovod's default)."),
+    Export("HOROVOD_CYCLE_TIME", None, "5",
+           "Horovod: milliseconds between fusion cycles; larger fuses more, smaller reacts faster."),
+    Export("NCCL_DEBUG", "WARN", "WARN",
+           "NCCL (GPU nodes): WARN reports problems; INFO also shows the rings and transports chosen."),
+    Export("NCCL_SOCKET_IFNAME", None, "ib0",
+           "NCCL: the interface for bootstrap and socket traffic (unset: NCCL picks one)."),
+    Export("NCCL_IB_HCA", None, "mlx5_0",
+           "NCCL: the InfiniBand adapters to use (unset: all)."),
+    Export("OMPI_MCA_btl_base_warn_component_unused", "0", "0",
+           "Open MPI: no warnings about transports that exist but are not used."),
+    Export("OMPI_MCA_btl", None, "self,tcp",
+           "Open MPI: byte transports. Several Slurm nodes on one host need self,tcp: shared memory "
+           "between ranks of different 'nodes' crashes."),
+    Export("OMPI_MCA_btl_tcp_if_include", None, "lo",
+           "Open MPI: the interfaces TCP may use (lo when every node is this host)."),
+)
+
+# Settings that mean nothing to a Grid Engine script (it always starts ranks with mpirun).
+_SLURM_ONLY = ("HPCDL_LAUNCHER", "HPCDL_SRUN_MPI")
+
+
+@dataclass(frozen=True)
+class Software:
+    """Where a job runs and how it finds hpcdl's Python."""
+
+    workdir: str
+    activate: str                      # shell line(s): 'source VENV/bin/activate', 'module load ...'
+    python: str = "python"
+    exports: Tuple[Tuple[str, Optional[str]], ...] = ()   # overrides of DEFAULT_EXPORTS, and more
+
+    def __post_init__(self):
+        for name, _ in self.exports:
+            if not ENV_NAME.match(name):
+                raise UserError(f"'{name}' is not an environment variable name")
+
+    @classmethod
+    def here(cls, workdir=None, exports: Optional[Mapping[str, Optional[str]]] = None,
+             activate: Optional[str] = None) -> "Software":
+        """The Python running now (its venv when there is one), in ``workdir`` (default: cwd)."""
+        if activate is None:
+            if sys.prefix != getattr(sys, "base_prefix", sys.prefix):
+                activate = f"source {shlex.quote(str(Path(sys.prefix) / 'bin' / 'activate'))}"
+            else:
+                activate = f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"'
+        return cls(workdir=str(Path(workdir or os.getcwd()).resolve()), activate=activate,
+                   exports=tuple(sorted((exports or {}).items())))
+
+
+def _dq(value: str) -> str:
+    """``value`` inside double quotes, safe for bash."""
+    return '"' + re.sub(r'(["\\$`])', r"\\\1", str(value)) + '"'
+
+
+def _render_exports(software: Software, skip: Sequence[str] = ()) -> Tuple[str, List[str]]:
+    """The settings block and the names it exports."""
+    overrides = dict(software.exports)
+    known = {e.name for e in DEFAULT_EXPORTS}
+    items = [Export(e.name, overrides.get(e.name, e.value), e.example, e.doc) if e.name in overrides
+             else e for e in DEFAULT_EXPORTS]
+    items += [Export(name, value, value or "", "Set for this job.")
+              for name, value in sorted(overrides.items()) if name not in known]
+    lines, names = [], []
+    for e in items:
+        if e.name in skip:
+            continue
+        lines += textwrap.wrap(e.doc, 99, initial_indent="# ", subsequent_indent="# ")
+        if e.value is None:
+            lines.append(f"# export {e.name}={e.example}")
+        else:
+            lines.append(f'export {e.name}="${{{e.name}:-{_dq(e.value)[1:-1]}}}"')
+            names.append(e.name)
+    return "\n".join(lines), names
+
+
+def sbatch_options(job: Job, preemptible: bool = True) -> List[str]:
+    """The job's sbatch options, sorted by name."""
+    opts = {
+        "--job-name": job.name,
+        "--nodes": str(job.nodes),
+        "--ntasks-per-node": str(job.ntasks_per_node),
+        "--time": _hms(job.seconds),
+        "--output": job.output,
+    }
+    if job.cpus_per_task is not None:
+        opts["--cpus-per-task"] = str(job.cpus_per_task)
+    if job.gpus_per_node:
+        opts["--gpus-per-node"] = str(job.gpus_per_node)
+    if job.partition:
+        opts["--partition"] = job.partition
+    if job.account:
+        opts["--account"] = job.account
+    if preemptible and job.signal_lead is not None:
+        opts["--signal"] = f"B:USR1@{job.signal_lead}"
+        opts["--requeue"] = None
+        opts["--open-mode"] = "append"     # a requeued attempt adds to the same output file
+    for opt in job.extra:
+        key, _, value = str(opt).partition("=")
+        opts[key] = value if _ else None
+    return [k if v is None else f"{k}={v}" for k, v in sorted(opts.items())]
+
+
+def _sbatch_block(job: Job, preemptible: bool = True) -> str:
+    return "\n".join(f"#SBATCH {o}" for o in sbatch_options(job, preemptible))
+
+
+def train_command(train_args: Sequence[str], python: str = "python",
+                  checkpoint_dir_var: Optional[str] = "$CKPT_DIR") -> str:
+    """The words of ``python -m hpcdl train ARGS`` for a bash array, one option per line."""
+    args = list(train_args)
+    if checkpoint_dir_var and "--checkpoint-dir" not in args:
+        args += ["--checkpoint-dir", checkpoint_dir_var]
+    groups: List[List[str]] = [[shlex.quote(python), "-m", "hpcdl", "train"]]
+    for a in args:
+        word = f'"{a}"' if a == checkpoint_dir_var else shlex.quote(a)
+        if a.startswith("-") or len(groups) == 1:
+            groups.append([word])
+        else:
+            groups[-1].append(word)
+    return "\n    ".join(" ".join(g) for g in groups)
+
+
+# --- templates ---------------------------------------------------------------------------------------
+
+def _load(name: str, depth: int = 0) -> str:
+    text = resources.files("hpcdl").joinpath("templates", name).read_text()
+    if depth > 4:
+        raise RuntimeError(f"template includes nest too deep at {name}")
+    return _PARTIAL.sub(lambda m: _load(f"_{m.group(1)}.sh", depth + 1).rstrip("\n"), text)
+
+
+def _fill(name: str, values: Mapping[str, object]) -> str:
+    text = _load(name)
+    missing = sorted({m.group(1) for m in _PLACEHOLDER.finditer(text)} - set(values))
+    if missing:
+        raise RuntimeError(f"template {name} needs values for {', '.join(missing)}")
+    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), text)
+
+
+def _common(job: Job, software: Software, script_name: str, skip_exports=()) -> dict:
+    exports, _ = _render_exports(software, skip_exports)
+    return {"nodes": job.nodes, "ranks_per_node": job.ntasks_per_node, "ranks": job.ranks,
+            "job_name": job.name, "script_name": script_name,
+            "signal_lead": job.signal_lead if job.signal_lead is not None else 0,
+            "exports": exports, "workdir": shlex.quote(software.workdir),
+            "activate": software.activate}
+
+
+def render_train(job: Job, software: Software, train_args: Sequence[str], checkpoint_dir: str,
+                 script_name: str = "train.sbatch") -> str:
+    """``slurm/train.sbatch`` for one training run."""
+    if job.signal_lead is None:
+        raise UserError("a training job needs signal_lead: its checkpoint-and-requeue relies on USR1")
+    values = _common(job, software, script_name)
+    values.update(sbatch=_sbatch_block(job), checkpoint_dir=shlex.quote(str(checkpoint_dir)),
+                  train=train_command(train_args, software.python))
+    return _fill("train.sbatch", values)
+
+
+def render_study_step(job: Job, software: Software, study: str, study_path: str, point_id: str,
+                      point: Mapping, train_args: Sequence[str], checkpoint_dir: str,
+                      script_name: str = "study-step.sbatch") -> str:
+    """``slurm/study-step.sbatch`` for one point of a study."""
+    if job.signal_lead is None:
+        raise UserError("a study step needs signal_lead: its checkpoint-and-requeue relies on USR1")
+    values = _common(job, software, script_name)
+    values.update(sbatch=_sbatch_block(job), checkpoint_dir=shlex.quote(str(checkpoint_dir)),
+                  train=train_command(train_args, software.python), study=study,
+                  study_path=study_path, point_id=point_id,
+                  point_json=json.dumps(dict(point), sort_keys=True))
+    return _fill("study-step.sbatch", values)
+
+
+def render_report(job: Job, software: Software, study: str, results_dir: str,
+                  script_name: str = "report.sbatch") -> str:
+    """``slurm/report.sbatch``: ``hpcdl study report`` once every step has ended."""
+    values = _common(job, software, script_name)
+    report = " ".join([shlex.quote(software.python), "-m", "hpcdl", "study", "report",
+                       shlex.quote(str(results_dir))])
+    values.update(sbatch=_sbatch_block(job, preemptible=False), study=study,
+                  results_dir=shlex.quote(str(results_dir)), report=report)
+    return _fill("report.sbatch", values)
+
+
+def render_qsub(job: Job, software: Software, train_args: Sequence[str], checkpoint_dir: str,
+                group: Optional[str] = None, script_name: str = "tsubame-train.qsub") -> str:
+    """``slurm/tsubame-train.qsub``: the same run for a Grid Engine centre (TSUBAME-style).
+
+    ``job.account`` (or ``group``) is the TSUBAME group given to ``qsub -g``; nodes are full
+    nodes (``node_f``); training stops ``signal_lead`` seconds before ``h_rt`` by itself.
+    """
+    group = group or job.account or "GROUP"
+    lead = job.signal_lead or 0
+    if job.seconds - lead <= 0:
+        raise UserError(f"time limit {job.time} leaves no time to train before the {lead} s lead")
+    args = list(train_args)
+    if "--max-time" not in args:
+        args += ["--max-time", str(job.seconds - lead)]
+    values = _common(job, software, script_name, skip_exports=_SLURM_ONLY)
+    _, names = _render_exports(software, _SLURM_ONLY)
+    fwd = ["PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "HPCDL_STOP_FILE", *names]
+    h, rest = divmod(job.seconds, 3600)
+    values.update(group=group, h_rt=f"{h}:{rest // 60:02d}:{rest % 60:02d}",
+                  checkpoint_dir=shlex.quote(str(checkpoint_dir)),
+                  train=train_command(args, software.python),
+                  forward=" ".join(fwd))
+    return _fill("tsubame-train.qsub", values)
+
+
+def parse_exports(items: Sequence[str], base: Optional[Mapping] = None) -> dict:
+    out = {str(k): (None if v is None else str(v)) for k, v in dict(base or {}).items()}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not ENV_NAME.match(name):
+            raise UserError(f"--export '{item}' must look like NAME=VALUE")
+        out[name] = value
+    return out
+
+
+
+# --- python -m hpcdl.launch.jobscript: one training run ----------------------------------------------
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Render train.sbatch (or the Grid Engine script) for one run; optionally submit it."""
+    import argparse
+    p = argparse.ArgumentParser(
+        prog="python -m hpcdl.launch.jobscript",
+        description="Write the job script of one hpcdl training run, e.g. "
+                    "'python -m hpcdl.launch.jobscript --nodes 2 --time 01:00:00 -o train.sbatch -- "
+                    "--workload cnn --model resnet50'. Arguments after -- go to 'hpcdl train'.")
+    p.add_argument("--kind", choices=("sbatch", "qsub"), default="sbatch",
+                   help="sbatch: slurm/train.sbatch; qsub: slurm/tsubame-train.qsub (Grid Engine)")
+    p.add_argument("--name", default="hpcdl-train", help="job name")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--ntasks-per-node", type=int, default=1, help="ranks per node (GPUs per node on GPU nodes)")
+    p.add_argument("--cpus-per-task", type=int, default=None)
+    p.add_argument("--gpus-per-node", type=int, default=None)
+    p.add_argument("--time", default="00:30:00")
+    p.add_argument("--partition", default=None)
+    p.add_argument("--account", default=None, help="Slurm account, or the TSUBAME group for qsub -g")
+    p.add_argument("--signal-lead", type=int, default=120,
+                   help="seconds before the time limit at which the run checkpoints (120)")
+    p.add_argument("--checkpoint-dir", default="checkpoints/train",
+                   help="where the run checkpoints (default checkpoints/train)")
+    p.add_argument("--export", action="append", default=[], metavar="NAME=VALUE",
+                   help="a setting in the script (repeatable), e.g. NCCL_SOCKET_IFNAME=ib0")
+    p.add_argument("--setup", default=None, help="shell line that makes hpcdl's Python available "
+                                                 "(default: activate the venv running this)")
+    p.add_argument("-o", "--output", default=None, help="write the script here (default: stdout)")
+    p.add_argument("--submit", action="store_true", help="sbatch the written script, print its job id")
+    p.add_argument("train_args", nargs=argparse.REMAINDER)
+    opts = p.parse_args(argv)
+    args = opts.train_args[1:] if opts.train_args[:1] == ["--"] else opts.train_args
+    try:
+        job = Job(name=opts.name, nodes=opts.nodes, ntasks_per_node=opts.ntasks_per_node,
+                  cpus_per_task=opts.cpus_per_task, gpus_per_node=opts.gpus_per_node,
+                  time=opts.time, partition=opts.partition, account=opts.account,
+                  signal_lead=opts.signal_lead)
+        software = Software.here(exports=parse_exports(opts.export), activate=opts.setup)
+        ckpt = str(Path(opts.checkpoint_dir).resolve())
+        name = Path(opts.output).name if opts.output else None
+        if opts.kind == "qsub":
+            text = render_qsub(job, software, args, ckpt, script_name=name or "tsubame-train.qsub")
+        else:
+            text = render_train(job, software, args, ckpt, script_name=name or "train.sbatch")
+        if opts.submit and (opts.kind != "sbatch" or not opts.output):
+            raise UserError("--submit needs --kind sbatch and -o FILE")
+        if not opts.output:
+            sys.stdout.write(text)
+            return 0
+        Path(opts.output).write_text(text)
+        Path(opts.output).chmod(0o755)
+        if opts.submit:
+            from .scheduler import sbatch
+            print(sbatch(opts.output, cwd=Path(opts.output).resolve().parent))
+    except UserError as exc:
+        sys.stderr.write(f"{p.prog}: error: {exc}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Submit a study to Slurm: one job per point not yet recorded, the report chained after them.
+
+:func:`plan_study` renders every point's script (pure but for reading the study's records),
+:func:`submit_study` writes and submits them with the report job depending on all of them
+(``--dependency=afterany``), and :func:`study_status` tells, per point, the latest job's state
+and whether the point is recorded. Standard library only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from ..errors import UserError
+from ..study import recorded_point
+from .jobscript import Job, Software, parse_exports, render_report, render_study_step
+from .scheduler import job_states, sbatch
+
+__all__ = ["plan_study", "submit_study", "study_status", "study_software", "StudyPlan", "Step"]
+
+
+@dataclass
+class Step:
+    point_id: str
+    point: dict
+    script: Path
+    text: str
+    job: Job
+
+
+@dataclass
+class StudyPlan:
+    study: str
+    study_path: str
+    results_dir: Path
+    jobs_dir: Path
+    steps: List[Step]
+    report: Step
+    skipped: List[str]
+
+
+def _slurm_settings(study, overrides: Optional[Mapping] = None) -> dict:
+    s = dict(getattr(study, "slurm", None) or {})
+    s.update({k: v for k, v in dict(overrides or {}).items() if v is not None})
+    return s
+
+
+def _job_for(study, name: str, nodes: int, ntasks_per_node: int, overrides: Mapping) -> Job:
+    s = _slurm_settings(study, overrides)
+    extra = list(s.get("extra") or ())
+    for key in ("qos", "constraint", "mem"):
+        if s.get(key):
+            extra.append(f"--{key}={s[key]}")
+    lead = s.get("signal_lead", 120)
+    if not lead:
+        raise UserError(f"{getattr(study, 'path', study.name)}: slurm.signal_lead must be > 0 for "
+                        "'study submit': the job checkpoints and requeues on that warning")
+    return Job(name=name, nodes=int(nodes), ntasks_per_node=int(ntasks_per_node),
+               cpus_per_task=s.get("cpus_per_task"), gpus_per_node=s.get("gpus_per_node") or None,
+               time=str(s.get("time") or "00:30:00"), partition=s.get("partition"),
+               account=s.get("account"), signal_lead=int(lead), extra=tuple(extra))
+
+
+def study_software(study, extra_exports: Sequence[str] = (), setup: Optional[str] = None,
+                   workdir=None) -> Software:
+    """How the study's jobs find hpcdl: slurm.modules and slurm.setup (else the venv running
+    now), with run.env, slurm.mpi and ``--export`` settings."""
+    s = _slurm_settings(study)
+    exports: Dict[str, Optional[str]] = dict(getattr(study, "env", None) or {})
+    if s.get("mpi"):
+        exports["HPCDL_SRUN_MPI"] = str(s["mpi"])
+    exports = parse_exports(extra_exports, exports)
+    lines = [f"module load {m}" for m in s.get("modules") or ()]
+    if lines:    # site module scripts often read unset variables, which set -u would end the job on
+        lines = ["set +u", *lines, "set -u"]
+    lines += [setup] if setup else list(s.get("setup") or ())
+    if not setup and not s.get("setup"):
+        lines.append(Software.here().activate)
+    return Software.here(workdir=workdir, exports=exports, activate="\n".join(lines))
+
+
+def plan_study(study, software: Software, force: bool = False,
+               overrides: Optional[Mapping] = None) -> StudyPlan:
+    """The scripts of every point not yet recorded, and of the report (pure but for reading the
+    study's records)."""
+    overrides = dict(overrides or {})
+    results_dir = Path(study.results_dir).resolve()
+    jobs_dir = results_dir / "jobs"
+    results = results_dir / "runs.jsonl"
+    done = set() if force else study.done_ids()
+    steps, skipped = [], []
+    study_path = str(Path(study.path).resolve()) if getattr(study, "path", None) else study.name
+    for point in study.points():
+        pid = str(point.id)
+        if pid in done:
+            skipped.append(pid)
+            continue
+        job = _job_for(study, f"hpcdl-{study.name}-{pid}", point.nodes, point.ranks_per_node,
+                       overrides)
+        name = f"step-{pid}.sbatch"
+        args = list(point.train_args(str(results)))
+        text = render_study_step(job, software, study.name, study_path, pid, point.as_dict(), args,
+                                 str(results_dir / "checkpoints" / pid), script_name=name)
+        steps.append(Step(pid, point.as_dict(), jobs_dir / name, text, job))
+    s = _slurm_settings(study, overrides)
+    rjob = Job(name=f"hpcdl-{study.name}-report", nodes=1, ntasks_per_node=1, cpus_per_task=1,
+               time=str(s.get("report_time") or "00:15:00"), partition=s.get("partition"),
+               account=s.get("account"), signal_lead=None)
+    rtext = render_report(rjob, software, study.name, str(results_dir), script_name="report.sbatch")
+    report = Step("report", {}, jobs_dir / "report.sbatch", rtext, rjob)
+    return StudyPlan(study.name, study_path, results_dir, jobs_dir, steps, report, skipped)
+
+
+def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
+    """Write the scripts, submit the steps and the report after them; return what was submitted."""
+    out = out or sys.stdout
+    plan.jobs_dir.mkdir(parents=True, exist_ok=True)
+    for step in plan.steps + [plan.report]:
+        step.script.write_text(step.text)
+        step.script.chmod(0o755)
+    for pid in plan.skipped:
+        print(f"Point {pid}: already recorded, not submitted (--force submits it again)", file=out)
+    submission = {"study": plan.study, "study_path": plan.study_path,
+                  "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "dry_run": dry_run, "steps": [], "report": None}
+    ids = []
+    for step in plan.steps:
+        rel = os.path.relpath(step.script, plan.jobs_dir)
+        if dry_run:
+            print(f"Would submit point {step.point_id}: (cd {plan.jobs_dir} && sbatch {rel})", file=out)
+            jid = None
+        else:
+            jid = sbatch(step.script, cwd=plan.jobs_dir)
+            ids.append(jid)
+            print(f"Submitted point {step.point_id} ({step.job.nodes} node(s) x "
+                  f"{step.job.ntasks_per_node} rank(s)) as job {jid}", file=out)
+        submission["steps"].append({"point": step.point_id, "job_id": jid, "script": str(step.script)})
+    dep = ("afterany:" + ":".join(ids)) if ids else None
+    if dry_run:
+        dep_text = "--dependency=afterany:<step ids> " if plan.steps else ""
+        print(f"Would submit the report: (cd {plan.jobs_dir} && sbatch {dep_text}report.sbatch)", file=out)
+        rid = None
+    else:
+        rid = sbatch(plan.report.script, cwd=plan.jobs_dir, dependency=dep)
+        print(f"Submitted the report as job {rid}" + (f" (after {', '.join(ids)})" if ids else ""),
+              file=out)
+    submission["report"] = {"job_id": rid, "script": str(plan.report.script), "dependency": dep}
+    if not dry_run:
+        log = plan.jobs_dir / "submitted.jsonl"
+        with open(log, "a") as f:
+            f.write(json.dumps(submission, sort_keys=True) + "\n")
+    print(f"Scripts in {plan.jobs_dir}" + ("" if dry_run else "; job output there as %x-%j.out"),
+          file=out)
+    return submission
+
+
+def _submissions(jobs_dir: Path) -> List[dict]:
+    log = jobs_dir / "submitted.jsonl"
+    if not log.is_file():
+        return []
+    subs = []
+    for line in log.read_text().splitlines():
+        try:
+            subs.append(json.loads(line))
+        except ValueError:
+            continue
+    return subs
+
+
+def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
+                 study_name: Optional[str] = None) -> List[dict]:
+    """One row per point (latest submission of each) and one for the report."""
+    results_dir = Path(results_dir)
+    subs = _submissions(results_dir / "jobs")
+    latest: Dict[str, str] = {}
+    report_id = None
+    for sub in subs:
+        for st in sub.get("steps", []):
+            if st.get("job_id"):
+                latest[str(st["point"])] = str(st["job_id"])
+        if (sub.get("report") or {}).get("job_id"):
+            report_id = str(sub["report"]["job_id"])
+    from .. import records
+    recorded = {recorded_point(rec, study_name or rec.get("study"))
+                for rec in records.iter_records(results_dir / "runs.jsonl")} - {None}
+    order = list(point_ids) if point_ids is not None else sorted(latest)
+    ids = [latest[p] for p in order if p in latest] + ([report_id] if report_id else [])
+    states = job_states(ids) if ids else {}
+    rows = []
+    for pid in order + (["report"] if report_id else []):
+        jid = report_id if pid == "report" else latest.get(pid)
+        st = states.get(jid) if jid else None
+        rows.append({"point": pid, "job_id": jid,
+                     "state": st.state if st else ("NOT SUBMITTED" if not jid else "UNKNOWN"),
+                     "exit_code": st.exit_code if st else None,
+                     "reason": st.reason if st else None,
+                     "attempts": st.attempts if st else 0,
+                     "history": st.history if st else [],
+                     "source": st.source if st else None,
+                     "recorded": (pid in recorded) if pid != "report" else
+                                 (results_dir / "report.md").is_file()})
+    return rows

@@ -1,0 +1,46 @@
+"""An installed hpcdl (a wheel, not the source tree) renders job scripts from its packaged templates."""
+import shutil
+import subprocess
+import sys
+import venv
+
+import pytest
+
+from hpcdl_testing import ROOT
+
+
+def _copy_source(dst):
+    """The files a wheel is built from, copied out of the work tree (no build output left there)."""
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, dst / name)
+    shutil.copytree(ROOT / "hpcdl", dst / "hpcdl",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so", ".*.so.*"))
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_in_a_fresh_venv_renders_a_job_script(tmp_path):
+    src, wheels, env_dir, work = (tmp_path / d for d in ("src", "wheels", "venv", "elsewhere"))
+    for d in (src, work):
+        d.mkdir()
+    _copy_source(src)
+    # Built with this interpreter's setuptools, offline; installed without dependencies: rendering
+    # needs only the standard library.
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                            "-q", "-w", str(wheels), str(src)], capture_output=True, text=True,
+                           timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    wheel = next(wheels.glob("hpcdl-*.whl"))
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = env_dir / "bin" / "python"
+    inst = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+                          capture_output=True, text=True, timeout=300)
+    assert inst.returncode == 0, inst.stderr[-3000:]
+    res = subprocess.run([str(py), "-m", "hpcdl.launch.jobscript", "--nodes", "2", "--time", "01:00:00",
+                          "--", "--workload", "cnn"], capture_output=True, text=True, timeout=120,
+                         cwd=work, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "#SBATCH --nodes=2" in res.stdout and "--workload cnn" in res.stdout
+    assert "# --- Settings ----" in res.stdout                 # a {{> part}} include came along
+    where = subprocess.run([str(py), "-c", "import hpcdl; print(hpcdl.__file__)"],
+                           capture_output=True, text=True, cwd=work, timeout=60).stdout
+    assert where.startswith(str(env_dir)), where               # the installed copy, not the tree
