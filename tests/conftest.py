@@ -1,6 +1,23 @@
-"""Put the repository and the test helpers (tests/hpcdl_testing.py) on sys.path for every test."""
+"""Put the repository and the test helpers (tests/hpcdl_testing.py) on sys.path for every test,
+and mark every test with its tier, the folder it lives in: unit (no MPI), mpi (real mpirun
+ranks), slurm (a real Slurm cluster), box (emulated nodes). ``pytest -m "not mpi and not slurm"``
+therefore starts no mpirun and no Slurm."""
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "mpi", "slurm", "box")
+
+sys.path.insert(0, str(TESTS))
+sys.path.insert(0, str(TESTS.parent))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        rel = Path(str(item.fspath)).resolve().relative_to(TESTS)
+        tier = rel.parts[0] if len(rel.parts) > 1 else None
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{rel}: a test lives in one of tests/{{{','.join(TIERS)}}}/")
+        item.add_marker(getattr(pytest.mark, tier))

@@ -5,7 +5,6 @@ import pytest
 
 from hpcdl_testing import mpirun
 
-pytestmark = pytest.mark.mpi
 
 
 def _our_lines(stderr):

@@ -14,7 +14,6 @@ import pytest
 from hpcdl import records
 from hpcdl_testing import mpirun
 
-pytestmark = pytest.mark.mpi
 
 STEPS = 200
 EXIT_WITHIN_S = 60.0

@@ -10,7 +10,6 @@ from hpcdl import checkpoint
 from hpcdl.errors import EXIT_INTERRUPTED
 from hpcdl_testing import check, mpirun, read_records
 
-pytestmark = pytest.mark.mpi
 
 NP = 2
 STEPS = 3000
