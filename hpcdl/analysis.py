@@ -8,7 +8,9 @@ meaningful range, or not resolved by the spread of the repeats, carries a flag n
 The step model and everything it predicts come from :mod:`hpcdl.costmodel`; when the runs cannot
 determine it, the analysis says so and draws no extrapolation.
 
-numpy only: a report is made without TensorFlow, Horovod or mpi4py.
+numpy only: a report is made without TensorFlow, Horovod or mpi4py. The module runs past 400
+lines on purpose: every figure a report shows is computed here, from the rows to the result
+object, so that :mod:`hpcdl.report` and :mod:`hpcdl.plots` only render.
 """
 from __future__ import annotations
 

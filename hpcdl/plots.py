@@ -1,0 +1,136 @@
+"""Draw a study's plots (matplotlib, Agg): throughput and speedup, efficiency, where the step
+goes, backends compared, and the model's extrapolation. Renders an analysis; computes nothing."""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import List
+
+from . import analysis
+
+
+def draw_plots(res: analysis.StudyAnalysis, out: Path) -> List[Path]:
+    """Throughput and speedup, efficiency, the split of the step, axes compared, the model."""
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+
+    def save(fig, stem):
+        path = out / f"{stem}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        files.append(path)
+
+    for stem, draw in (("throughput-speedup", _plot_throughput), ("efficiency", _plot_efficiency),
+                       ("step-split", _plot_split), ("axes-compared", _plot_axes),
+                       ("model-extrapolation", _plot_extrapolation)):
+        fig = draw(plt, res)
+        if fig is not None:
+            save(fig, stem)
+    return files
+
+
+def _log2(ax):
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ranks N")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def _by_axis(res):
+    return [(axis, [r for r in res.rows if r.axis == axis]) for axis in res.axes]
+
+
+def _plot_throughput(plt, res):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, (axis, sel) in enumerate(_by_axis(res)):
+        n = [r.ranks for r in sel]
+        a1.errorbar(n, [r.throughput for r in sel], yerr=[r.ci95 for r in sel], marker="o",
+                    capsize=3, label=f"{axis} measured")
+        a1.plot(n, [sel[0].throughput * k / n[0] for k in n], "k--", lw=0.8,
+                label="ideal" if i == 0 else None)
+        a2.plot(n, [r.speedup for r in sel], marker="o", label=f"{axis} measured")
+    nmin, nmax = min(r.ranks for r in res.rows), max(r.ranks for r in res.rows)
+    a2.plot([nmin, nmax], [1, nmax / nmin], "k--", lw=0.8, label="ideal")
+    for ax, ylabel, title in ((a1, f"throughput ({res.rows[0].unit})", f"{res.study}: throughput"),
+                              (a2, "speedup S(N)", f"{res.scaling} scaling speedup")):
+        _log2(ax)
+        ax.set_yscale("log", base=2)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def _plot_efficiency(plt, res):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for axis, sel in _by_axis(res):
+        ax.plot([r.ranks for r in sel], [r.efficiency * 100 for r in sel], marker="o",
+                label=f"{axis} measured")
+    nmax = max(r.ranks for r in res.rows)
+    loc = [e for e in res.extrapolation if e["network"] == "local" and e["ranks"] <= max(2, nmax)]
+    if loc:
+        ax.plot([e["ranks"] for e in loc], [e["efficiency"] * 100 for e in loc], "x:",
+                color="gray", label="MODEL (calibrated here)")
+    ax.axhline(100, color="k", ls="--", lw=0.8)
+    _log2(ax)
+    ax.set_ylabel("efficiency E (%)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{res.study}: efficiency")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _plot_split(plt, res):
+    rows = [r for r in res.rows if r.compute_share is not None]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    x = list(range(len(rows)))
+    comp = [r.compute_share * 100 for r in rows]
+    ax.bar(x, comp, label="compute (probed)")
+    ax.bar(x, [r.rest_share * 100 for r in rows], bottom=comp,
+           label="rest: exchange not hidden, update, overhead")
+    ax.set_xticks(x, [f"{r.ranks}\n{r.compression}" if len(res.axes) > 1 else str(r.ranks)
+                      for r in rows])
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("share of the step (%)")
+    ax.set_title(f"{res.study}: where the step goes")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _plot_axes(plt, res):
+    if len(res.axes) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for axis, sel in _by_axis(res):
+        ax.errorbar([r.ranks for r in sel], [r.throughput for r in sel],
+                    yerr=[r.ci95 for r in sel], marker="o", capsize=3, label=axis)
+    _log2(ax)
+    ax.set_ylabel(f"throughput ({res.rows[0].unit})")
+    ax.set_title(f"{res.study}: backends and compressions")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _plot_extrapolation(plt, res):
+    if not res.extrapolation:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for net in OrderedDict((e["network"], None) for e in res.extrapolation):
+        sel = [e for e in res.extrapolation if e["network"] == net]
+        ax.plot([e["ranks"] for e in sel], [e["efficiency"] * 100 for e in sel], marker=".",
+                label=f"MODEL {sel[0]['label']}")
+    sel = [r for r in res.rows if r.axis == res.extrapolation_axis]
+    ax.plot([r.ranks for r in sel], [r.efficiency * 100 for r in sel], "ko", label="measured")
+    _log2(ax)
+    ax.set_ylabel("efficiency E (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title(f"{res.study}: MODEL extrapolation ({res.extrapolation_axis})")
+    ax.legend(fontsize=7)
+    return fig

@@ -1,0 +1,110 @@
+"""The house plan stays true: imports follow docs/architecture.md, and functions stay short."""
+import ast
+import re
+import sys
+from pathlib import Path
+
+from hpcdl_testing import ROOT
+
+PKG = ROOT / "hpcdl"
+HEAVY = {"numpy", "mpi4py", "tensorflow", "horovod", "matplotlib", "sklearn", "scipy", "keras"}
+MAX_FUNCTION_LINES = 80
+
+
+def _rooms():
+    """{room: (allowed hpcdl rooms, allowed heavy packages)} from the table in docs/architecture.md."""
+    rooms = {}
+    for line in (ROOT / "docs" / "architecture.md").read_text().splitlines():
+        m = re.match(r"^\| `([\w.]+)` \|[^|]*\| ([^|]*) \| ([^|]*) \|$", line)
+        if m:
+            names = [[w.strip() for w in cell.split(",") if w.strip() not in ("", "-")]
+                     for cell in m.group(2, 3)]
+            rooms[m.group(1)] = (set(names[0]), set(names[1]))
+    return rooms
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(PKG).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _room(module: str, rooms) -> str:
+    """The table's row of a module: itself, or the package that holds it."""
+    parts = module.split(".")
+    for k in range(len(parts), 0, -1):
+        if ".".join(parts[:k]) in rooms:
+            return ".".join(parts[:k])
+    return module
+
+
+def _imports(path: Path):
+    """(hpcdl modules, third-party top-level packages) a file imports, anywhere in it."""
+    mod = _module(path)
+    pkg = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+    inner, outer = set(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = pkg[:len(pkg) - node.level + 1] + (node.module.split(".") if node.module else [])
+            if node.module:
+                inner.add(".".join(base))
+            else:
+                inner.update(".".join(base + [a.name]) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            (inner if node.module.startswith("hpcdl") else outer).add(node.module)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                (inner if a.name.startswith("hpcdl") else outer).add(a.name)
+    inner = {m[len("hpcdl."):] if m.startswith("hpcdl.") else m for m in inner}
+    return {m for m in inner if m and m != "hpcdl"}, {m.split(".")[0] for m in outer}
+
+
+def test_every_module_imports_only_what_its_room_allows():
+    rooms = _rooms()
+    assert "analysis" in rooms and "comm" in rooms, "the rooms table did not parse"
+    faults = []
+    for path in sorted(PKG.rglob("*.py")):
+        mod = _module(path)
+        if mod in ("", "__main__") or not path.read_text().strip("\n").count("\n"):
+            continue      # the package and its __main__, or an empty package marker
+        room = _room(mod, rooms)
+        if room not in rooms:
+            faults.append(f"{mod}: no row in docs/architecture.md")
+            continue
+        hpcdl_ok, heavy_ok = rooms[room]
+        inner, outer = _imports(path)
+        for target in inner:
+            # a room may use itself; `from . import x` names may be attributes, not modules
+            troom = _room(target, rooms)
+            if troom == room or troom in hpcdl_ok or target == "__version__":
+                continue
+            if "." in target and _room(target.rsplit(".", 1)[0], rooms) in (room, *hpcdl_ok):
+                continue
+            faults.append(f"{mod} imports hpcdl.{target} (room {room} may import "
+                          f"{', '.join(sorted(hpcdl_ok)) or 'nothing of hpcdl'})")
+        for pkg in (outer & HEAVY) - heavy_ok:
+            faults.append(f"{mod} imports {pkg} (room {room} may import "
+                          f"{', '.join(sorted(heavy_ok)) or 'no heavy package'})")
+        stdlib = set(sys.stdlib_module_names) | {"tomli"}
+        for pkg in outer - HEAVY - stdlib:
+            faults.append(f"{mod} imports {pkg}, which is neither the standard library nor a "
+                          "package named in the plan")
+    assert faults == [], "\n".join(faults)
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert long == []
+
+
+def test_a_module_past_400_lines_says_why_in_its_docstring():
+    for path in sorted(PKG.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > 400:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            assert re.search(r"400\s+lines", doc), f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines"
