@@ -89,6 +89,7 @@ class Row:
     step_times: List[float] = field(default_factory=list)   # each repeat's median step
     repeats: List[int] = field(default_factory=list)
     computes: List[Optional[float]] = field(default_factory=list)  # each repeat's probed compute
+    exchanges: List[Optional[float]] = field(default_factory=list)  # each repeat's exchange alone
     compute_s: Optional[float] = None
     compute_share: Optional[float] = None     # None where the probe is not shorter than the step
     gradient_bytes: int = 0
@@ -119,16 +120,27 @@ class Row:
         return None if self.compute_share is None else 1.0 - self.compute_share
 
     def observation(self) -> costmodel.Observation:
-        vals = [c for c in self.computes if c is not None]
-        compute = float(np.median(vals)) if vals else self.compute_s
         return costmodel.Observation(self.ranks, self.ranks_per_node, self.batch_size,
-                                     self.wire_bytes, self.step_time, compute)
+                                     self.wire_bytes, self.step_time, _median(self.computes),
+                                     _median(self.exchanges))
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d.update(ci95=self.ci95, rest_share=self.rest_share, axis=self.axis,
                  wire_bytes=self.wire_bytes)
         return d
+
+
+def _median(values) -> Optional[float]:
+    vals = [v for v in values if v is not None]
+    return float(np.median(vals)) if vals else None
+
+
+def _exchange_alone(rec) -> Optional[float]:
+    """The exchange timed on its own: probed, or timed around a flat backend's call."""
+    split = _get(rec, "metrics", "split") or {}
+    return split.get("exchange_alone_s", split.get("exchange_s") if split.get("method") == "timed"
+                     else None)
 
 
 def group_records(recs: Iterable[dict]) -> List[Row]:
@@ -170,6 +182,7 @@ def _row(key, rs) -> Row:
                step_time=step, step_times=steps,
                repeats=[int(_get(r, "point", "repeat", default=i)) for i, r in enumerate(rs)],
                computes=[None if c is None else float(c) for c in computes],
+               exchanges=[_exchange_alone(r) if size > 1 else None for r in rs],
                compute_s=compute, compute_share=share,
                gradient_bytes=int(rs[0].get("gradient_bytes") or 0))
 
@@ -257,7 +270,7 @@ def _kf_cause(r: Row, base: Row, cores: Optional[int], noisy: bool) -> str:
 def predict_rows(rows: Sequence[Row], model: StepModel) -> None:
     """Set each row's model step time and its relative error against the measurement."""
     for r in rows:
-        pred = float(model.step_time(r.ranks, r.batch_size, r.wire_bytes, overlap=0.0))
+        pred = float(model.step_time(r.ranks, r.batch_size, r.wire_bytes))
         r.model_step_time = pred
         r.model_error = (pred - r.step_time) / r.step_time if r.step_time > 0 else None
 
@@ -279,7 +292,7 @@ def heldout_errors(rows: Sequence[Row], algorithm: str, fit: Optional[dict] = No
         for i, r in enumerate(rows):
             if k not in r.repeats:
                 continue
-            pred = float(m.step_time(r.ranks, r.batch_size, r.wire_bytes, overlap=0.0))
+            pred = float(m.step_time(r.ranks, r.batch_size, r.wire_bytes))
             meas = r.step_times[r.repeats.index(k)]
             err = (pred - meas) / meas
             if i not in worst or abs(err) > abs(worst[i]):
@@ -302,8 +315,7 @@ def _without_repeat(r: Row, k: int) -> Optional[Row]:
 
 
 def extrapolate(model: StepModel, scaling: str, batch: int, nbytes: float,
-                networks: Dict[str, Network], ranks: Sequence[int],
-                overlap: Optional[float] = None) -> List[dict]:
+                networks: Dict[str, Network], ranks: Sequence[int]) -> List[dict]:
     """Model throughput and efficiency at larger rank counts on each network (model only).
 
     ``batch`` is the per-rank batch (weak) or the global batch (strong); a strong-scaling point
@@ -313,7 +325,7 @@ def extrapolate(model: StepModel, scaling: str, batch: int, nbytes: float,
         raise ValueError("the model is not determined from these runs: "
                          + "; ".join(model.why))
     out = []
-    ov = model.overlap if overlap is None else overlap
+    ov = model.overlap
     for key, net in networks.items():
         t1 = float(model.step_time(1, batch, nbytes, network=net, overlap=ov, measured=False))
         for p in ranks:
@@ -349,14 +361,17 @@ PUBLISHED_INPUTS = {
                  "throughput (tf_cnn_benchmarks), parameter counts",
     "assumed": "α and β of the 25 GbE preset (90% of line rate), γ = 1/(500 GB/s), one ring "
                "per 64 MiB fusion buffer (Horovod's default threshold)",
+    "measured": "the overlap of exchange with backprop, where this study measured one",
     "derived": "the overlap the model needs to meet each published figure",
 }
 
 
-def published_comparison(setup: Optional[dict] = None) -> List[dict]:
+def published_comparison(setup: Optional[dict] = None,
+                         measured_overlap: Optional[float] = None) -> List[dict]:
     """The model at 512 GPUs for the Horovod paper's set-up, without overlap, beside the published
-    efficiency, and the fraction of the exchange that would have to hide behind backprop for the
-    model to meet it (derived, not chosen)."""
+    efficiency; the fraction of the exchange that would have to hide behind backprop for the
+    model to meet it (derived, not chosen); and, when a study measured one, the model with the
+    overlap measured there."""
     s = dict(PUBLISHED_SETUP, **(setup or {}))
     net = PRESETS[s["network"]]
     p = s["gpus"]
@@ -372,7 +387,11 @@ def published_comparison(setup: Optional[dict] = None) -> List[dict]:
                     "exchange_s": t_ex, "model_efficiency_no_overlap": eff,
                     "published_efficiency": m["published"],
                     "difference_points": (eff - m["published"]) * 100,
-                    "overlap_needed": min(1.0, max(0.0, need))})
+                    "overlap_needed": min(1.0, max(0.0, need)),
+                    "measured_overlap": measured_overlap,
+                    "model_efficiency_measured_overlap":
+                        None if measured_overlap is None else
+                        t_c / (t_c + (1 - measured_overlap) * t_ex)})
     return out
 
 
@@ -434,7 +453,7 @@ def declared_scaling(recs: Sequence[dict], given: Optional[str] = None):
 
 def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
             fit_label: Optional[str] = None, scaling: Optional[str] = None,
-            algorithm: Optional[str] = None, overlap: float = 0.0,
+            algorithm: Optional[str] = None,
             max_ranks: int = 1024) -> StudyAnalysis:
     """The analysis of one study's records (raises ValueError on what cannot be analysed)."""
     rows = group_records(recs)
@@ -450,7 +469,7 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         fit = load_fit(fit_doc, sel[0].backend, sel[0].compression) if fit_doc else None
         if fit is not None and fit_label:
             fit["_source"] = f"{fit['_source']} from {fit_label}"
-        models[axis] = costmodel.calibrate([r.observation() for r in sel], algo, fit, overlap)
+        models[axis] = costmodel.calibrate([r.observation() for r in sel], algo, fit)
         predict_rows(sel, models[axis])
         heldout_errors(sel, algo, fit)
     # Extrapolate the first axis whose model is determined, uncompressed ones first.
@@ -464,13 +483,18 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
                         "this study's fit")
         extra = extrapolate(models[first], kind, batch, base[0].wire_bytes,
                             {"local": local, **PRESETS},
-                            [p for p in EXTRAPOLATE_RANKS if p <= max_ranks], overlap=overlap)
+                            [p for p in EXTRAPOLATE_RANKS if p <= max_ranks])
     return StudyAnalysis(
         study=name, workload=_get(recs[0], "params", "workload"), scaling=kind,
         scaling_source=source, calibration=f"fit:{fit_label}" if fit_doc else "runs",
         records=len(recs), rows=rows, models=models, extrapolation=extra,
         extrapolation_axis=first, extrapolation_batch=batch,
-        extrapolation_bytes=base[0].wire_bytes, published=published_comparison(), cores=cores)
+        extrapolation_bytes=base[0].wire_bytes, cores=cores,
+        published=published_comparison(measured_overlap=_measured_overlap(models[first])))
+
+
+def _measured_overlap(model: StepModel) -> Optional[float]:
+    return model.overlap if any(n.startswith("overlap measured") for n in model.notes) else None
 
 
 def load_fit(doc: dict, backend: str = "horovod", compression: str = "none") -> Optional[dict]:

@@ -304,6 +304,7 @@ class Observation:
     wire_bytes: float           # gradient bytes on the wire per step
     step_time: float            # s
     compute: Optional[float]    # probed forward + backward, s (None: not probed)
+    exchange: Optional[float] = None   # the gradients' exchange timed alone, s (None: not probed)
 
 
 @dataclass
@@ -351,31 +352,47 @@ class StepModel:
         return asdict(self)
 
 
-def calibrate(obs: Sequence[Observation], algorithm: str = "ring", fit: Optional[dict] = None,
-              overlap: float = 0.0) -> StepModel:
+def calibrate(obs: Sequence[Observation], algorithm: str = "ring",
+              fit: Optional[dict] = None) -> StepModel:
     """Fit the step model to measured configurations; alpha, beta, gamma from a bench fit if given.
 
     compute(b): least squares of the probed compute times against the per-rank batch, on the
     least crowded nodes (ranks sharing cores compute slower); fixed: the non-compute part of a
-    1-rank step (no network there); alpha, beta: non-negative least squares of the remaining
-    exchange time of the multi-rank configurations (gamma folded into beta, as one algorithm
-    cannot tell them apart), unless ``fit`` gives them. The model is not ``determined`` when
-    fewer distinct multi-rank configurations than unknowns were measured, or when the exchange
-    left over is not positive.
+    1-rank step (no network there); alpha, beta: non-negative least squares of the exchange
+    timed alone in the multi-rank configurations (else of the step beyond compute and fixed
+    cost), gamma folded into beta as one algorithm cannot tell them apart, unless ``fit`` gives
+    them. The overlap is measured, never chosen: per configuration, the share of the exchange
+    the step did not pay for, (compute + fixed + exchange - step) / exchange, and the model
+    takes their median. The model is not ``determined`` when fewer distinct multi-rank
+    configurations than unknowns were measured, or when no exchange time is left to fit.
     """
-    m = StepModel(algorithm=algorithm, overlap=overlap)
+    m = StepModel(algorithm=algorithm)
     obs = [o for o in obs if not math.isnan(o.step_time)]
     if not obs:
         raise ValueError("no measured configuration to calibrate on")
     _calibrate_compute(m, obs)
+    multi = [o for o in obs if o.ranks > 1]
+    _measure_overlap(m, multi)
     if fit is not None:
         m.alpha, m.beta = float(fit["alpha_s"]), float(fit["beta_s_per_byte"])
         m.gamma = float(fit.get("gamma_s_per_byte") or 0.0)
         m.source = fit.get("_source", "bench fit")
         return m
     m.source = "this study's runs"
-    _calibrate_exchange(m, [o for o in obs if o.ranks > 1], algorithm)
+    _calibrate_exchange(m, multi, algorithm)
     return m
+
+
+def _measure_overlap(m: StepModel, multi: Sequence[Observation]) -> None:
+    shares = [min(1.0, max(0.0, (o.compute + m.fixed + o.exchange - o.step_time) / o.exchange))
+              for o in multi if o.exchange and o.compute is not None]
+    if shares:
+        m.overlap = float(np.median(shares))
+        m.notes.append(f"overlap measured: {m.overlap * 100:.0f}% of the exchange hidden behind "
+                       f"compute (median of {len(shares)} configuration(s): "
+                       "(compute + fixed + exchange alone − step) / exchange alone)")
+    elif multi:
+        m.notes.append("overlap not measured (no exchange probes): taken as none")
 
 
 def _calibrate_compute(m: StepModel, obs: Sequence[Observation]) -> None:
@@ -420,7 +437,15 @@ def _calibrate_exchange(m: StepModel, multi: Sequence[Observation], algorithm: s
         m.determined = False
         m.why.append("no multi-rank run: nothing was exchanged, so α and β are not measured")
         return
-    y = np.array([o.step_time - float(m.compute(o.batch_size, o.ranks)) - m.fixed for o in multi])
+    probed = [o for o in multi if o.exchange is not None]
+    if probed:
+        multi = probed
+        y = np.array([o.exchange for o in multi])
+        m.notes.append("α, β fitted to the exchange timed alone (the probes)")
+    else:
+        y = np.array([o.step_time - float(m.compute(o.batch_size, o.ranks)) - m.fixed
+                      for o in multi])
+        m.notes.append("α, β fitted to the step beyond compute and fixed cost (no exchange probes)")
     a, b, _ = coefficients(algorithm, [o.wire_bytes for o in multi], [o.ranks for o in multi])
     configs = {(o.ranks, o.wire_bytes) for o in multi}
     A = np.stack([a, b], axis=1)
@@ -431,8 +456,8 @@ def _calibrate_exchange(m: StepModel, multi: Sequence[Observation], algorithm: s
                      "'hpcdl bench fit' (--fit)")
     if np.all(y <= 0):
         m.determined = False
-        m.why.append("the multi-rank steps are not longer than compute + fixed cost: no "
-                     "exchange time is left to fit (it is hidden, or below the noise)")
+        m.why.append("no exchange time to fit: the multi-rank steps are not longer than compute "
+                     "+ fixed cost (it is hidden, or below the noise)")
     if not m.determined:
         return
     m.alpha, m.beta = (float(v) for v in nnls(A, y))

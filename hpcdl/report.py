@@ -111,7 +111,7 @@ def _load_fit_doc(fit_path) -> dict:
 
 
 def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = None,
-                 algorithm: Optional[str] = None, overlap: float = 0.0, max_ranks: int = 1024,
+                 algorithm: Optional[str] = None, max_ranks: int = 1024,
                  plots: bool = True, scaling: Optional[str] = None) -> Dict:
     """Analyse the records in ``src`` and render the report; return {'report', 'json', 'files'}."""
     runs = _resolve(src)
@@ -126,8 +126,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     fit_doc = _load_fit_doc(fit_path) if fit_path else None
     try:
         res = analysis.analyse(recs, recs[0].get("study") or runs.parent.name, fit_doc,
-                               str(fit_path) if fit_path else None, scaling, algorithm, overlap,
-                               max_ranks)
+                               str(fit_path) if fit_path else None, scaling, algorithm, max_ranks)
     except ValueError as exc:
         raise UserError(f"{runs}: {exc}") from None
     if fit_doc and not any(m.source.startswith("bench fit") for m in res.models.values()):
@@ -256,9 +255,12 @@ def _extrapolation_table(res) -> Table:
 def _published_table(published) -> Table:
     s = analysis.PUBLISHED_SETUP
     net = costmodel.PRESETS[s["network"]]
+    measured = published[0].get("measured_overlap") if published else None
     t = Table("model-vs-published", "MODEL vs Horovod's published efficiency at 512 GPUs",
               ["network model", "gradients (MB, fp32)", "MODEL compute (s)", "MODEL exchange (s)",
-               "MODEL efficiency, no overlap", "published", "overlap the model needs"],
+               "MODEL efficiency, no overlap", "published", "overlap the model needs"]
+              + ([f"MODEL efficiency, {measured * 100:.0f}% overlap (measured here)"]
+                 if measured is not None else []),
               meta={"gpus": s["gpus"], "network": net.name, "alpha_s": net.alpha,
                     "beta_s_per_byte": net.beta, "gamma_s_per_byte": s["gamma"],
                     "batch_per_gpu": s["batch_per_gpu"], "fusion_bytes": s["fusion_bytes"],
@@ -266,7 +268,9 @@ def _published_table(published) -> Table:
     for p in published:
         t.add([p["model"], _f(p["gradient_MB"], 1), _f(p["compute_s"], 3), _f(p["exchange_s"], 3),
                _f(p["model_efficiency_no_overlap"], pct=True), _f(p["published_efficiency"], pct=True),
-               _f(p["overlap_needed"], pct=True)], p)
+               _f(p["overlap_needed"], pct=True)]
+              + ([_f(p["model_efficiency_measured_overlap"], pct=True)] if measured is not None else []),
+              p)
     return t
 
 
@@ -338,16 +342,19 @@ def _markdown(res, runs, recs, tables, pngs) -> str:
 def _model_markdown(res, by_name) -> List[str]:
     f = costmodel.FORMULAS
     lines = ["## Communication model (everything in this section is MODEL, not measurement)", "",
-             "Step time = compute(b) + fixed + exchange(p, n) (`hpcdl.costmodel`). Compute is the "
+             "Step time = compute(b) + fixed + (1 − overlap)·exchange(p, n) (`hpcdl.costmodel`). "
+             "Compute is the "
              "probed forward and backward pass of each measured configuration, and "
              "c0 + c1·b where extrapolated; fixed is the rest of a one-rank step (update and "
              f"overhead, no network); exchange is the ring allreduce {f['ring']} (a parameter "
              f"server: {f['ps']}) of n gradient bytes, with latency α, time per byte β and "
-             f"reduction time per byte γ. Calibration: {res.calibration}.", ""]
+             f"reduction time per byte γ. The overlap is measured: the share of the exchange, timed "
+             f"alone in the probes, that the step did not pay for. Calibration: {res.calibration}.",
+             ""]
     for axis, m in res.models.items():
         lines += [f"**{axis}** — calibrated from {m.source}; algorithm {m.algorithm}: "
                   f"c0 = {m.c0 * 1e3:.3f} ms, c1 = {m.c1 * 1e6:.3f} µs/sample, "
-                  f"fixed = {m.fixed * 1e3:.3f} ms, "
+                  f"fixed = {m.fixed * 1e3:.3f} ms, overlap = {m.overlap * 100:.0f}%, "
                   + (f"α = {m.alpha * 1e6:.2f} µs, β = {m.beta * 1e9:.4f} ns/B, "
                      f"γ = {m.gamma * 1e9:.4f} ns/B." if m.determined else
                      "α and β **not determined from these runs**: " + "; ".join(m.why) + "."), ""]

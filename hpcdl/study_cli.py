@@ -82,8 +82,6 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
                         "instead of the study's declared calibration ([model] fit, or its own runs)")
     p.add_argument("--algorithm", choices=("ring", "ps"), default=None,
                    help="exchange algorithm of the model (default: ps for the ps backend, else ring)")
-    p.add_argument("--overlap", type=float, default=0.0,
-                   help="fraction of the exchange hidden behind backprop in the extrapolation (0)")
     p.add_argument("--max-ranks", type=int, default=1024, help="extrapolate up to this many ranks")
     p.add_argument("--scaling", choices=("strong", "weak"), default=None,
                    help="for records made outside a study, which declare no scaling kind")
@@ -137,10 +135,8 @@ def report_main(opts) -> int:
         raise UserError(f"{src}: no such results folder or file")
     if opts.fit and not Path(opts.fit).is_file():
         raise UserError(f"--fit {opts.fit}: no such file (make one with 'hpcdl bench fit')")
-    if opts.overlap < 0 or opts.overlap >= 1:
-        raise UserError(f"--overlap must be in [0, 1), got {opts.overlap}")
     written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
-                                  algorithm=opts.algorithm, overlap=opts.overlap,
+                                  algorithm=opts.algorithm,
                                   max_ranks=opts.max_ranks, plots=not opts.no_plots,
                                   scaling=opts.scaling)
     for kind, path in written.items():

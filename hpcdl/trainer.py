@@ -177,6 +177,7 @@ class Replica:
             opt.apply_gradients(zip(grads, variables))
 
         self.compute_grads, self._graph_step, self._apply = compute_grads, graph_step, apply_grads
+        self._exchange_only = tf.function(lambda grads: exchange.average(grads))
 
     def step(self, x, y):
         """One training step: (loss tensor, compute s, exchange s); the times are None in-graph."""
@@ -197,12 +198,24 @@ class Replica:
         self._apply(out)
         return loss, t1 - t0, t2 - t1
 
-    def probe(self, x, y) -> float:
-        """Seconds of a compute-only step (forward and backward, no exchange, no update)."""
+    def probe(self, x, y):
+        """(compute s, exchange s or None, total s) of a probe: the forward and backward pass
+        alone, then, on several ranks, the exchange of its gradients alone (the same ``average``
+        the step calls, after a barrier so that no rank's lateness counts). Every rank probes at
+        the same steps, so the collectives match; nothing is applied."""
         t0 = time.perf_counter()
-        _, g = self.compute_grads(x, y)
-        _ = g[-1].numpy()
-        return time.perf_counter() - t0
+        _, grads = self.compute_grads(x, y)
+        _ = grads[-1].numpy()
+        t1 = time.perf_counter()
+        if self.rt.size == 1:
+            return t1 - t0, None, t1 - t0
+        hvd, tf = self.rt.hvd, self.rt.tf
+        hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="hpcdl.probe.barrier")
+        t2 = time.perf_counter()
+        out = self._exchange_only(grads)
+        _ = out[-1].numpy()
+        t3 = time.perf_counter()
+        return t1 - t0, t3 - t2, t3 - t0
 
     def batch(self, step: int):
         if self.sharder is not None:

@@ -101,7 +101,8 @@ class LoopResult:
     iter_times: List[float] = field(default_factory=list)     # per_iter steps with their bookkeeping
     comp_times: List[float] = field(default_factory=list)
     exch_times: List[float] = field(default_factory=list)
-    probe_times: List[float] = field(default_factory=list)
+    probe_times: List[float] = field(default_factory=list)       # compute alone
+    probe_exch_times: List[float] = field(default_factory=list)  # the exchange alone
     curve: List[list] = field(default_factory=list)
     first_loss: Optional[float] = None
     last_loss: object = None
@@ -110,7 +111,8 @@ class LoopResult:
 
 
 def probe_steps(plan: Plan, first: int, count: int) -> set:
-    """``count`` steps spread over the timed ones, each preceded by a compute-only probe."""
+    """``count`` steps spread over the timed ones, each preceded by a probe (compute alone,
+    then the exchange alone)."""
     timed = plan.steps - first
     if not count or timed <= 0:
         return set()
@@ -138,8 +140,11 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
         t0 = time.perf_counter()
         x, y = rep.batch(step)
         if step in probes:
-            res.probe_times.append(rep.probe(x, y))
-            t0 += res.probe_times[-1]
+            compute, exchange, total = rep.probe(x, y)
+            res.probe_times.append(compute)
+            if exchange is not None:
+                res.probe_exch_times.append(exchange)
+            t0 += total
         ts = time.perf_counter()
         loss, c, e = rep.step(x, y)
         t1 = time.perf_counter()
@@ -235,10 +240,13 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
 
 def _split(rep, loop, step_median, slowest) -> dict:
     if loop.probe_times:
-        split = step_split(rep.rt.size, step_median, "probe",
-                           float(slowest([statistics.median(loop.probe_times)],
-                                         name="hpcdl.probes")[0]))
+        ex = loop.probe_exch_times
+        c, e = slowest([statistics.median(loop.probe_times),
+                        statistics.median(ex) if ex else 0.0], name="hpcdl.probes")
+        split = step_split(rep.rt.size, step_median, "probe", float(c))
         split["probes"] = len(loop.probe_times)
+        if ex:
+            split["exchange_alone_s"] = float(e)
         return split
     if loop.comp_times:
         c, e = slowest([statistics.median(loop.comp_times), statistics.median(loop.exch_times)],
