@@ -318,12 +318,13 @@ def extrapolate(model: StepModel, scaling: str, batch: int, nbytes: float,
                 networks: Dict[str, Network], ranks: Sequence[int]) -> List[dict]:
     """Model throughput and efficiency at larger rank counts on each network (model only).
 
-    ``batch`` is the per-rank batch (weak) or the global batch (strong); a strong-scaling point
-    stops where the per-rank batch would fall below one sample.
+    Each network brings its own alpha and beta; compute, fixed cost, gamma and the overlap are
+    the study's. ``batch`` is the per-rank batch (weak) or the global batch (strong); a
+    strong-scaling point stops where the per-rank batch would fall below one sample.
     """
-    if not model.determined:
-        raise ValueError("the model is not determined from these runs: "
-                         + "; ".join(model.why))
+    if not model.compute_probed:
+        raise ValueError("compute is not probed in these runs, so the model's compute(b) is not "
+                         "determined")
     out = []
     ov = model.overlap
     for key, net in networks.items():
@@ -472,17 +473,20 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         models[axis] = costmodel.calibrate([r.observation() for r in sel], algo, fit)
         predict_rows(sel, models[axis])
         heldout_errors(sel, algo, fit)
-    # Extrapolate the first axis whose model is determined, uncompressed ones first.
-    order = sorted(axes(rows), key=lambda a: (not models[a].determined, not a.endswith("/none")))
+    # Extrapolate the first axis whose model is determined, uncompressed ones first. The network
+    # presets need only the study's compute; "measured here" needs its alpha and beta too.
+    order = sorted(axes(rows), key=lambda a: (not models[a].determined,
+                                              not models[a].compute_probed, not a.endswith("/none")))
     first = order[0]
     base = [r for r in rows if r.axis == first]
     batch = base[0].global_batch if kind == "strong" else base[0].batch_size
     extra = []
-    if models[first].determined:
-        local = Network("measured here (calibrated)", models[first].alpha, models[first].beta,
-                        "this study's fit")
-        extra = extrapolate(models[first], kind, batch, base[0].wire_bytes,
-                            {"local": local, **PRESETS},
+    if models[first].compute_probed:
+        nets = dict(PRESETS)
+        if models[first].determined:
+            nets = {"local": Network("measured here (calibrated)", models[first].alpha,
+                                     models[first].beta, "this study's fit"), **nets}
+        extra = extrapolate(models[first], kind, batch, base[0].wire_bytes, nets,
                             [p for p in EXTRAPOLATE_RANKS if p <= max_ranks])
     return StudyAnalysis(
         study=name, workload=_get(recs[0], "params", "workload"), scaling=kind,

@@ -325,6 +325,7 @@ class StepModel:
     fixed: float = 0.0
     overlap: float = 0.0
     source: str = ""
+    compute_probed: bool = False     # compute(b) comes from probes (else from a step time)
     determined: bool = True
     why: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
@@ -412,6 +413,7 @@ def _calibrate_compute(m: StepModel, obs: Sequence[Observation]) -> None:
     else:
         m.c1 = float(np.mean(c / np.maximum(b, 1)))     # proportional to the batch
     m.measured = {f"{o.ranks}:{o.batch_size}": float(o.compute) for o in probed}
+    m.compute_probed = True
     m.notes.append("compute: the probed compute time of each measured configuration; the "
                    f"extrapolation uses compute(b) = c0 + c1 b fitted to the runs with {rpn} "
                    "rank(s) per node")

@@ -363,19 +363,22 @@ def _model_markdown(res, by_name) -> List[str]:
               "Held-out error: the worst error of predicting one repeat's step time from a model "
               "calibrated on the other repeats only.", ""]
     lines += ["### MODEL extrapolation to larger rank counts", ""]
+    m = res.models[res.extrapolation_axis]
     if res.extrapolation:
         t = by_name["model-extrapolation"]
         lines += [f"Efficiency predicted for {res.extrapolation_axis} at {res.scaling} scaling "
                   f"(batch {res.extrapolation_batch}, {int(res.extrapolation_bytes):,} gradient "
-                  "bytes), one rank per link, compute and fixed cost as measured here, α and β of "
-                  "each network:", "", t.markdown(), "",
+                  "bytes), one rank per link, compute, fixed cost and overlap as measured here, "
+                  "α and β of each network"
+                  + ("." if m.determined else
+                     "; no curve for this machine's own network: its α and β are not determined "
+                     f"from these runs ({'; '.join(m.why)})."), "", t.markdown(), "",
                   "Network presets (MODEL parameters): "
                   + "; ".join(f"{n.name}: α = {n.alpha * 1e6:.1f} µs, {n.bandwidth_GBps:.2f} GB/s"
                               for n in costmodel.PRESETS.values()) + " (90% of the line rate).", ""]
     else:
-        m = res.models[res.extrapolation_axis]
-        lines += [f"None: the model of {res.extrapolation_axis} is not determined from these runs "
-                  f"({'; '.join(m.why)}), so nothing is extrapolated from it.", ""]
+        lines += [f"None: the compute of {res.extrapolation_axis} is not probed in these runs, so "
+                  "the model's compute(b) is not determined and nothing is extrapolated.", ""]
     lines += _published_markdown(by_name["model-vs-published"])
     return lines
 

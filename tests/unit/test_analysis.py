@@ -135,10 +135,18 @@ def test_one_multi_rank_configuration_does_not_determine_alpha_and_beta():
     m = _calibrate(rows)
     assert not m.determined and (m.alpha, m.beta) == (0.0, 0.0)
     assert "one equation for two unknowns" in m.why[0]
-    with pytest.raises(ValueError, match="not determined"):
-        analysis.extrapolate(m, "strong", 1024, 2e6, costmodel.PRESETS, [1, 2, 4])
     res = analysis.analyse(_records(ranks=(1, 2)), "s")
-    assert res.extrapolation == [] and not res.models["horovod/none"].determined
+    assert not res.models["horovod/none"].determined
+    # the presets bring their own alpha and beta; this machine's network is not extrapolated
+    nets = {e["network"] for e in res.extrapolation}
+    assert nets == set(costmodel.PRESETS) and "local" not in nets
+    recs = _records(ranks=(1, 2))
+    for r in recs:
+        del r["metrics"]["split"]["compute_s"]
+    unprobed = _calibrate(analysis.group_records(recs))
+    with pytest.raises(ValueError, match="compute is not probed"):
+        analysis.extrapolate(unprobed, "strong", 1024, 2e6, costmodel.PRESETS, [1, 2, 4])
+    assert analysis.analyse(recs, "s").extrapolation == []
 
 
 def test_an_exchange_hidden_below_the_probe_is_not_fitted():
@@ -201,7 +209,8 @@ def test_a_probe_longer_than_the_step_leaves_the_split_undetermined():
     assert one.compute_share is None and one.rest_share is None
     assert any("split of this step is not determined" in f for f in one.flags)
     assert two.compute_share == pytest.approx(0.0800 / 0.0810)
-    assert not res.models["horovod/none"].determined and res.extrapolation == []
+    assert not res.models["horovod/none"].determined
+    assert not any(e["network"] == "local" for e in res.extrapolation)
 
 
 def test_slower_with_more_ranks_flags_karp_flatt_and_the_spread():
