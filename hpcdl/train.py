@@ -93,8 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--num-iters", type=_positive_int, default=None, help="cnn: timed iterations (10)")
     m.add_argument("--log-every", type=_positive_int, default=100, help="progress line every N steps")
     m.add_argument("--probes", type=_nonneg_int, default=5,
-                   help="compute-only probe steps timed to split step time into compute and "
-                        "exchange (horovod backend; 0 = off)")
+                   help="steps preceded by a probe of the compute alone and, on several ranks, "
+                        "the exchange alone, outside the timing (horovod none/fp16; 0 = off)")
 
     r = p.add_argument_group("records and checkpoints")
     r.add_argument("--results", default=None,

@@ -261,7 +261,7 @@ def _common(job: Job, software: Software, script_name: str, skip_exports=()) -> 
 
 def render_train(job: Job, software: Software, train_args: Sequence[str], checkpoint_dir: str,
                  script_name: str = "train.sbatch") -> str:
-    """``slurm/train.sbatch`` for one training run."""
+    """the ``train.sbatch`` template for one training run."""
     if job.signal_lead is None:
         raise UserError("a training job needs signal_lead: its checkpoint-and-requeue relies on USR1")
     values = _common(job, software, script_name)
@@ -273,7 +273,7 @@ def render_train(job: Job, software: Software, train_args: Sequence[str], checkp
 def render_study_step(job: Job, software: Software, study: str, study_path: str, point_id: str,
                       point: Mapping, train_args: Sequence[str], checkpoint_dir: str,
                       script_name: str = "study-step.sbatch") -> str:
-    """``slurm/study-step.sbatch`` for one point of a study."""
+    """the ``study-step.sbatch`` template for one point of a study."""
     if job.signal_lead is None:
         raise UserError("a study step needs signal_lead: its checkpoint-and-requeue relies on USR1")
     values = _common(job, software, script_name)
@@ -286,7 +286,7 @@ def render_study_step(job: Job, software: Software, study: str, study_path: str,
 
 def render_report(job: Job, software: Software, study: str, results_dir: str,
                   script_name: str = "report.sbatch") -> str:
-    """``slurm/report.sbatch``: ``hpcdl study report`` once every step has ended."""
+    """the ``report.sbatch`` template: ``hpcdl study report`` once every step has ended."""
     values = _common(job, software, script_name)
     report = " ".join([shlex.quote(software.python), "-m", "hpcdl", "study", "report",
                        shlex.quote(str(results_dir))])
@@ -297,7 +297,7 @@ def render_report(job: Job, software: Software, study: str, results_dir: str,
 
 def render_qsub(job: Job, software: Software, train_args: Sequence[str], checkpoint_dir: str,
                 group: Optional[str] = None, script_name: str = "tsubame-train.qsub") -> str:
-    """``slurm/tsubame-train.qsub``: the same run for a Grid Engine centre (TSUBAME-style).
+    """the ``tsubame-train.qsub`` template: the same run for a Grid Engine centre (TSUBAME-style).
 
     ``job.account`` (or ``group``) is the TSUBAME group given to ``qsub -g``; nodes are full
     nodes (``node_f``); training stops ``signal_lead`` seconds before ``h_rt`` by itself.
@@ -342,7 +342,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "'python -m hpcdl.launch.jobscript --nodes 2 --time 01:00:00 -o train.sbatch -- "
                     "--workload cnn --model resnet50'. Arguments after -- go to 'hpcdl train'.")
     p.add_argument("--kind", choices=("sbatch", "qsub"), default="sbatch",
-                   help="sbatch: slurm/train.sbatch; qsub: slurm/tsubame-train.qsub (Grid Engine)")
+                   help="sbatch: the train.sbatch template; qsub: tsubame-train.qsub (Grid Engine)")
     p.add_argument("--name", default="hpcdl-train", help="job name")
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--ntasks-per-node", type=int, default=1, help="ranks per node (GPUs per node on GPU nodes)")

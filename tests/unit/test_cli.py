@@ -49,3 +49,10 @@ def test_unknown_flag_is_one_line_and_exit_2():
     assert res.returncode == 2
     assert "unrecognized arguments: --no-such-flag" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_help_offers_every_backend_and_compression_from_their_one_list():
+    from hpcdl.comm import BACKENDS, COMPRESSIONS
+    text = " ".join(_run("train", "--help").stdout.split())
+    assert f"gradient exchange: {', '.join(BACKENDS)}" in text
+    assert f"gradient compression: {', '.join(COMPRESSIONS)}" in text
