@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup setup-slurm run test test-unit
+.PHONY: setup setup-slurm run test test-unit bench
 
 setup:
 	bash scripts/setup.sh
@@ -19,3 +19,7 @@ test: setup-slurm
 
 test-unit: setup
 	$(PY) -m pytest tests/unit
+
+# Regenerate results/bench/ on this machine from the committed code (about 30 minutes).
+bench: setup
+	bash scripts/bench.sh
