@@ -150,6 +150,7 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
         t1 = time.perf_counter()
         if step == start_step and not resumed:
             rep.broadcast_state()         # every replica starts from rank 0's weights
+        if res.first_loss is None:
             res.first_loss = float(loss)
         res.step = step = step + 1
         res.last_loss, watch.step_time = loss, t1 - ts
@@ -206,9 +207,10 @@ def summarize_values(values) -> dict:
 def summarize(rep: Replica, loop: LoopResult) -> dict:
     """The run's figures from every rank's measurements (a collective: every rank calls it).
 
-    Throughput per timed iteration is that of the slowest rank (every rank's own iteration times,
-    the largest per iteration); step-time figures are the largest over ranks of each rank's own
-    summary, never a maximum taken per step (that would add the ranks' skews together).
+    Throughput comes from the iterations of the slowest rank (the largest total time), as that
+    rank timed them; step-time figures are the largest over ranks of each rank's own summary.
+    Never a maximum taken per step or per iteration: the ranks wait for each other at different
+    moments, and such a maximum adds every rank's jitter together.
     """
     rt, plan, np, tf, hvd = rep.rt, rep.plan, rep.np, rep.rt.tf, rep.rt.hvd
 
@@ -220,7 +222,7 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
     if not iters and loop.step_times:          # fewer timed steps than one iteration
         iters, per_iter = [float(sum(loop.step_times))], len(loop.step_times)
     n_it = int(slowest([len(iters)], hvd.Min, "hpcdl.nit")[0])
-    times = slowest(iters[:n_it], name="hpcdl.iters") if n_it else []
+    times = _slowest_rank_iterations(rep, iters[:n_it]) if n_it else []
     rate = summarize_values(plan.batch * per_iter / t for t in times if t > 0)
     total = {k: (v * rt.size if k != "n" else v) for k, v in rate.items()}
     own = summarize_values(loop.step_times)
@@ -236,6 +238,17 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
     out["digests"] = hvd.allgather_object(rep.digest())
     out["hosts"] = hvd.allgather_object(rt.layout.host)
     return out
+
+
+def _slowest_rank_iterations(rep, iters):
+    """The iteration times of the rank whose timed iterations took longest in all."""
+    np, tf, hvd, rt = rep.np, rep.rt.tf, rep.rt.hvd, rep.rt
+    totals = np.zeros(rt.size)
+    totals[rt.rank] = float(sum(iters))
+    totals = hvd.allreduce(tf.constant(totals), op=hvd.Sum, name="hpcdl.iter_totals").numpy()
+    slow = int(np.argmax(totals))
+    return hvd.broadcast(tf.constant(np.asarray(iters, dtype=np.float64)), root_rank=slow,
+                         name="hpcdl.iters").numpy()
 
 
 def _split(rep, loop, step_median, slowest) -> dict:

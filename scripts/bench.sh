@@ -5,12 +5,14 @@
 #   targets.txt              the allreduce targets, medians of same-sweep ratios
 #   loop-overhead.txt        hpcdl train against the bare Horovod loop, alternating rounds
 # Each .txt starts with the command that made it and the commit. Refuses to run while hpcdl/ has
-# uncommitted changes: results/ holds what committed code made.
+# uncommitted changes: results/ holds what committed code made. PARTS="sweeps" or "loop" remakes
+# only those files (default: both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 SWEEPS="${SWEEPS:-3}"
 LOOP_ROUNDS="${LOOP_ROUNDS:-3}"
+PARTS="${PARTS:-sweeps loop}"
 OUT=results/bench
 if [ -n "$(git status --porcelain -uno -- hpcdl scripts benchmarks)" ]; then
     echo "bench: hpcdl/, scripts/ or benchmarks/ has uncommitted changes: commit them first" >&2
@@ -18,7 +20,6 @@ if [ -n "$(git status --porcelain -uno -- hpcdl scripts benchmarks)" ]; then
 fi
 COMMIT="$(git rev-parse HEAD)"
 mkdir -p "$OUT"
-find "$OUT" -maxdepth 1 -type f ! -name README.md -delete
 
 header() {   # the command that makes a file, and where it ran
     printf '# command: %s\n# commit: %s (hpcdl/ clean); %s; %s CPUs; %s\n' "$1" "$COMMIT" \
@@ -26,16 +27,21 @@ header() {   # the command that makes a file, and where it ran
 }
 
 t0=$(date +%s)
-for i in $(seq 1 "$SWEEPS"); do
-    cmd="mpirun -np 2 python -m hpcdl bench allreduce --backend all --tag sweep-$i/$SWEEPS"
-    echo "== [$(( $(date +%s) - t0 )) s] sweep $i of $SWEEPS" >&2
-    { header "$cmd"; $cmd; echo; } >> "$OUT/allreduce.txt"
-done
-cmd="python -m hpcdl bench fit --records $SWEEPS"
-{ header "$cmd"; $cmd; } > "$OUT/fit.txt"
-cmd="python benchmarks/targets.py --records $SWEEPS"
-{ header "$cmd"; $cmd; } > "$OUT/targets.txt"
-echo "== [$(( $(date +%s) - t0 )) s] the training loop against the bare Horovod loop" >&2
-cmd="python benchmarks/loop_overhead.py --rounds $LOOP_ROUNDS"
-{ header "$cmd"; $cmd; } > "$OUT/loop-overhead.txt"
+if [[ " $PARTS " == *" sweeps "* ]]; then
+    rm -f "$OUT"/allreduce.txt "$OUT"/allreduce.jsonl "$OUT"/fit.txt "$OUT"/fit.json "$OUT"/targets.txt
+    for i in $(seq 1 "$SWEEPS"); do
+        cmd="mpirun -np 2 python -m hpcdl bench allreduce --backend all --tag sweep-$i/$SWEEPS"
+        echo "== [$(( $(date +%s) - t0 )) s] sweep $i of $SWEEPS" >&2
+        { header "$cmd"; $cmd; echo; } >> "$OUT/allreduce.txt"
+    done
+    cmd="python -m hpcdl bench fit --records $SWEEPS"
+    { header "$cmd"; $cmd; } > "$OUT/fit.txt"
+    cmd="python benchmarks/targets.py --records $SWEEPS"
+    { header "$cmd"; $cmd; } > "$OUT/targets.txt"
+fi
+if [[ " $PARTS " == *" loop "* ]]; then
+    echo "== [$(( $(date +%s) - t0 )) s] the training loop against the bare Horovod loop" >&2
+    cmd="python benchmarks/loop_overhead.py --rounds $LOOP_ROUNDS"
+    { header "$cmd"; $cmd; } > "$OUT/loop-overhead.txt"
+fi
 echo "== [$(( $(date +%s) - t0 )) s] done: $(ls "$OUT" | tr '\n' ' ')" >&2
