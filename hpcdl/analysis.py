@@ -498,7 +498,7 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
 
 
 def _measured_overlap(model: StepModel) -> Optional[float]:
-    return model.overlap if any(n.startswith("overlap measured") for n in model.notes) else None
+    return model.overlap if model.overlap_measured else None
 
 
 def load_fit(doc: dict, backend: str = "horovod", compression: str = "none") -> Optional[dict]:

@@ -326,6 +326,7 @@ class StepModel:
     overlap: float = 0.0
     source: str = ""
     compute_probed: bool = False     # compute(b) comes from probes (else from a step time)
+    overlap_measured: bool = False   # else none of the exchange is taken as hidden
     determined: bool = True
     why: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
@@ -385,15 +386,25 @@ def calibrate(obs: Sequence[Observation], algorithm: str = "ring",
 
 
 def _measure_overlap(m: StepModel, multi: Sequence[Observation]) -> None:
-    shares = [min(1.0, max(0.0, (o.compute + m.fixed + o.exchange - o.step_time) / o.exchange))
-              for o in multi if o.exchange and o.compute is not None]
+    """The median share of the exchange hidden behind compute, from configurations whose split is
+    determined (a probed compute shorter than the step); a share outside [0, 1] is clipped."""
+    usable = [o for o in multi if o.exchange and o.compute is not None]
+    split = [o for o in usable if o.compute < o.step_time]
+    shares = [(o.compute + m.fixed + o.exchange - o.step_time) / o.exchange for o in split]
     if shares:
-        m.overlap = float(np.median(shares))
+        m.overlap = float(np.median(np.clip(shares, 0.0, 1.0)))
+        m.overlap_measured = True
         m.notes.append(f"overlap measured: {m.overlap * 100:.0f}% of the exchange hidden behind "
-                       f"compute (median of {len(shares)} configuration(s): "
-                       "(compute + fixed + exchange alone − step) / exchange alone)")
+                       f"compute (median of {len(shares)} configuration(s): (compute + fixed + "
+                       "exchange alone − step) / exchange alone"
+                       + (f"; raw {', '.join(f'{s * 100:.0f}%' for s in shares)}, clipped to [0, 1])"
+                          if any(not 0 <= s <= 1 for s in shares) else ")"))
+    elif usable:
+        m.notes.append("overlap not determined: no configuration's probed compute is shorter than "
+                       "its step; none of the exchange is taken as hidden")
     elif multi:
-        m.notes.append("overlap not measured (no exchange probes): taken as none")
+        m.notes.append("overlap not measured (no exchange probes): none of the exchange is taken "
+                       "as hidden")
 
 
 def _calibrate_compute(m: StepModel, obs: Sequence[Observation]) -> None:

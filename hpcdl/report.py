@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 
 from . import analysis, costmodel, records
 from .errors import UserError
+from .plots import draw_plots          # matplotlib is imported only when plots are drawn
 
 
 # --- formatting -----------------------------------------------------------------------------------
@@ -138,11 +139,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
         path = out / f"{t.name}.csv"
         path.write_text(t.csv_text())
         files.append(path)
-    if plots:
-        from .plots import draw_plots
-        pngs = draw_plots(res, out)
-    else:
-        pngs = []
+    pngs = draw_plots(res, out) if plots else []
     files += pngs
     report = out / "report.md"
     report.write_text(_markdown(res, runs, recs, tables, pngs))
@@ -368,8 +365,12 @@ def _model_markdown(res, by_name) -> List[str]:
         t = by_name["model-extrapolation"]
         lines += [f"Efficiency predicted for {res.extrapolation_axis} at {res.scaling} scaling "
                   f"(batch {res.extrapolation_batch}, {int(res.extrapolation_bytes):,} gradient "
-                  "bytes), one rank per link, compute, fixed cost and overlap as measured here, "
-                  "α and β of each network"
+                  "bytes), one rank per link, compute and fixed cost as measured here, "
+                  + (f"{m.overlap * 100:.0f}% of the exchange hidden (measured here), "
+                     if m.overlap_measured else
+                     "none of the exchange hidden (the overlap was not determined here, so none "
+                     "is assumed: a lower bound), ")
+                  + "α and β of each network"
                   + ("." if m.determined else
                      "; no curve for this machine's own network: its α and β are not determined "
                      f"from these runs ({'; '.join(m.why)})."), "", t.markdown(), "",

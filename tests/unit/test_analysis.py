@@ -264,3 +264,18 @@ def test_scaling_comes_from_the_declaration_never_from_the_numbers():
     assert analysis.analyse(recs, "s", scaling="strong").scaling == "strong"
     with pytest.raises(ValueError, match="contradicts"):
         analysis.analyse(_records(ranks=(1, 2)), "s", scaling="weak")
+
+
+def test_no_overlap_is_taken_from_a_configuration_whose_split_is_not_determined():
+    """A probe not shorter than the step would read as 100% hidden: it is not used."""
+    recs = _records(ranks=(1, 2), overlap=0.5)
+    for r in recs:
+        if r["layout"]["size"] == 2:
+            r["metrics"]["split"]["compute_s"] = r["metrics"]["step_time"]["median"] * 1.01
+    res = analysis.analyse(recs, "s")
+    m = res.models["horovod/none"]
+    assert not m.overlap_measured and m.overlap == 0
+    assert any(n.startswith("overlap not determined") for n in m.notes)
+    assert all(p["measured_overlap"] is None for p in res.published)
+    at512 = [e["efficiency"] for e in res.extrapolation if e["ranks"] == 512]
+    assert at512 and max(at512) < 0.999           # the exchange is not all hidden by assumption
