@@ -33,6 +33,7 @@ def make_records(path: Path, count: int, seed: int = 0) -> None:
                 x = gb / step
                 lines.append(json.dumps({
                     "schema": "hpcdl.run/1", "kind": "train", "study": "bench", "status": "ok",
+                    "declared": {"scaling": "strong"},
                     "time": "2024-01-01T00:00:00+00:00",
                     "point": {"id": f"n{p}-r1-horovod-{comp}-rep{rep}", "repeat": rep},
                     "params": {"workload": "expmlp", "batch_size": b, "global_batch": gb,

@@ -313,7 +313,7 @@ class StepModel:
 
     compute is the probed compute time of a measured configuration (``measured``, keyed
     "ranks:batch") and ``c0 + c1 b`` elsewhere. ``determined`` is False when the runs could not
-    fix the exchange parameters; ``why`` then says why, and nothing may be extrapolated from it.
+    fix alpha and beta; ``why`` then says why, and no network is extrapolated with them.
     """
 
     algorithm: str = "ring"

@@ -14,7 +14,7 @@ from typing import List, Optional
 
 from . import cluster
 from .errors import UserError
-from .trainer import Plan, Replica, Runtime, save_checkpoint
+from .trainer import Plan, Replica, save_checkpoint
 
 STOP_CHECK_SECONDS = 1.0      # the ranks agree on stopping about this often (at least every 10 steps)
 
@@ -129,7 +129,8 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     first_timed = max(plan.warmup, start_step + (1 if resumed else 0))
     probes = probe_steps(plan, first_timed, opts.probes if rep.in_graph else 0)
     fault = fault_from_env(rt.rank)
-    check_every = opts.stop_check_every
+    every = opts.stop_check_every
+    next_check, last_check = start_step + every, (start_step, time.perf_counter())
     res = LoopResult(step=start_step)
     t_run = time.perf_counter()
     t_iter, in_iter = 0.0, 0
@@ -164,13 +165,18 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
             avg = float(hvd.allreduce(tf.constant(float(loss)), op=hvd.Average, name="hpcdl.loss"))
             res.curve.append([step, avg])
             rt.say(f"Step {step}/{plan.steps}: loss {avg:.6g} ({time.perf_counter() - t_run:.1f} s)")
-        if step == first_timed:
-            check_every = _agree_check_interval(rt, opts.stop_check_every, t1 - ts)
-        if step % check_every == 0 and step < plan.steps:
-            if float(hvd.allreduce(tf.constant(1.0 if watch.reason() else 0.0), op=hvd.Max,
-                                   name="hpcdl.stop")) > 0:
+        if step == next_check and step < plan.steps:
+            now = time.perf_counter()
+            mine = next_interval(every, step - last_check[0], now - last_check[1],
+                                 opts.stop_check_every) if rt.root else 0
+            stop, every = hvd.allreduce(tf.constant([1.0 if watch.reason() else 0.0, float(mine)],
+                                                    tf.float64), op=hvd.Max,
+                                        name="hpcdl.stop").numpy()
+            if stop > 0:
                 res.stopped = watch.reason() or "another rank asked to stop"
                 break
+            every = int(every)           # rank 0's proposal: every rank agrees at the same steps
+            next_check, last_check = step + every, (step, now)
         if timed:
             t_iter, in_iter = t_iter + time.perf_counter() - t0, in_iter + 1
             if in_iter == plan.per_iter:
@@ -182,11 +188,13 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     return res
 
 
-def _agree_check_interval(rt: Runtime, at_least: int, step_time: float) -> int:
-    """Steps between stop agreements: about STOP_CHECK_SECONDS of steps and never fewer than
-    ``at_least``, as rank 0 measured it, so that every rank agrees at the same steps."""
-    mine = max(at_least, math.ceil(STOP_CHECK_SECONDS / step_time)) if step_time > 0 else at_least
-    return int(rt.hvd.broadcast_object(mine, root_rank=0, name="hpcdl.check_every"))
+def next_interval(every: int, steps: int, seconds: float, at_least: int) -> int:
+    """Steps until the next stop agreement: about STOP_CHECK_SECONDS of the steps just seen, at
+    least ``at_least``, and at most twice the last interval (steps that speed up are trusted
+    slowly, so that a signal is still acted on within seconds)."""
+    if steps <= 0 or seconds <= 0:
+        return max(at_least, every)
+    return max(at_least, min(2 * every, math.ceil(STOP_CHECK_SECONDS * steps / seconds)))
 
 
 # --- the summary ------------------------------------------------------------------------------------

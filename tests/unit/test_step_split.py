@@ -24,3 +24,12 @@ def test_a_probe_not_shorter_than_the_step_leaves_the_split_undetermined():
     s = step_split(2, 177e-3, "probe", 188e-3)
     assert s["determined"] is False and "compute_share" not in s
     assert "split not determined" in s["text"]
+
+
+def test_stop_agreements_come_about_once_a_second_and_grow_at_most_twofold():
+    from hpcdl.trainloop import next_interval
+    assert next_interval(10, 10, 0.005, 10) == 20          # 0.5 ms steps: doubles toward 2000
+    assert next_interval(1000, 1000, 0.5, 10) == 2000
+    assert next_interval(2000, 2000, 1.0, 10) == 2000      # there: about a second
+    assert next_interval(40, 40, 8.0, 10) == 10            # 200 ms steps: never fewer than 10
+    assert next_interval(10, 0, 0.0, 10) == 10
