@@ -3,7 +3,8 @@
 Input is ``results/<study>/runs.jsonl``; :func:`hpcdl.analysis.analyse` computes everything, and
 this module only formats it: ``report.md``, one CSV per table, PNG plots, and ``report.json``
 (the analysis object serialised), next to the records. Only numpy and matplotlib (Agg) are used,
-so a report can be made anywhere the results folder is copied to.
+so a report can be made anywhere the results folder is copied to. A little over 400 lines: every
+table and section of the Markdown, each a short function of its own.
 """
 from __future__ import annotations
 
@@ -58,8 +59,10 @@ class Table:
         out += ["| " + " | ".join(r) + " |" for r in self.rows]
         return "\n".join(out)
 
-    def csv_text(self) -> str:
+    def csv_text(self, command: str = "") -> str:
         buf = io.StringIO()
+        if command:
+            buf.write(f"# command: {command}\n")
         for k, v in self.meta.items():
             buf.write(f"# {k}: {v}\n")
         keys = list(self.raw[0]) if self.raw else []
@@ -134,19 +137,29 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
         raise UserError(f"fit {fit_path}: no entry for the study's axes ({', '.join(res.axes)}); "
                         f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")
     tables = _tables(res)
+    command = _command(recs, runs)
     files: List[Path] = []
     for t in tables:
         path = out / f"{t.name}.csv"
-        path.write_text(t.csv_text())
+        path.write_text(t.csv_text(command))
         files.append(path)
     pngs = draw_plots(res, out) if plots else []
     files += pngs
     report = out / "report.md"
-    report.write_text(_markdown(res, runs, recs, tables, pngs))
+    report.write_text(f"<!-- command: {command} -->\n" + _markdown(res, runs, recs, tables, pngs))
     js = out / "report.json"
     js.write_text(json.dumps(res.as_dict(), indent=1, sort_keys=True, default=_jsonable))
     files += [report, js]
     return {"report": report, "json": js, "files": files}
+
+
+def _command(recs, runs) -> str:
+    """The commands that regenerate this report: the study's runs (when a study made them), then
+    the report itself."""
+    study_file = next(((r.get("declared") or {}).get("study_file") for r in recs
+                       if (r.get("declared") or {}).get("study_file")), None)
+    report = f"hpcdl study report {runs.parent}"
+    return f"hpcdl study run {study_file} && {report}" if study_file else report
 
 
 def _jsonable(x):

@@ -146,3 +146,13 @@ def test_report_path_never_imports_tensorflow_or_horovod():
                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert res.returncode == 0, res.stderr
     assert "--fit" in res.stdout and "RESULTS" in res.stdout
+
+
+def test_every_report_file_starts_with_the_command_that_regenerates_it(results):
+    d, _ = results
+    out = report.write_report(d, plots=False)
+    first = out["report"].read_text().splitlines()[0]
+    assert first == f"<!-- command: hpcdl study report {d} -->"
+    for p in out["files"]:
+        if p.suffix == ".csv":
+            assert p.read_text().splitlines()[0] == f"# command: hpcdl study report {d}"
