@@ -46,7 +46,7 @@ RANK_DEFAULTS = {
     "OMPI_MCA_mpi_yield_when_idle": "1",
     # Horovod warns when ranks have waited this long for each other, and ends the job once they
     # have waited the second figure: a rank that hangs without exiting ends the job in about two
-    # minutes (results/robustness/) instead of holding the allocation to its time limit.
+    # minutes (benchmarks/kill_trials.py --kind hang) instead of holding the allocation.
     "HOROVOD_STALL_CHECK_TIME_SECONDS": "30",
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "60",
 }
