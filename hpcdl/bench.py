@@ -391,6 +391,7 @@ def _summary(sw: _Sweep, rows: List[dict]) -> Tuple[dict, bool]:
 
 
 def _record(sw: _Sweep, rows, refs, summary, ok) -> dict:
+    from .costmodel import busbw_factor
     o = sw.opts
     extra = {"execution_order": sw.backends}
     if "horovod" in sw.backends:
@@ -409,7 +410,7 @@ def _record(sw: _Sweep, rows, refs, summary, ok) -> dict:
                    "inject_error": o.inject_error},
         "layout": {"size": sw.p, "nodes": len(set(sw.hosts)), "ranks_per_node": sw.layout.local_size,
                    "hosts": sorted(set(sw.hosts))},
-        "busbw_factor": rows[0]["busbw_gbs"] / rows[0]["algbw_gbs"] if rows else None,
+        "busbw_factor": busbw_factor(sw.p),
         "rows": rows,
         "references": {str(s): {k: {kk: (vv * 1e6 if kk != "n" else vv) for kk, vv in v.items()}
                                 for k, v in r.items()} for s, r in refs.items()},

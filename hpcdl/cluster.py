@@ -222,7 +222,7 @@ def threads_per_rank(layout: Optional[Layout] = None, env: Optional[Mapping[str,
     cores / local size (at least 1)."""
     env = os.environ if env is None else env
     layout = layout or discover(env)
-    explicit = _int({"t": setting("HPCDL_THREADS", env) or ""}, "t")
+    explicit = _int(env, "HPCDL_THREADS")
     if explicit and explicit > 0:
         return explicit
     per_task = _int(env, "SLURM_CPUS_PER_TASK")

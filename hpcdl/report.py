@@ -176,7 +176,8 @@ def _axis_slug(axis: str) -> str:
 
 
 def _tables(res: analysis.StudyAnalysis) -> List[Table]:
-    tables = [_scaling_table(res, axis) for axis in res.axes]
+    notes = _notes(res)
+    tables = [_scaling_table(res, axis, notes) for axis in res.axes]
     tables.append(_model_table(res))
     if res.extrapolation:
         tables.append(_extrapolation_table(res))
@@ -184,7 +185,7 @@ def _tables(res: analysis.StudyAnalysis) -> List[Table]:
     return tables
 
 
-def _scaling_table(res, axis) -> Table:
+def _scaling_table(res, axis, notes: List[str]) -> Table:
     sel = [r for r in res.rows if r.axis == axis]
     unit = sel[0].unit
     t = Table(f"scaling-{_axis_slug(axis)}", f"{res.scaling} scaling, {axis}",
@@ -193,11 +194,11 @@ def _scaling_table(res, axis) -> Table:
               meta={"study": res.study, "scaling": res.scaling, "axis": axis, "unit": unit,
                     "baseline_ranks": min(r.ranks for r in sel)})
     for r in sel:
-        notes = "; ".join(f"[{i}]" for i in _note_ids(res, r))
+        ids = "; ".join(f"[{notes.index(f) + 1}]" for f in r.flags)
         t.add([r.nodes, r.ranks, r.global_batch, f"{r.throughput:.1f} ± {r.ci95:.1f}",
                _ms(r.step_time), _f(r.speedup, 2), _f(r.efficiency, pct=True),
                _f(r.karp_flatt, 3), _f(r.compute_share, pct=True), _f(r.rest_share, pct=True),
-               r.runs, notes or ""],
+               r.runs, ids],
               {"backend": r.backend, "compression": r.compression, "nodes": r.nodes,
                "ranks_per_node": r.ranks_per_node, "ranks": r.ranks, "batch_size": r.batch_size,
                "global_batch": r.global_batch, "throughput_mean": r.throughput,
@@ -209,13 +210,8 @@ def _scaling_table(res, axis) -> Table:
     return t
 
 
-def _note_ids(res, row) -> List[int]:
-    """Numbers of the row's flags in the study-wide list of notes (see _notes)."""
-    notes = _notes(res)
-    return [notes.index(f) + 1 for f in row.flags]
-
-
 def _notes(res) -> List[str]:
+    """The study-wide list of the rows' flags, each once; a row's notes are numbered in it."""
     out = []
     for r in res.rows:
         for f in r.flags:
