@@ -33,6 +33,8 @@ SETTINGS = {
     "HPCDL_RING_PIECE_BYTES": "the ring backend's pipeline piece size in bytes",
     "HPCDL_NATIVE": "0 turns off the compiled fp16 kernels (numpy is used instead)",
     "HPCDL_TAG_OUTPUT": "1 makes local mpirun prefix every output line with its rank",
+    "HPCDL_BOX": "the cluster box's settings file (default /run/hpcdl-box/box.json, written by "
+                 "scripts/cluster-box.sh up)",
 }
 
 # Set in every rank before MPI and Horovod start, unless the environment says otherwise. The job

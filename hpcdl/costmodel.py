@@ -59,6 +59,22 @@ def wire_bytes(count: int, compression: str = "none") -> int:
     return _WIRE_ITEMSIZE[compression] * count + extra
 
 
+def node_bytes(algorithm: str, n: float, p: int, root: bool = False) -> Tuple[float, float]:
+    """(sent, received) bytes of one rank in one exchange of ``n`` payload bytes on ``p`` ranks,
+    one rank per node: what its node's interface carries. ``root``: the parameter server."""
+    if p <= 1:
+        return 0.0, 0.0
+    if algorithm == "ring":
+        each = 2.0 * (p - 1) / p * n
+    elif algorithm == "ps":
+        each = (p - 1) * n if root else n
+    elif algorithm == "allgather":
+        each = (p - 1) * n
+    else:
+        raise ValueError(f"unknown algorithm '{algorithm}': choose one of {', '.join(ALGORITHMS)}")
+    return each, each
+
+
 def busbw_factor(p: int) -> float:
     """busbw = algbw * 2(p-1)/p for allreduce (nccl-tests), so figures compare across p."""
     return 2.0 * (p - 1) / p if p > 1 else 1.0

@@ -82,10 +82,10 @@ _WORKLOAD_KEYS: Dict[str, Tuple[type, str]] = {
 _WORKLOAD_MIN = {"seed": None, "lr": None, "model": None, "data": None, "lr_scaling": None,
                  "warmup": 0, "num_warmup_batches": 0, "lr_warmup_steps": 0, "probes": 0}
 _SECTIONS = ("study", "workload", "layout", "axes", "run", "slurm", "model")
-_MODEL_KEYS = ("fit",)
+_MODEL_KEYS = ("fit", "calibrate")
 _STUDY_KEYS = ("name", "description", "scaling", "repeats")
 _LAYOUT_KEYS = ("ranks", "nodes", "ranks_per_node")
-_AXES_KEYS = ("backend", "compression")
+_AXES_KEYS = ("backend", "compression", "exchange", "network")
 _RUN_KEYS = ("timeout", "threads_per_rank", "env", "mpirun_args", "tag")
 SLURM_KEYS = ("partition", "account", "qos", "constraint", "time", "cpus_per_task",
               "gpus_per_node", "ntasks_per_node", "mem", "signal_lead", "mpi", "modules",
@@ -140,6 +140,7 @@ class Point:
     workload: str
     params: Tuple[Tuple[str, Any], ...] = ()
     declared: str = ""         # the study's declarations (JSON), carried into every record
+    network: str = ""          # the cluster box's link rate this point needs ("": any machine)
 
     @property
     def ranks(self) -> int:
@@ -153,7 +154,7 @@ class Point:
     def id(self) -> str:
         """Stable across runs and machines: what ``runs.jsonl`` is matched against."""
         return (f"n{self.nodes}-r{self.ranks_per_node}-{self.backend}-{self.compression}"
-                f"-rep{self.repeat}")
+                + (f"-{self.network}" if self.network else "") + f"-rep{self.repeat}")
 
     @property
     def group(self) -> str:
@@ -164,7 +165,8 @@ class Point:
         return {"id": self.id, "study": self.study, "nodes": self.nodes,
                 "ranks_per_node": self.ranks_per_node, "ranks": self.ranks,
                 "repeat": self.repeat, "backend": self.backend, "compression": self.compression,
-                "batch_size": self.batch_size, "global_batch": self.global_batch}
+                "batch_size": self.batch_size, "global_batch": self.global_batch,
+                **({"network": self.network} if self.network else {})}
 
     def train_args(self, results_path) -> List[str]:
         """The arguments that follow ``hpcdl train`` for this point (no leading 'train')."""
@@ -197,12 +199,16 @@ class Study:
     backends: List[str]
     compressions: List[str]
     slurm: Dict[str, Any]
+    networks: List[str] = field(default_factory=lambda: [""])   # [axes] network: box link rates
+    exchanges: List[Tuple[str, str]] = field(default_factory=list)  # [axes] exchange, else the product
     timeout: float = DEFAULT_TIMEOUT
     env: Dict[str, str] = field(default_factory=dict)
     mpirun_args: List[str] = field(default_factory=list)
     description: str = ""
     results_dir: Path = Path("results")
     fit: str = ""                    # [model] fit: the bench fit that calibrates the report's model
+    calibrate_nodes_max: int = 0     # [model] calibrate = {nodes_max = N}: the report's model
+                                     # is fitted to these points only and predicts the others
     sha256: str = ""                 # of the study file's bytes
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -210,7 +216,8 @@ class Study:
     def declared(self) -> Dict[str, str]:
         """What every record of this study carries, so that the report guesses nothing."""
         return {"scaling": self.scaling, "study_file": str(self.path), "study_sha256": self.sha256,
-                "calibration": f"fit:{self.fit}" if self.fit else "runs"}
+                "calibration": f"fit:{self.fit}" if self.fit else (
+                    f"runs:nodes<={self.calibrate_nodes_max}" if self.calibrate_nodes_max else "runs")}
 
     @property
     def runs_path(self) -> Path:
@@ -225,15 +232,20 @@ class Study:
         out = []
         declared = json.dumps(self.declared, sort_keys=True, separators=(",", ":"))
         for rep in range(self.repeats):
-            for backend in self.backends:
-                for comp in self.compressions:
+            for net in self.networks:
+                for backend, comp in self.exchange_pairs:
                     for nodes, rpn in self.layouts:
                         ranks = nodes * rpn
                         per_rank = self.batch // ranks if self.scaling == "strong" else self.batch
                         out.append(Point(self.name, nodes, rpn, rep, backend, comp, per_rank,
                                          self.workload, tuple(sorted(self.params.items())),
-                                         declared))
+                                         declared, net))
         return out
+
+    @property
+    def exchange_pairs(self) -> List[Tuple[str, str]]:
+        """(backend, compression) of every point: [axes] exchange, else backend x compression."""
+        return self.exchanges or [(b, c) for b in self.backends for c in self.compressions]
 
     def done_ids(self, runs_path=None) -> set:
         """Point ids already recorded for this study (see :func:`recorded_point`)."""
@@ -296,6 +308,11 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
     from .comm import BACKENDS, COMPRESSIONS
     backends = v.str_list(ax, "axes.backend", BACKENDS, default=["horovod"])
     compressions = v.str_list(ax, "axes.compression", COMPRESSIONS, default=["none"])
+    exchanges = _exchange_axis(v, ax, BACKENDS, COMPRESSIONS)
+    if exchanges:
+        backends = list(dict.fromkeys(b for b, _ in exchanges))
+        compressions = list(dict.fromkeys(c for _, c in exchanges))
+    networks = _network_axis(v, ax)
     timeout, env, mpirun_args = _run_section(v, raw)
     slurm = _slurm_section(v, raw, layouts, by_nodes)
     model = v.table(raw, "model")
@@ -304,9 +321,51 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
         cluster.setting("HPCDL_RESULTS_ROOT") or "results")
     return Study(name=name, path=path, scaling=scaling, workload=workload, params=params,
                  batch=batch, layouts=layouts, repeats=repeats, backends=backends,
-                 compressions=compressions, slurm=slurm, timeout=timeout, env=env,
+                 compressions=compressions, networks=networks, exchanges=exchanges, slurm=slurm, timeout=timeout, env=env,
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
-                 fit=v.get(model, "model.fit", str, default=""), raw=raw)
+                 fit=v.get(model, "model.fit", str, default=""),
+                 calibrate_nodes_max=_calibrate_key(v, model), raw=raw)
+
+
+def _calibrate_key(v, model) -> int:
+    cal = v.get(model, "model.calibrate", dict, default={})
+    v.only(cal, "model.calibrate", ("nodes_max",))
+    if not cal:
+        return 0
+    n = v.get(cal, "model.calibrate.nodes_max", int, required=True, minimum=1)
+    if model.get("fit"):
+        v.fail("model.calibrate", "and model.fit both say what calibrates the model: keep one")
+    return n
+
+
+def _exchange_axis(v, ax, backends, compressions) -> List[Tuple[str, str]]:
+    """[axes] exchange = ["horovod", "ps", "horovod+fp16"]: the backend[+compression] pairs to
+    run, when not every backend x compression is wanted (then backend and compression stay out)."""
+    if "exchange" not in ax:
+        return []
+    if "backend" in ax or "compression" in ax:
+        v.fail("axes.exchange", "replaces axes.backend and axes.compression: give one or the other")
+    allowed = [b for b in backends] + [f"{b}+{c}" for b in backends for c in compressions]
+    items = v.str_list(ax, "axes.exchange", allowed, default=None)
+    return [tuple((x + "+none").split("+")[:2]) for x in items]
+
+
+def _network_axis(v, ax) -> List[str]:
+    """[axes] network: link rates of the cluster box ("200mbit", "1gbit"); each point runs on a
+    box whose links have its rate (scripts/cluster-box.sh up N --link RATE)."""
+    nets = v.get(ax, "axes.network", (list, str), default=None)
+    if nets is None:
+        return [""]
+    nets = [nets] if isinstance(nets, str) else nets
+    from .box import rate_bits
+    for x in nets:
+        try:
+            rate_bits(str(x))
+        except ValueError:
+            v.fail("axes.network", f"'{x}' is not a link rate such as '200mbit' or '1gbit'")
+    if not nets or len(set(nets)) != len(nets):
+        v.fail("axes.network", f"must list distinct link rates, not {nets!r}")
+    return [str(x) for x in nets]
 
 
 def _study_section(v, raw, path):

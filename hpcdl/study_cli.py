@@ -172,6 +172,10 @@ def submit_main(opts) -> int:
                              overrides={"partition": opts.partition, "account": opts.account,
                                         "time": opts.time})
     if not plan.steps and not opts.force:
+        if plan.waiting:
+            print(f"{len(plan.waiting)} point(s) of {st.name} wait for a box whose links are not "
+                  f"{plan.box['link_rate']}: {', '.join(plan.waiting)}")
+            return 0
         print(f"Every point of {st.name} is recorded; nothing to submit (--force submits again)")
         return 0
     submit.submit_study(plan, dry_run=opts.dry_run)

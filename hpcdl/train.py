@@ -15,7 +15,7 @@ import argparse
 import math
 from pathlib import Path
 
-from . import cluster
+from . import box, cluster
 from .comm import BACKENDS, COMPRESSIONS
 from .errors import EXIT_INTERRUPTED, Interrupted, UserError
 
@@ -269,6 +269,8 @@ def _record(rep, opts, f, resumed) -> dict:
         "replicas_identical": len(set(f["digests"])) == 1,
         "weights_digest": f["digests"][0],
         "resumed_from": resumed,
+        "box": box.record_section(f["hosts"], f["net"], opts.backend, opts.compression,
+                                  rep.gradient_bytes() // 4, rt.size),
         "manifest": records.manifest(rt.layout, hosts=f["hosts"], extra={"horovod_build": {
             "tensorflow": True, "mpi": bool(hvd.mpi_built()), "gloo": bool(hvd.gloo_built()),
             "nccl": bool(hvd.nccl_built()), "mpi_enabled": bool(hvd.mpi_enabled()),

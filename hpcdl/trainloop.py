@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from . import cluster
+from . import box, cluster
 from .errors import UserError
 from .trainer import Plan, Replica, save_checkpoint
 
@@ -108,6 +108,7 @@ class LoopResult:
     last_loss: object = None
     wall: float = 0.0
     stopped: Optional[str] = None
+    net: Optional[dict] = None        # on the cluster box: the node's interface bytes while timed
 
 
 def probe_steps(plan: Plan, first: int, count: int) -> set:
@@ -134,8 +135,12 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     res = LoopResult(step=start_step)
     t_run = time.perf_counter()
     t_iter, in_iter = 0.0, 0
+    node = box.node_facts(rt.layout.host)
+    counters = None
     while res.step < plan.steps:
         step = res.step
+        if node and step == first_timed:
+            counters = box.Counters(node["iface"])
         if fault is not None and step == fault[0]:
             inject_fault(fault[1], step, rt.layout)
         t0 = time.perf_counter()
@@ -185,6 +190,10 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
         if opts.checkpoint_every and step % opts.checkpoint_every == 0 and step < plan.steps:
             save_checkpoint(rep, ckpt_dir, step, opts)
     res.wall = time.perf_counter() - t_run
+    if counters is not None:
+        # every timed step exchanges once, and so does every probe that timed the exchange alone
+        res.net = {"host": rt.layout.host, **counters.moved(),
+                   "exchanges": len(res.step_times) + len(res.probe_exch_times)}
     return res
 
 
@@ -245,6 +254,7 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
     out.update(rep.evaluate())
     out["digests"] = hvd.allgather_object(rep.digest())
     out["hosts"] = hvd.allgather_object(rt.layout.host)
+    out["net"] = hvd.allgather_object(loop.net)
     return out
 
 

@@ -21,3 +21,11 @@ def pytest_collection_modifyitems(config, items):
         if tier not in TIERS:
             raise pytest.UsageError(f"{rel}: a test lives in one of tests/{{{','.join(TIERS)}}}/")
         item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(autouse=True)
+def _no_cluster_box_in_unit_tests(request, monkeypatch):
+    """A unit test sees no cluster box, whatever this machine has up (its settings file would
+    change what a study submits and what a job exports)."""
+    if request.node.get_closest_marker("unit"):
+        monkeypatch.setenv("HPCDL_BOX", str(TESTS / "no-such-box.json"))

@@ -41,6 +41,8 @@ class StudyPlan:
     steps: List[Step]
     report: Step
     skipped: List[str]
+    waiting: List[str] = None       # points for a box with another link rate ([axes] network)
+    box: Optional[dict] = None      # the cluster box's settings, when the study runs on one
 
 
 def _slurm_settings(study, overrides: Optional[Mapping] = None) -> dict:
@@ -70,7 +72,11 @@ def study_software(study, extra_exports: Sequence[str] = (), setup: Optional[str
     """How the study's jobs find hpcdl: slurm.modules and slurm.setup (else the venv running
     now), with run.env, slurm.mpi and ``--export`` settings."""
     s = _slurm_settings(study)
-    exports: Dict[str, Optional[str]] = dict(getattr(study, "env", None) or {})
+    from .. import box
+    settings = box.load()
+    # on the cluster box, Open MPI talks over the nodes' links (the study's env may still override)
+    exports: Dict[str, Optional[str]] = dict(box.job_exports(settings) if settings else {})
+    exports.update(getattr(study, "env", None) or {})
     if s.get("mpi"):
         exports["HPCDL_SRUN_MPI"] = str(s["mpi"])
     exports = parse_exports(extra_exports, exports)
@@ -92,12 +98,16 @@ def plan_study(study, software: Software, force: bool = False,
     jobs_dir = results_dir / "jobs"
     results = results_dir / "runs.jsonl"
     done = set() if force else study.done_ids()
-    steps, skipped = [], []
+    steps, skipped, waiting = [], [], []
+    box = _box_for(study)
     study_path = str(Path(study.path).resolve()) if getattr(study, "path", None) else study.name
     for point in study.points():
         pid = str(point.id)
         if pid in done:
             skipped.append(pid)
+            continue
+        if point.network and point.network != box["link_rate"]:
+            waiting.append(pid)
             continue
         job = _job_for(study, f"hpcdl-{study.name}-{pid}", point.nodes, point.ranks_per_node,
                        overrides)
@@ -112,7 +122,23 @@ def plan_study(study, software: Software, force: bool = False,
                account=s.get("account"), signal_lead=None)
     rtext = render_report(rjob, software, study.name, str(results_dir), script_name="report.sbatch")
     report = Step("report", {}, jobs_dir / "report.sbatch", rtext, rjob)
-    return StudyPlan(study.name, study_path, results_dir, jobs_dir, steps, report, skipped)
+    return StudyPlan(study.name, study_path, results_dir, jobs_dir, steps, report, skipped,
+                     waiting, box)
+
+
+def _box_for(study) -> Optional[dict]:
+    """The cluster box this study's jobs would run on (None: no box here). A study with a
+    network axis needs one; on a box, the box must have passed its isolation check."""
+    from .. import box
+    settings = box.load()
+    if settings is None:
+        if any(n for n in getattr(study, "networks", [""])):
+            raise UserError(f"{study.name} has a network axis ({', '.join(study.networks)}): its "
+                            "points run on the cluster box, and none is up here "
+                            "(scripts/cluster-box.sh up N --link RATE)")
+        return None
+    box.require_checked()
+    return settings
 
 
 def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
@@ -124,6 +150,9 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
         step.script.chmod(0o755)
     for pid in plan.skipped:
         print(f"Point {pid}: already recorded, not submitted (--force submits it again)", file=out)
+    for pid in plan.waiting or ():
+        print(f"Point {pid}: waits for a box with other links (this one has "
+              f"{plan.box['link_rate']}); bring that box up and submit again", file=out)
     submission = {"study": plan.study, "study_path": plan.study_path,
                   "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "dry_run": dry_run, "steps": [], "report": None}

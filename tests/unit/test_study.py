@@ -155,7 +155,7 @@ def test_default_studies_in_jobs_are_valid():
     for f in files:
         st = study.load(f)
         kinds.add((st.workload, st.scaling, st.is_local))
-        if not st.is_local:
+        if not st.is_local and st.networks == [""]:       # the box's studies stop at 8 nodes
             assert max(p.nodes for p in st.points()) == 64 and min(p.nodes for p in st.points()) == 1
     assert {("cnn", "weak", True), ("expmlp", "strong", True),
             ("cnn", "weak", False), ("expmlp", "strong", False)} <= kinds

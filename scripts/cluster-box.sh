@@ -1,0 +1,478 @@
+#!/usr/bin/env bash
+# A cluster in a box: N emulated nodes on one machine under real Slurm.
+#
+#   scripts/cluster-box.sh up N [--link RATE] [--latency D] [--cpus-per-node C]
+#   scripts/cluster-box.sh down        # leaves no namespace, link, bridge, qdisc, cgroup or daemon
+#   scripts/cluster-box.sh status      # the box's settings and sinfo; exit 0 when every node is up
+#   scripts/cluster-box.sh check       # prove the box's isolation (compute, links); prints a table
+#   scripts/cluster-box.sh agent HOST CMD...  # Open MPI's rsh agent: run CMD on node HOST (n3 or
+#                                              # 10.77.0.3), for mpirun across the box without Slurm
+#   scripts/cluster-box.sh env         # the Open MPI settings a job on the box needs
+#
+# Each node nI (I = 1..N, N <= 8) is
+#   - a network namespace hpcdl-nI with its own UTS hostname nI and address 10.77.0.I/24 on eth0,
+#     one end of a veth pair whose other end joins the bridge hpcdl-box (10.77.0.254, where
+#     slurmctld listens); both directions of the link are shaped to RATE (tbf) and delayed by D/2
+#     (netem), so node to node is RATE each way and D one way. The namespaces have no route outside
+#     10.77.0.0/24;
+#   - a CPU cgroup hpcdl-box/nI whose quota is C cores (cgroup v1 cpu.cfs_quota_us, v2 cpu.max);
+#   - a slurmd started inside both, so every job step and rank on nI runs in nI's namespace and
+#     cgroup (ProctrackType=proctrack/linuxproc keeps them children of slurmd).
+# munged and slurmctld run in the machine's own namespace; munge's socket is a path and the
+# bridge's address is the controller's, so every node reaches both.
+#
+# Defaults: RATE 1gbit, D 0 (no delay), C = 80% of the machine's cores / N, leaving a fifth of the
+# machine to the kernel's network work (veth, tbf, TCP: softirq time no node's quota pays for) and
+# to the daemons. The settings are written to /run/hpcdl-box/box.json, which ranks read to record
+# where they ran; `check` writes check.json beside it, and studies on the box refuse to start
+# unless it passed on this box.
+#
+# Exit status: 0 done; 1 something failed (its log is shown); 2 bad usage; 3 the box cannot be made
+# here (not root, no namespaces, no cgroups, no Slurm packages): the message says why, and the
+# tests that need the box skip with it.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SELF="$ROOT/scripts/cluster-box.sh"
+PREFIX=hpcdl-n                 # namespace hpcdl-nI; veth hpcdl-nI-br on the bridge
+BRIDGE=hpcdl-box
+NET=10.77.0
+CTL_IP=$NET.254
+RUN=/run/hpcdl-box
+BOXFILE=$RUN/box.json
+CG_NAME=hpcdl-box
+PARTITION="${HPCDL_SLURM_PARTITION:-debug}"
+PORT=6818
+CONF_DIR=/etc/slurm
+CONF="$CONF_DIR/slurm.conf"
+MARK="# written by hpcdl scripts/cluster-box.sh"
+STATE=/var/spool/slurmctld
+SPOOL=/var/spool/slurmd
+LOGS=/var/log/slurm
+TMPFS=/tmp/slurmtmp
+JOBCOMP="$LOGS/jobcomp.log"
+HOST="$(hostname -s)"
+
+log() { printf '[cluster-box] %s\n' "$*" >&2; }
+cannot() { printf '[cluster-box] cannot make the box here: %s\n' "$*" >&2; exit 3; }
+die() { printf '[cluster-box] error: %s\n' "$*" >&2; exit 1; }
+usage() { sed -n '3,10p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+# A zombie counts as gone: where nothing reaps orphans (a container's init), ended daemons stay
+# zombies, and kill -0 still succeeds on them.
+alive() {
+    [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null || return 1
+    [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+all_gone() { local p; for p in "$@"; do alive "$p" && return 1; done; return 0; }
+pid_of() { [ -f "$1" ] && cat "$1" 2>/dev/null || true; }
+
+# Wait until a command succeeds, at most $1 seconds.
+wait_for() {
+    local limit=$1; shift
+    local end=$(( $(date +%s) + limit ))
+    until "$@"; do
+        [ "$(date +%s)" -lt "$end" ] || return 1
+        sleep 0.2
+    done
+}
+
+show_log() { [ -f "$1" ] && tail -n 20 "$1" | sed 's/^/    /' >&2 || true; }
+
+# ---------------------------------------------------------------- packages, munge, Slurm config
+
+ensure_packages() {
+    local missing=() cmd
+    for cmd in slurmctld slurmd sbatch munged; do command -v "$cmd" >/dev/null || missing+=("$cmd"); done
+    [ ${#missing[@]} = 0 ] && return 0
+    command -v apt-get >/dev/null || cannot "Slurm is not installed (missing: ${missing[*]}) and there is no apt-get"
+    log "installing slurmctld slurmd slurm-client munge with apt"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        slurmctld slurmd slurm-client munge >/dev/null 2>&1 \
+        || cannot "apt-get install slurmctld slurmd slurm-client munge failed"
+}
+
+start_munge() {
+    if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return 0; fi
+    mkdir -p /etc/munge /run/munge /var/lib/munge /var/log/munge
+    if [ ! -s /etc/munge/munge.key ]; then
+        mungekey -c -k /etc/munge/munge.key >/dev/null 2>&1 \
+            || dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+    fi
+    chmod 0400 /etc/munge/munge.key
+    chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge
+    chmod 0755 /run/munge
+    runuser -u munge -- /usr/sbin/munged || die "munged did not start (see /var/log/munge/munged.log)"
+    wait_for 10 sh -c 'munge -n | unmunge >/dev/null 2>&1' || die "munge does not answer"
+}
+
+stop_munge() {
+    local p
+    p="$(pid_of /run/munge/munged.pid)"
+    if alive "$p"; then
+        kill -TERM "$p" 2>/dev/null || true
+        wait_for 10 all_gone "$p" || kill -KILL "$p" 2>/dev/null || true
+    fi
+}
+
+write_conf() {  # write_conf N SLURM_CPUS
+    local n=$1 cpus=$2 k
+    if [ -f "$CONF" ] && ! grep -qF "# written by hpcdl scripts/" "$CONF" && [ "${HPCDL_SLURM_FORCE:-0}" != 1 ]; then
+        cannot "$CONF exists and was not written by this script (set HPCDL_SLURM_FORCE=1 to replace it)"
+    fi
+    mkdir -p "$CONF_DIR"
+    local tmp="$CONF.tmp.$$"
+    {
+        echo "$MARK: a box of $n nodes on $HOST"
+        cat <<EOF
+ClusterName=hpcdl
+SlurmctldHost=$HOST($CTL_IP)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+# A requeued job waits cred_expire + 1 s before it may start again (default 120 s)
+AuthInfo=cred_expire=10
+StateSaveLocation=$STATE
+SlurmdSpoolDir=$SPOOL/%n
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd-%n.pid
+SlurmctldLogFile=$LOGS/slurmctld.log
+SlurmdLogFile=$LOGS/slurmd-%n.log
+SlurmdPort=$PORT
+# pmix wants a temp dir per node (nodes share the file system)
+TmpFS=$TMPFS/%n
+# linuxproc keeps every step a child of its node's slurmd: in the node's namespace and cgroup
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+# Look at pending jobs every second or two (defaults 60 s and 30 s): a requeued job starts
+# as soon as it may, not on the next minute.
+SchedulerParameters=sched_interval=1,bf_interval=2
+MpiDefault=none
+AccountingStorageType=accounting_storage/none
+# jobacct_gather/cgroup would want cgroup mounts of its own inside the node
+JobAcctGatherType=jobacct_gather/none
+# sacct -c reads job states and exit codes from here
+JobCompType=jobcomp/filetxt
+JobCompLoc=$JOBCOMP
+MailProg=/bin/true
+ReturnToService=2
+SlurmdParameters=config_overrides
+# without it a job whose dependency can never be met waits forever (22.05)
+DependencyParameters=kill_invalid_depend
+InactiveLimit=0
+KillWait=10
+MinJobAge=600
+# a node whose slurmd is gone is marked down after this many seconds
+SlurmdTimeout=30
+EOF
+        for k in $(seq 1 "$n"); do
+            echo "NodeName=n$k NodeHostname=n$k NodeAddr=$NET.$k CPUs=$cpus RealMemory=1000 State=UNKNOWN"
+        done
+        echo "PartitionName=$PARTITION Nodes=n[1-$n] Default=YES MaxTime=INFINITE State=UP"
+    } >"$tmp"
+    mv "$tmp" "$CONF"
+}
+
+ctld_pid() { pid_of /run/slurmctld.pid; }
+
+stop_slurm() {
+    local pids=() p f
+    p="$(ctld_pid)"; alive "$p" && pids+=("$p")
+    for f in /run/slurmd-*.pid; do
+        [ -f "$f" ] || continue
+        p="$(pid_of "$f")"; alive "$p" && pids+=("$p")
+    done
+    [ ${#pids[@]} = 0 ] && return 0
+    if alive "$(ctld_pid)"; then
+        # Cancel what is left so no job step outlives its slurmd.
+        local jobs
+        jobs="$(timeout 10 squeue -h -o '%i' 2>/dev/null || true)"
+        if [ -n "$jobs" ]; then
+            log "cancelling leftover jobs: $(echo $jobs)"
+            scancel $jobs 2>/dev/null || true
+            wait_for 20 sh -c '[ -z "$(timeout 5 squeue -h -t running,completing -o %i 2>/dev/null)" ]' || true
+        fi
+        timeout 10 scontrol shutdown >/dev/null 2>&1 || true
+    else
+        kill -TERM "${pids[@]}" 2>/dev/null || true     # no slurmctld to pass the shutdown on
+    fi
+    # Daemons that outlive the shutdown (or a slurmctld that had died) get TERM, then KILL.
+    wait_for 15 all_gone "${pids[@]}" || {
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+        wait_for 5 all_gone "${pids[@]}" || kill -KILL "${pids[@]}" 2>/dev/null || true
+    }
+    rm -f /run/slurmctld.pid /run/slurmd-*.pid
+}
+
+nodes_idle() {  # nodes_idle N
+    [ "$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)" -ge "$1" ]
+}
+
+# ---------------------------------------------------------------- cgroups
+
+cg_version() {  # 1 when the v1 cpu controller is mounted, 2 for a unified hierarchy with cpu
+    if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then echo 1
+    elif [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then echo 2
+    else echo 0; fi
+}
+
+cg_dir() {  # cg_dir [NODE]: the box's cgroup (or one node's) in this machine's cpu hierarchy
+    local base
+    case "$(cg_version)" in
+        1) base=/sys/fs/cgroup/cpu/$CG_NAME ;;
+        2) base=/sys/fs/cgroup/$CG_NAME ;;
+        *) return 1 ;;
+    esac
+    echo "$base${1:+/$1}"
+}
+
+# The quota's period: 10 ms, not the kernel's default 100 ms. A rank whose share is spent waits
+# for the next period, and nothing feeds its sockets meanwhile: with 100 ms periods and 0.4 cores a
+# ring allreduce kept its links 81% busy, with 10 ms 93% (Open MPI progresses TCP from the rank's
+# own thread).
+CG_PERIOD=10000
+
+cg_make() {  # cg_make NODE CORES: a cgroup whose quota is CORES cores
+    local dir quota
+    dir="$(cg_dir "$1")"
+    quota="$(awk -v c="$2" -v p="$CG_PERIOD" 'BEGIN { printf "%d", c * p }')"
+    mkdir -p "$dir"
+    if [ "$(cg_version)" = 1 ]; then
+        echo "$CG_PERIOD" >"$dir/cpu.cfs_period_us"
+        echo "$quota" >"$dir/cpu.cfs_quota_us"
+    else
+        grep -qw cpu "$(dirname "$dir")/cgroup.subtree_control" || echo +cpu >"$(dirname "$dir")/cgroup.subtree_control"
+        echo "$quota $CG_PERIOD" >"$dir/cpu.max"
+    fi
+}
+
+cg_remove() {  # every process left in the box's cgroups is killed, then the groups removed
+    local base d pids
+    base="$(cg_dir)" || return 0
+    [ -d "$base" ] || return 0
+    for d in "$base"/*/; do
+        [ -d "$d" ] || continue
+        pids="$(cat "$d/cgroup.procs" 2>/dev/null || true)"
+        [ -n "$pids" ] && kill -KILL $pids 2>/dev/null || true
+    done
+    for d in "$base"/*/; do
+        [ -d "$d" ] || continue
+        wait_for 5 sh -c "[ -z \"\$(cat '$d/cgroup.procs' 2>/dev/null)\" ]" || true
+        rmdir "$d" 2>/dev/null || log "warning: could not remove cgroup $d"
+    done
+    rmdir "$base" 2>/dev/null || true
+}
+
+# ---------------------------------------------------------------- network
+
+net_down() {
+    local ns dev
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$PREFIX[0-9]*$" || true); do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    # deleting a namespace deletes its veth end and so the pair; remove leftovers of a half run
+    for dev in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 \
+                 | grep "^${PREFIX}[0-9]*-br$" || true); do
+        ip link del "$dev" 2>/dev/null || true
+    done
+    if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE"; fi
+}
+
+shape() {  # shape DEV RATE DELAY [netns]: DEV's egress at RATE (tbf), after DELAY (netem)
+    # One token bucket per direction, burst enough for GSO segments. (An htb with the pure
+    # acknowledgements in a class ahead of the data did worse: 82% of the rate against 93% for
+    # the 8-node ring allreduce of `check`.)
+    local dev=$1 rate=$2 delay=$3 ns=${4:-}
+    local tc=(tc); [ -n "$ns" ] && tc=(tc -n "$ns")
+    "${tc[@]}" qdisc del dev "$dev" root 2>/dev/null || true
+    if [ "$delay" != 0 ]; then
+        "${tc[@]}" qdisc add dev "$dev" root handle 1: netem delay "$delay" limit 100000
+        "${tc[@]}" qdisc add dev "$dev" parent 1:1 handle 10: tbf rate "$rate" burst 256kb latency 50ms
+    else
+        "${tc[@]}" qdisc add dev "$dev" root handle 10: tbf rate "$rate" burst 256kb latency 50ms
+    fi
+}
+
+have_netem() {  # the kernel can delay packets (sch_netem); not every kernel is built with it
+    local ok=1
+    ip link add hpcdl-probe0 type veth peer name hpcdl-probe1 2>/dev/null || return 1
+    tc qdisc add dev hpcdl-probe0 root netem delay 1ms 2>/dev/null && ok=0
+    ip link del hpcdl-probe0 2>/dev/null || true
+    return $ok
+}
+
+half_delay() {  # half_delay D: D/2 in microseconds for netem ("0" when D is 0)
+    local us
+    us="$(awk -v d="$1" 'BEGIN {
+        if (d ~ /us$/) v = d + 0; else if (d ~ /ms$/) v = (d + 0) * 1000;
+        else if (d ~ /s$/) v = (d + 0) * 1000000; else v = (d + 0) * 1000;
+        printf "%d", v / 2 }')"
+    [ "$us" = 0 ] && echo 0 || echo "${us}us"
+}
+
+net_up() {  # net_up N RATE DELAY
+    local n=$1 rate=$2 delay i ns
+    delay="$(half_delay "$3")"
+    ip link add "$BRIDGE" type bridge || cannot "ip link add (network namespaces and bridges need CAP_NET_ADMIN)"
+    ip addr add "$CTL_IP/24" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+    for i in $(seq 1 "$n"); do
+        ns=$PREFIX$i
+        ip netns add "$ns" || cannot "ip netns add $ns failed"
+        ip link add "$ns-br" type veth peer name "$ns-eth"
+        ip link set "$ns-eth" netns "$ns"
+        ip link set "$ns-br" master "$BRIDGE" up
+        ip -n "$ns" link set lo up
+        ip -n "$ns" link set "$ns-eth" name eth0
+        ip -n "$ns" addr add "$NET.$i/24" dev eth0
+        ip -n "$ns" link set eth0 up
+        # the barrier between timed steps idles each connection: keep its window
+        ip netns exec "$ns" sysctl -q net.ipv4.tcp_slow_start_after_idle=0
+        # windows large enough to keep a link busy through the shaper's queue and delay
+        ip netns exec "$ns" sysctl -q net.ipv4.tcp_rmem="4096 131072 33554432" \
+            net.ipv4.tcp_wmem="4096 65536 33554432"
+        # a loss-based congestion control on the subnet's route, whatever the machine's default:
+        # under BBR a ring's pair of connections, each carrying data one way and the other's
+        # acknowledgements behind the queue, kept falling to two thirds of the link
+        if grep -qw cubic /proc/sys/net/ipv4/tcp_available_congestion_control; then
+            ip -n "$ns" route replace "$NET.0/24" dev eth0 proto kernel scope link src "$NET.$i" congctl cubic
+        fi
+        shape eth0 "$rate" "$delay" "$ns"      # node -> bridge
+        shape "$ns-br" "$rate" "$delay"        # bridge -> node
+    done
+}
+
+# ---------------------------------------------------------------- up / down / status
+
+write_boxfile() {  # write_boxfile N RATE LATENCY CORES SLURM_CPUS
+    mkdir -p "$RUN"
+    local k nodes=""
+    for k in $(seq 1 "$1"); do nodes="$nodes${nodes:+, }\"n$k\": {\"addr\": \"$NET.$k\", \"iface\": \"eth0\", \"netns\": \"$PREFIX$k\", \"cgroup\": \"$(cg_dir "n$k")\"}"; done
+    cat >"$BOXFILE.tmp" <<EOF
+{"box": "$(date +%s)-$$", "nodes_count": $1, "link_rate": "$2", "latency": "$3",
+ "cpus_per_node": $4, "slurm_cpus": $5, "subnet": "$NET.0/24", "cgroup_version": $(cg_version),
+ "host": "$HOST", "cores": $(nproc), "nodes": {$nodes}}
+EOF
+    mv "$BOXFILE.tmp" "$BOXFILE"
+    rm -f "$RUN/check.json"
+}
+
+down() {
+    local t0=$SECONDS
+    if command -v scontrol >/dev/null; then stop_slurm; fi
+    cg_remove
+    net_down
+    stop_munge
+    rm -rf "$RUN" "${TMPFS:?}"
+    log "down ($((SECONDS - t0)) s)"
+}
+
+up() {
+    local n="" rate=1gbit latency=0 cores="" t0=$SECONDS k
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --link) rate=$2; shift 2 ;;
+            --latency) latency=$2; shift 2 ;;
+            --cpus-per-node) cores=$2; shift 2 ;;
+            -h|--help) usage ;;
+            *) [ -z "$n" ] && [[ $1 =~ ^[0-9]+$ ]] || usage; n=$1; shift ;;
+        esac
+    done
+    [ -n "$n" ] && [ "$n" -ge 1 ] && [ "$n" -le 8 ] || { log "up: N must be 1..8"; exit 2; }
+    [[ $rate =~ ^[0-9.]+([kmg]?bit)$ ]] || { log "up: --link takes a tc rate such as 200mbit or 1gbit"; exit 2; }
+    [[ $latency =~ ^[0-9.]+(us|ms|s)?$ ]] || { log "up: --latency takes a delay such as 100us or 1ms"; exit 2; }
+    [ -n "$cores" ] || cores="$(awk -v c="$(nproc)" -v n="$n" 'BEGIN { printf "%.3g", 0.8 * c / n }')"
+    awk -v c="$cores" 'BEGIN { exit !(c > 0.01) }' || { log "up: --cpus-per-node must be a positive number of cores"; exit 2; }
+    [ "$(id -u)" = 0 ] || cannot "the box needs root (namespaces, tc, cgroups, Slurm daemons as root); this is uid $(id -u)"
+    for c in ip tc nsenter unshare; do command -v "$c" >/dev/null || cannot "$c is not installed"; done
+    if [ "$(half_delay "$latency")" != 0 ] && ! have_netem; then
+        log "up: this kernel has no netem qdisc, so --latency cannot be emulated here (links keep"
+        log "    the veth's own latency, tens of microseconds); leave --latency out"
+        exit 2
+    fi
+    [ "$(cg_version)" != 0 ] || cannot "no cgroup cpu controller is mounted (v1 /sys/fs/cgroup/cpu or v2 with cpu)"
+    ensure_packages
+    ls /usr/lib/*/slurm*/mpi_pmix*.so >/dev/null 2>&1 || log "warning: Slurm's pmix plugin not found; srun --mpi=pmix will fail"
+    local slurm_cpus
+    slurm_cpus="$(awk -v c="$cores" 'BEGIN { v = int(c); if (v < c) v++; if (v < 1) v = 1; print v }')"
+
+    down 2>/dev/null                     # every up is fresh: the same box whatever was there
+    start_munge
+    net_up "$n" "$rate" "$latency"
+    write_conf "$n" "$slurm_cpus"
+    rm -rf "${STATE:?}"/* "${SPOOL:?}"/*
+    mkdir -p "$STATE" "$LOGS"
+    : >"$JOBCOMP"
+    : >"$LOGS/slurmctld.log"
+    slurmctld || { show_log "$LOGS/slurmctld.log"; die "slurmctld did not start"; }
+    wait_for 15 scontrol ping >/dev/null 2>&1 || { show_log "$LOGS/slurmctld.log"; die "slurmctld does not answer"; }
+    for k in $(seq 1 "$n"); do
+        mkdir -p "$SPOOL/n$k" "$TMPFS/n$k"
+        : >"$LOGS/slurmd-n$k.log"
+        cg_make "n$k" "$cores"
+        # nsenter, not `ip netns exec`: that remounts /sys, hiding the cgroup mounts from slurmd
+        nsenter --net="/var/run/netns/$PREFIX$k" unshare --uts sh -c \
+            "echo \$\$ >'$(cg_dir "n$k")/cgroup.procs' && hostname n$k && exec slurmd -N n$k" \
+            || { show_log "$LOGS/slurmd-n$k.log"; die "slurmd on n$k did not start"; }
+    done
+    write_boxfile "$n" "$rate" "$latency" "$cores" "$slurm_cpus"
+    if ! wait_for 60 nodes_idle "$n"; then
+        sinfo -N >&2 || true
+        show_log "$LOGS/slurmctld.log"
+        die "not every node became idle within 60 s"
+    fi
+    log "up: $n nodes n1..n$n ($NET.1-$n), links $rate each way, latency $latency, $cores cores each," \
+        "partition $PARTITION ($((SECONDS - t0)) s)"
+}
+
+status() {
+    [ -f "$BOXFILE" ] || { log "no box is up"; return 1; }
+    cat "$BOXFILE"
+    [ -f "$RUN/check.json" ] && echo "check: $(python3 -c 'import json,sys; print("passed" if json.load(open(sys.argv[1]))["passed"] else "FAILED")' "$RUN/check.json")" \
+        || echo "check: not run"
+    scontrol ping >/dev/null 2>&1 || { log "slurmctld is not running"; return 1; }
+    sinfo -N
+    local n
+    n="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes_count"])' "$BOXFILE")"
+    [ "$(sinfo -h -N -t idle,alloc,mix -o '%N' | sort -u | wc -l)" -ge "$n" ]
+}
+
+agent() {
+    # Open MPI calls its rsh agent as `agent [ssh options] HOST COMMAND...`, COMMAND for a shell
+    while [[ $# -gt 0 && $1 == -* ]]; do shift; done
+    local host=$1 i
+    shift
+    case "$host" in
+        n[0-9]*) i=${host#n} ;;
+        "$NET".*) i=${host##*.} ;;
+        *) echo "agent: $host is not a node of the box" >&2; exit 2 ;;
+    esac
+    [ -e "/var/run/netns/$PREFIX$i" ] || { echo "agent: node n$i is not up" >&2; exit 2; }
+    exec nsenter --net="/var/run/netns/$PREFIX$i" unshare --uts /bin/sh -c \
+        "echo \$\$ >'$(cg_dir "n$i")/cgroup.procs' && hostname n$i && exec /bin/sh -c \"\$0\"" "$*"
+}
+
+env_() {
+    cat <<EOF
+OMPI_MCA_plm_rsh_agent=$SELF agent
+OMPI_MCA_plm_rsh_no_tree_spawn=1
+OMPI_MCA_btl=self,tcp
+OMPI_MCA_btl_tcp_if_include=$NET.0/24
+OMPI_MCA_oob_tcp_if_include=$NET.0/24
+EOF
+}
+
+case "${1:-}" in
+    up) shift; up "$@" ;;
+    down) down ;;
+    status) status ;;
+    check) shift; exec "${HPCDL_PYTHON:-$ROOT/.venv/bin/python}" -m hpcdl.box check "$@" ;;
+    agent) shift; agent "$@" ;;
+    env) env_ ;;
+    *) usage ;;
+esac
