@@ -100,10 +100,13 @@ class Row:
     model_error: Optional[float] = None
     heldout_error: Optional[float] = None
     flags: List[str] = field(default_factory=list)
+    network: str = ""                # the cluster box's link rate ([axes] network), "" elsewhere
+    fitted: bool = True              # the model was calibrated on this row (else: predicted)
+    model_band: Optional[List[float]] = None   # 5-95% of the bootstrap's predicted step time
 
     @property
     def axis(self) -> str:
-        return f"{self.backend}/{self.compression}"
+        return f"{self.backend}/{self.compression}" + (f"@{self.network}" if self.network else "")
 
     @property
     def wire_bytes(self) -> float:
@@ -154,16 +157,23 @@ def group_records(recs: Iterable[dict]) -> List[Row]:
         params, lay = rec.get("params") or {}, rec.get("layout") or {}
         size, nodes = int(lay.get("size") or 1), int(lay.get("nodes") or 1)
         rpn = int(lay.get("ranks_per_node") or max(1, size // nodes))
-        key = (params.get("backend", "horovod"), params.get("compression", "none"), nodes, rpn, size)
+        net = _get(rec, "point", "network") or _get(rec, "box", "link_rate") or ""
+        key = (params.get("backend", "horovod"), params.get("compression", "none"), nodes, rpn,
+               size, net)
         groups.setdefault(key, []).append(rec)
     rows = [_row(key, rs) for key, rs in groups.items()]
-    rows.sort(key=lambda r: (r.backend, r.compression, r.ranks, r.nodes))
+    rows.sort(key=lambda r: (_rate(r.network), r.backend, r.compression, r.ranks,
+                             r.nodes))
     add_scaling(rows)
     return rows
 
 
+def _rate(network: str) -> float:
+    return costmodel.rate_bits(network) if network else 0.0
+
+
 def _row(key, rs) -> Row:
-    backend, comp, nodes, rpn, size = key
+    backend, comp, nodes, rpn, size, net = key
     t = [_get(r, "metrics", "throughput") for r in rs]
     mean, std = pooled([x["mean"] for x in t], [x.get("std", 0.0) for x in t],
                        [x.get("n", 1) for x in t])
@@ -184,7 +194,7 @@ def _row(key, rs) -> Row:
                computes=[None if c is None else float(c) for c in computes],
                exchanges=[_exchange_alone(r) if size > 1 else None for r in rs],
                compute_s=compute, compute_share=share,
-               gradient_bytes=int(rs[0].get("gradient_bytes") or 0))
+               gradient_bytes=int(rs[0].get("gradient_bytes") or 0), network=net)
 
 
 def add_scaling(rows: List[Row]) -> None:
@@ -299,6 +309,63 @@ def heldout_errors(rows: Sequence[Row], algorithm: str, fit: Optional[dict] = No
                 worst[i] = err
     for i, r in enumerate(rows):
         r.heldout_error = worst.get(i)
+
+
+BOOTSTRAP = 200      # resamples of the calibration points' repeats for the prediction band
+
+
+def declared_nodes_max(recs: Sequence[dict]) -> int:
+    """N of a study's ``[model] calibrate = {nodes_max = N}`` (declared "runs:nodes<=N"), else 0."""
+    for r in recs:
+        cal = str(_get(r, "declared", "calibration") or "")
+        if cal.startswith("runs:nodes<="):
+            return int(cal.split("<=", 1)[1])
+    return 0
+
+
+def calibrate_on_few_nodes(sel: List[Row], algorithm: str, nodes_max: int,
+                           seed: int = 0) -> StepModel:
+    """Calibrate on the rows with at most ``nodes_max`` nodes and predict every row; each row's
+    ``model_error`` is then a prediction error (``fitted`` False) except on the rows fitted to.
+    ``model_band``: the 5-95% range of the predicted step time over a bootstrap of the
+    calibration rows' repeats (each row's repeats drawn with replacement), i.e. how far the
+    calibration's own spread moves the prediction."""
+    train = [r for r in sel if r.nodes <= nodes_max]
+    for r in sel:
+        r.fitted = r.nodes <= nodes_max
+    if not train:
+        raise ValueError(f"no point with at most {nodes_max} node(s) to calibrate on")
+    m = costmodel.calibrate([r.observation() for r in train], algorithm, bandwidth_only=True)
+    predict_rows(sel, m)
+    if not m.determined:
+        return m
+    rng = np.random.default_rng(seed)
+    preds = []
+    for _ in range(BOOTSTRAP):
+        sample = [_resample(r, rng) for r in train]
+        try:
+            b = costmodel.calibrate([r.observation() for r in sample], algorithm, bandwidth_only=True)
+        except ValueError:
+            continue
+        if b.determined:
+            preds.append([float(b.step_time(r.ranks, r.batch_size, r.wire_bytes)) for r in sel])
+    if preds:
+        lo, hi = np.percentile(np.array(preds), [5, 95], axis=0)
+        for r, a, z in zip(sel, lo, hi):
+            r.model_band = [float(a), float(z)]
+    return m
+
+
+def _resample(r: Row, rng) -> Row:
+    """The row with its repeats drawn with replacement (step, compute and exchange together)."""
+    k = len(r.step_times)
+    if k < 2:
+        return r
+    idx = rng.integers(0, k, size=k)
+    pick = (lambda xs: [xs[i] for i in idx] if len(xs) == k else xs)
+    steps = [r.step_times[i] for i in idx]
+    return replace(r, step_times=steps, step_time=float(np.median(steps)),
+                   computes=pick(r.computes), exchanges=pick(r.exchanges))
 
 
 def _without_repeat(r: Row, k: int) -> Optional[Row]:
@@ -461,6 +528,7 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
     if not rows:
         raise ValueError("no record has metrics.throughput")
     kind, source = declared_scaling(recs, scaling)
+    nodes_max = declared_nodes_max(recs) if fit_doc is None else 0
     cores = _get(recs[0], "manifest", "cpu_count")
     flag_rows(rows, cores)
     models = {}
@@ -470,6 +538,9 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         fit = load_fit(fit_doc, sel[0].backend, sel[0].compression) if fit_doc else None
         if fit is not None and fit_label:
             fit["_source"] = f"{fit['_source']} from {fit_label}"
+        if nodes_max:
+            models[axis] = calibrate_on_few_nodes(sel, algo, nodes_max)
+            continue
         models[axis] = costmodel.calibrate([r.observation() for r in sel], algo, fit)
         predict_rows(sel, models[axis])
         heldout_errors(sel, algo, fit)
@@ -490,7 +561,9 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
                             [p for p in EXTRAPOLATE_RANKS if p <= max_ranks])
     return StudyAnalysis(
         study=name, workload=_get(recs[0], "params", "workload"), scaling=kind,
-        scaling_source=source, calibration=f"fit:{fit_label}" if fit_doc else "runs",
+        scaling_source=source, calibration=f"fit:{fit_label}" if fit_doc else (
+            f"runs with at most {nodes_max} node(s); the other points are predicted"
+            if nodes_max else "runs"),
         records=len(recs), rows=rows, models=models, extrapolation=extra,
         extrapolation_axis=first, extrapolation_batch=batch,
         extrapolation_bytes=base[0].wire_bytes, cores=cores,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import socket
 import statistics
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from .costmodel import rate_bits
 from .errors import UserError
 
 BOX_FILE = "/run/hpcdl-box/box.json"
@@ -62,14 +62,6 @@ def node_facts(host: str, env=None) -> Optional[dict]:
             "link_rate": box["link_rate"], "link_bits_per_s": rate_bits(box["link_rate"]),
             "latency": box["latency"], "cpus_per_node": box["cpus_per_node"],
             "iface": box["nodes"][host]["iface"]}
-
-
-def rate_bits(rate: str) -> float:
-    """A tc rate ("200mbit", "1gbit") in bits per second."""
-    m = re.fullmatch(r"([0-9.]+)([kmg]?)bit", rate.strip().lower())
-    if not m:
-        raise ValueError(f"not a tc rate: {rate!r}")
-    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
 
 
 class Counters:
@@ -111,7 +103,7 @@ def record_section(hosts: list, nets: list, backend: str, compression: str, grad
     for rank, net in enumerate(nets):
         if not net or not net.get("exchanges"):
             continue
-        row = {"rank": rank, "node": net["host"],
+        row = {"rank": rank, "node": net["host"], "hostname": net.get("hostname"),
                "tx_bytes_per_step": net["tx_bytes"] / net["exchanges"],
                "rx_bytes_per_step": net["rx_bytes"] / net["exchanges"], "steps": net["exchanges"]}
         if one_per_node:

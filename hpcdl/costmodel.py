@@ -294,6 +294,15 @@ class Network:
         return 1.0 / self.beta / 1e9 if self.beta > 0 else float("inf")
 
 
+def rate_bits(rate: str) -> float:
+    """A link rate as tc writes it ("200mbit", "1gbit") in bits per second."""
+    import re
+    m = re.fullmatch(r"([0-9.]+)([kmg]?)bit", str(rate).strip().lower())
+    if not m:
+        raise ValueError(f"not a link rate such as 200mbit or 1gbit: {rate!r}")
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+
+
 def link_beta(gbit: float, efficiency: float = 0.9) -> float:
     """s per byte of a link of ``gbit`` Gbit/s delivering ``efficiency`` of its line rate."""
     return 1.0 / (gbit * 1e9 / 8 * efficiency)
@@ -371,7 +380,7 @@ class StepModel:
 
 
 def calibrate(obs: Sequence[Observation], algorithm: str = "ring",
-              fit: Optional[dict] = None) -> StepModel:
+              fit: Optional[dict] = None, bandwidth_only: bool = False) -> StepModel:
     """Fit the step model to measured configurations; alpha, beta, gamma from a bench fit if given.
 
     compute(b): least squares of the probed compute times against the per-rank batch, on the
@@ -397,7 +406,7 @@ def calibrate(obs: Sequence[Observation], algorithm: str = "ring",
         m.source = fit.get("_source", "bench fit")
         return m
     m.source = "this study's runs"
-    _calibrate_exchange(m, multi, algorithm)
+    _calibrate_exchange(m, multi, algorithm, bandwidth_only)
     return m
 
 
@@ -461,7 +470,8 @@ def _calibrate_compute(m: StepModel, obs: Sequence[Observation]) -> None:
                            "step keeps warm)")
 
 
-def _calibrate_exchange(m: StepModel, multi: Sequence[Observation], algorithm: str) -> None:
+def _calibrate_exchange(m: StepModel, multi: Sequence[Observation], algorithm: str,
+                        bandwidth_only: bool = False) -> None:
     if not multi:
         m.determined = False
         m.why.append("no multi-rank run: nothing was exchanged, so α and β are not measured")
@@ -478,6 +488,14 @@ def _calibrate_exchange(m: StepModel, multi: Sequence[Observation], algorithm: s
     a, b, _ = coefficients(algorithm, [o.wire_bytes for o in multi], [o.ranks for o in multi])
     configs = {(o.ranks, o.wire_bytes) for o in multi}
     A = np.stack([a, b], axis=1)
+    if (len(configs) < 2 or np.linalg.matrix_rank(A) < 2) and bandwidth_only and np.any(y > 0):
+        # One configuration cannot tell latency from bandwidth. Asked to predict from it anyway
+        # (a study calibrating on its smallest node counts), take the exchange as all bandwidth.
+        m.alpha, m.beta = 0.0, float(np.median(np.maximum(y, 0) / np.maximum(b, 1e-30)))
+        m.notes.append(f"α taken as 0 and β = {m.beta * 1e9:.4f} ns/B from {len(configs)} "
+                       "multi-rank configuration(s), which cannot tell latency from bandwidth: "
+                       "the exchange is modelled as all bandwidth")
+        return
     if len(configs) < 2 or np.linalg.matrix_rank(A) < 2:
         m.determined = False
         m.why.append(f"{len(configs)} multi-rank configuration(s) give one equation for two "

@@ -28,7 +28,8 @@ def draw_plots(res: analysis.StudyAnalysis, out: Path) -> List[Path]:
 
     for stem, draw in (("throughput-speedup", _plot_throughput), ("efficiency", _plot_efficiency),
                        ("step-split", _plot_split), ("axes-compared", _plot_axes),
-                       ("model-extrapolation", _plot_extrapolation)):
+                       ("model-extrapolation", _plot_extrapolation),
+                       ("model-prediction", _plot_prediction)):
         fig = draw(plt, res)
         if fig is not None:
             save(fig, stem)
@@ -133,4 +134,36 @@ def _plot_extrapolation(plt, res):
     ax.set_ylim(0, 105)
     ax.set_title(f"{res.study}: MODEL extrapolation ({res.extrapolation_axis})")
     ax.legend(fontsize=7)
+    return fig
+
+
+def _plot_prediction(plt, res):
+    """Measured step time (median, the repeats' range as bars) against the model's prediction
+    with its bootstrap band, per axis; only where points were held out of the calibration."""
+    if all(r.fitted for r in res.rows):
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for i, (axis, sel) in enumerate(_by_axis(res)):
+        color = f"C{i % 10}"
+        n = [r.ranks for r in sel]
+        lo = [r.step_time - min(r.step_times) for r in sel]
+        hi = [max(r.step_times) - r.step_time for r in sel]
+        ax.errorbar(n, [r.step_time for r in sel], yerr=[lo, hi], fmt="o", color=color,
+                    capsize=3, label=f"{axis} measured")
+        pred = [(r.ranks, r.model_step_time, r.model_band) for r in sel
+                if r.model_step_time is not None]
+        if pred:
+            ax.plot([p[0] for p in pred], [p[1] for p in pred], "--", color=color,
+                    label=f"{axis} MODEL")
+            band = [p for p in pred if p[2]]
+            if band:
+                ax.fill_between([p[0] for p in band], [p[2][0] for p in band],
+                                [p[2][1] for p in band], color=color, alpha=0.15)
+    fitted = max((r.ranks for r in res.rows if r.fitted), default=None)
+    if fitted:
+        ax.axvspan(0.8, fitted * 1.15, color="0.9", zorder=0, label="calibrated on")
+    _log2(ax)
+    ax.set_ylabel("step time (s)")
+    ax.set_title("MODEL prediction of held-out points (dashed; band 5–95% bootstrap)")
+    ax.legend(fontsize=7, ncol=2)
     return fig

@@ -172,7 +172,7 @@ def _jsonable(x):
 
 
 def _axis_slug(axis: str) -> str:
-    return axis.replace("/", "-")
+    return axis.replace("/", "-").replace("@", "-")
 
 
 def _tables(res: analysis.StudyAnalysis) -> List[Table]:
@@ -222,10 +222,12 @@ def _notes(res) -> List[str]:
 
 def _model_table(res) -> Table:
     t = Table("model-vs-measured", "MODEL beside each measurement",
-              ["axis", "ranks", "batch/rank", "measured step (ms)", "MODEL step (ms)",
-               "MODEL error", "held-out error", "MODEL compute (ms)", "MODEL fixed (ms)",
-               "MODEL exchange (ms)"],
+              ["axis", "nodes", "ranks", "batch/rank", "measured step (ms)", "MODEL step (ms)",
+               "MODEL band (ms)", "MODEL error", "point", "held-out error",
+               "MODEL compute (ms)", "MODEL fixed (ms)", "MODEL exchange (ms)"],
               meta={"model": "step = compute(b) + fixed + exchange(p, n)",
+                    "point": "fitted: the model was calibrated on it; PREDICTED: it was not",
+                    "band": "5-95% of the prediction over a bootstrap of the calibration repeats",
                     "held_out": "worst error predicting one repeat from a model fitted without it"})
     for r in res.rows:
         m = res.models[r.axis]
@@ -233,10 +235,14 @@ def _model_table(res) -> Table:
         ex = float(m.exchange(r.ranks, r.wire_bytes)) if m.determined else None
         step = r.model_step_time if m.determined else None
         err = r.model_error if m.determined else None
-        t.add([r.axis, r.ranks, r.batch_size, _ms(r.step_time), _ms(step), _f(err, pct=True),
+        band = (f"{r.model_band[0] * 1e3:.4g}–{r.model_band[1] * 1e3:.4g}" if r.model_band
+                else "-")
+        t.add([r.axis, r.nodes, r.ranks, r.batch_size, _ms(r.step_time), _ms(step), band,
+               _f(err, pct=True), "fitted" if r.fitted else "PREDICTED",
                _f(r.heldout_error, pct=True), _ms(comp), _ms(m.fixed), _ms(ex)],
-              {"axis": r.axis, "ranks": r.ranks, "batch_size": r.batch_size,
-               "measured_step_s": r.step_time, "model_step_s": step, "model_error": err,
+              {"axis": r.axis, "nodes": r.nodes, "ranks": r.ranks, "batch_size": r.batch_size,
+               "measured_step_s": r.step_time, "model_step_s": step, "model_band_s": r.model_band,
+               "model_error": err, "fitted": r.fitted,
                "heldout_error": r.heldout_error, "model_compute_s": comp,
                "model_fixed_s": m.fixed, "model_exchange_s": ex, "determined": m.determined})
     return t
@@ -368,6 +374,7 @@ def _model_markdown(res, by_name) -> List[str]:
     lines += ["### MODEL beside each measurement", "", by_name["model-vs-measured"].markdown(), "",
               "Held-out error: the worst error of predicting one repeat's step time from a model "
               "calibrated on the other repeats only.", ""]
+    lines += _prediction_summary(res)
     lines += ["### MODEL extrapolation to larger rank counts", ""]
     m = res.models[res.extrapolation_axis]
     if res.extrapolation:
@@ -391,6 +398,25 @@ def _model_markdown(res, by_name) -> List[str]:
                   "the model's compute(b) is not determined and nothing is extrapolated.", ""]
     lines += _published_markdown(by_name["model-vs-published"])
     return lines
+
+
+def _prediction_summary(res) -> List[str]:
+    """Where the study calibrated on its smallest node counts: the errors on the points the
+    model was not fitted to, per axis (the check a user plans an allocation on)."""
+    held = [r for r in res.rows if not r.fitted and r.model_error is not None]
+    if not held:
+        return []
+    lines = ["### MODEL prediction of the points it was not fitted to", "",
+             f"Calibrated on {res.calibration}. Error = (predicted − measured) / measured step "
+             "time; the band is the prediction's 5–95% range over a bootstrap of the calibration "
+             "points' repeats.", ""]
+    for axis in res.axes:
+        sel = [r for r in held if r.axis == axis]
+        if sel:
+            lines.append(f"- **{axis}**: " + ", ".join(
+                f"{r.nodes} nodes {r.model_error * 100:+.0f}% ({_ms(r.model_step_time)} predicted, "
+                f"{_ms(r.step_time)} ms measured)" for r in sel))
+    return lines + [""]
 
 
 def _published_markdown(t) -> List[str]:

@@ -357,7 +357,7 @@ def _network_axis(v, ax) -> List[str]:
     if nets is None:
         return [""]
     nets = [nets] if isinstance(nets, str) else nets
-    from .box import rate_bits
+    from .costmodel import rate_bits
     for x in nets:
         try:
             rate_bits(str(x))

@@ -151,6 +151,9 @@ def add_submit_arguments(p) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="write the job scripts and show the sbatch commands, submit nothing")
     p.add_argument("--force", action="store_true", help="submit points that are already recorded too")
+    p.add_argument("--unchecked-box", action="store_true",
+                   help="on the cluster box, submit even though 'scripts/cluster-box.sh check' has "
+                        "not passed (a rehearsal: the figures need not be a node's)")
     p.add_argument("--partition", default=None, help="override the study's slurm.partition")
     p.add_argument("--account", default=None, help="override the study's slurm.account")
     p.add_argument("--time", default=None, help="override the study's slurm.time (e.g. 02:00:00)")
@@ -170,7 +173,7 @@ def submit_main(opts) -> int:
     software = submit.study_software(st, opts.export, opts.setup)
     plan = submit.plan_study(st, software, force=opts.force,
                              overrides={"partition": opts.partition, "account": opts.account,
-                                        "time": opts.time})
+                                        "time": opts.time}, unchecked_box=opts.unchecked_box)
     if not plan.steps and not opts.force:
         if plan.waiting:
             print(f"{len(plan.waiting)} point(s) of {st.name} wait for a box whose links are not "

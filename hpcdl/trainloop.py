@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -192,7 +193,7 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     res.wall = time.perf_counter() - t_run
     if counters is not None:
         # every timed step exchanges once, and so does every probe that timed the exchange alone
-        res.net = {"host": rt.layout.host, **counters.moved(),
+        res.net = {"host": rt.layout.host, "hostname": socket.gethostname(), **counters.moved(),
                    "exchanges": len(res.step_times) + len(res.probe_exch_times)}
     return res
 

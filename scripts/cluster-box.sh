@@ -5,6 +5,8 @@
 #   scripts/cluster-box.sh down        # leaves no namespace, link, bridge, qdisc, cgroup or daemon
 #   scripts/cluster-box.sh status      # the box's settings and sinfo; exit 0 when every node is up
 #   scripts/cluster-box.sh check       # prove the box's isolation (compute, links); prints a table
+#   scripts/cluster-box.sh kill-node nI   # lose node nI: its slurmd, steps and ranks killed
+#   scripts/cluster-box.sh revive-node nI # its slurmd again, the node back in service
 #   scripts/cluster-box.sh agent HOST CMD...  # Open MPI's rsh agent: run CMD on node HOST (n3 or
 #                                              # 10.77.0.3), for mpirun across the box without Slurm
 #   scripts/cluster-box.sh env         # the Open MPI settings a job on the box needs
@@ -56,7 +58,7 @@ HOST="$(hostname -s)"
 log() { printf '[cluster-box] %s\n' "$*" >&2; }
 cannot() { printf '[cluster-box] cannot make the box here: %s\n' "$*" >&2; exit 3; }
 die() { printf '[cluster-box] error: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '3,10p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '3,12p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # A zombie counts as gone: where nothing reaps orphans (a container's init), ended daemons stay
 # zombies, and kill -0 still succeeds on them.
@@ -349,6 +351,32 @@ net_up() {  # net_up N RATE DELAY
 
 # ---------------------------------------------------------------- up / down / status
 
+start_slurmd() {  # start_slurmd I: node nI's slurmd inside its namespace and cgroup
+    local k=$1
+    # nsenter, not `ip netns exec`: that remounts /sys, hiding the cgroup mounts from slurmd
+    nsenter --net="/var/run/netns/$PREFIX$k" unshare --uts sh -c \
+        "echo \$\$ >'$(cg_dir "n$k")/cgroup.procs' && hostname n$k && exec slurmd -N n$k" \
+        || { show_log "$LOGS/slurmd-n$k.log"; die "slurmd on n$k did not start"; }
+}
+
+kill_node() {  # kill_node I: node nI is lost: its slurmd, steps and ranks killed at once
+    local k=${1#n}
+    [ -e "/var/run/netns/$PREFIX$k" ] || die "node n$k is not up"
+    ip netns pids "$PREFIX$k" | xargs -r kill -KILL
+    rm -f "/run/slurmd-n$k.pid"
+    log "n$k: every process in its namespace killed"
+}
+
+revive_node() {  # revive_node I: a killed node's slurmd again, and the node back in service
+    local k=${1#n}
+    [ -e "/var/run/netns/$PREFIX$k" ] || die "node n$k is not up"
+    alive "$(pid_of "/run/slurmd-n$k.pid")" || start_slurmd "$k"
+    wait_for 30 sh -c "scontrol show node n$k | grep -q 'State=[A-Z]*\(IDLE\|DOWN\)'" || true
+    scontrol update NodeName="n$k" State=RESUME >/dev/null 2>&1 || true
+    wait_for 60 sh -c "sinfo -h -N -n n$k -o %t | grep -qx idle" || die "n$k did not become idle"
+    log "n$k: back in service"
+}
+
 write_boxfile() {  # write_boxfile N RATE LATENCY CORES SLURM_CPUS
     mkdir -p "$RUN"
     local k nodes=""
@@ -415,10 +443,7 @@ up() {
         mkdir -p "$SPOOL/n$k" "$TMPFS/n$k"
         : >"$LOGS/slurmd-n$k.log"
         cg_make "n$k" "$cores"
-        # nsenter, not `ip netns exec`: that remounts /sys, hiding the cgroup mounts from slurmd
-        nsenter --net="/var/run/netns/$PREFIX$k" unshare --uts sh -c \
-            "echo \$\$ >'$(cg_dir "n$k")/cgroup.procs' && hostname n$k && exec slurmd -N n$k" \
-            || { show_log "$LOGS/slurmd-n$k.log"; die "slurmd on n$k did not start"; }
+        start_slurmd "$k"
     done
     write_boxfile "$n" "$rate" "$latency" "$cores" "$slurm_cpus"
     if ! wait_for 60 nodes_idle "$n"; then
@@ -472,6 +497,8 @@ case "${1:-}" in
     down) down ;;
     status) status ;;
     check) shift; exec "${HPCDL_PYTHON:-$ROOT/.venv/bin/python}" -m hpcdl.box check "$@" ;;
+    kill-node) kill_node "${2:?kill-node nI}" ;;
+    revive-node) revive_node "${2:?revive-node nI}" ;;
     agent) shift; agent "$@" ;;
     env) env_ ;;
     *) usage ;;

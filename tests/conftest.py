@@ -1,8 +1,12 @@
 """Put the repository and the test helpers (tests/hpcdl_testing.py) on sys.path for every test,
 and mark every test with its tier, the folder it lives in: unit (no MPI), mpi (real mpirun
-ranks), slurm (a real Slurm cluster), box (emulated nodes). ``pytest -m "not mpi and not slurm"``
-therefore starts no mpirun and no Slurm."""
+ranks), slurm (real Slurm on the cluster box), box (training on the box's emulated nodes).
+``pytest -m "not mpi and not slurm and not box"`` therefore starts no mpirun and no Slurm."""
+import fcntl
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ TIERS = ("unit", "mpi", "slurm", "box")
 
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS.parent))
+ROOT = TESTS.parent
 
 
 def pytest_collection_modifyitems(config, items):
@@ -29,3 +34,89 @@ def _no_cluster_box_in_unit_tests(request, monkeypatch):
     change what a study submits and what a job exports)."""
     if request.node.get_closest_marker("unit"):
         monkeypatch.setenv("HPCDL_BOX", str(TESTS / "no-such-box.json"))
+
+
+# --- the cluster box that the slurm and box tiers share (scripts/cluster-box.sh) ---------------------
+# Started once per session, whatever an earlier session left, and taken down at its end, passed or
+# failed. Where it cannot be made (not root, no namespaces or cgroups, no packages and no apt)
+# every test that needs it skips and says why. HPCDL_SLURM_TESTS=0 skips them on purpose. At the
+# end the session prints the job-completion log (sacct -c) of the jobs it ran.
+
+SCRIPT = ROOT / "scripts" / "cluster-box.sh"
+# Four nodes of one core each (two cores hold them: the tests do not need isolation, which
+# `check` proves on a box sized for it), links of 1 Gbit/s.
+BOX = ["up", "4", "--link", "1gbit", "--cpus-per-node", "1"]
+LOCK = Path("/tmp/hpcdl-slurm-tests.lock")        # one test session owns the cluster at a time
+SACCT_LOG = Path(os.environ.get("HPCDL_SLURM_SACCT_LOG", "/tmp/hpcdl-slurm-tests/sacct.txt"))
+
+_SUMMARY = {}
+
+
+def _cluster(args, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """Bring the cluster box up (or skip with the reason); take it down when the session ends."""
+    if os.environ.get("HPCDL_SLURM_TESTS") == "0":
+        pytest.skip("HPCDL_SLURM_TESTS=0")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the single-machine Slurm cluster needs Linux")
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm and box tests run their own cluster box (namespaces, cgroups, "
+                    f"daemons and jobs as root); this is uid {os.geteuid()}")
+    LOCK.touch(exist_ok=True)
+    lock = open(LOCK, "w")
+    deadline = time.monotonic() + 900
+    while True:                      # another test session may hold the cluster: wait for it
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                pytest.skip("another test session has held the Slurm test cluster for 15 minutes")
+            time.sleep(1)
+    t0 = time.monotonic()
+    try:
+        res = _cluster(BOX, timeout=600)      # may apt-get install the packages first
+        if res.returncode == 3:
+            pytest.skip(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else
+                        "the cluster box cannot be made here")
+        if res.returncode != 0:
+            pytest.fail(f"scripts/cluster-box.sh up failed ({res.returncode}):\n{res.stderr}")
+        _SUMMARY["start_s"] = time.monotonic() - t0
+        yield
+    finally:
+        try:
+            out = subprocess.run(["sacct", "-c", "-n", "-P", "-o",
+                                  "jobid,jobname,nnodes,nodelist,state,exitcode,start,end"],
+                                 capture_output=True, text=True, timeout=30).stdout
+            SACCT_LOG.parent.mkdir(parents=True, exist_ok=True)
+            SACCT_LOG.write_text(out)
+            _SUMMARY["sacct"] = out
+        except (OSError, subprocess.SubprocessError):
+            pass
+        t1 = time.monotonic()
+        res = _cluster(["down"], timeout=120)
+        _SUMMARY["stop_s"] = time.monotonic() - t1
+        _SUMMARY["total_s"] = time.monotonic() - t0
+        _SUMMARY["stop_rc"] = res.returncode
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _SUMMARY:
+        return
+    tr = terminalreporter
+    tr.section("Cluster box of the tests")
+    tr.write_line(f"box up {_SUMMARY.get('start_s', 0):.1f} s, down "
+                  f"{_SUMMARY.get('stop_s', 0):.1f} s, start to stop {_SUMMARY.get('total_s', 0):.1f} s"
+                  + ("" if _SUMMARY.get("stop_rc", 0) == 0 else f" (down exited {_SUMMARY['stop_rc']})"))
+    if _SUMMARY.get("sacct"):
+        tr.write_line(f"sacct -c (also in {SACCT_LOG}):")
+        for line in _SUMMARY["sacct"].splitlines():
+            tr.write_line("  " + line)
+
+

@@ -11,9 +11,10 @@ sys.path.insert(0, str(ROOT))
 
 from hpcdl.launch import scheduler  # noqa: E402
 
-# Settings every job of these tests needs: four "nodes" share this host, so Open MPI must not use
-# shared memory between them.
-JOB_EXPORTS = {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo"}
+# Settings every job on the cluster box needs: Open MPI over TCP on the nodes' links (the nodes
+# share one machine, so shared memory would bypass them). hpcdl.box.job_exports, for its subnet.
+JOB_EXPORTS = {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "10.77.0.0/24",
+               "OMPI_MCA_oob_tcp_if_include": "10.77.0.0/24"}
 # mpirun refuses root without these; the test cluster's jobs run as root.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 

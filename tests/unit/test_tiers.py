@@ -1,4 +1,4 @@
-"""Markers follow folders: selecting away mpi and slurm leaves only tests that start neither."""
+"""Markers follow folders: selecting away mpi, slurm and box leaves only tests that start none."""
 import subprocess
 import sys
 
@@ -12,8 +12,10 @@ def _collected(*marker):
     return [ln for ln in res.stdout.splitlines() if "::" in ln]
 
 
-def test_not_mpi_and_not_slurm_selects_only_unit_tests():
-    ids = _collected("-m", "not mpi and not slurm")
+def test_not_mpi_slurm_or_box_selects_only_unit_tests():
+    ids = _collected("-m", "not mpi and not slurm and not box")
     assert ids and all(i.startswith("tests/unit/") for i in ids)
     mpi = _collected("-m", "mpi")
     assert mpi and all(i.startswith("tests/mpi/") for i in mpi)
+    box = _collected("-m", "box")
+    assert box and all(i.startswith("tests/box/") for i in box)

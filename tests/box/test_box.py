@@ -1,0 +1,142 @@
+"""Training on the cluster box: ranks on nodes with their own hostname, link and CPU share,
+launched by sbatch + srun --mpi=pmix, and a node lost in the middle of a study.
+
+The box is the session's (tests/conftest.py: scripts/cluster-box.sh up 4 --link 1gbit
+--cpus-per-node 1). Every job runs under a deadline (submit_and_wait, status --wait).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
+
+from slurm_testing import JOB_EXPORTS, ROOT, job_output, submit_and_wait  # noqa: E402
+
+from hpcdl.launch import jobscript, scheduler  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+BOX = ROOT / "scripts" / "cluster-box.sh"
+# 0.41 M parameters (1.6 MB of gradients per step): what crosses the link dwarfs the few
+# hundred bytes of the loss and stop agreements
+TRAIN = ["--workload", "cnn", "--model", "small", "--image-size", "32", "--num-classes", "1000",
+         "--batch-size", "16", "--num-warmup-batches", "2", "--num-batches-per-iter", "5",
+         "--num-iters", "2", "--backend", "ring"]
+
+
+@pytest.fixture(scope="module")
+def software(slurm_cluster):
+    return jobscript.Software.here(workdir=ROOT, exports=JOB_EXPORTS)
+
+
+def _records(path: Path):
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def _hpcdl(*args, timeout=120):
+    res = subprocess.run([sys.executable, "-m", "hpcdl", *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=ROOT)
+    assert res.returncode == 0, f"hpcdl {' '.join(args)}: exit {res.returncode}\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+def test_a_run_on_two_box_nodes_records_hostnames_link_bytes_and_the_box(software, tmp_path):
+    job = jobscript.Job(name="hpcdl-box-train", nodes=2, ntasks_per_node=1, cpus_per_task=1,
+                        time="00:10:00", signal_lead=60)
+    script = tmp_path / "train.sbatch"
+    script.write_text(jobscript.render_train(job, software, TRAIN + ["--results", str(tmp_path / "runs.jsonl")],
+                                             str(tmp_path / "ckpt")))
+    state = submit_and_wait(script, timeout=300)
+    out = job_output(tmp_path, state.job_id)
+    assert (state.state, state.exit_code) == ("COMPLETED", "0:0"), out[-3000:]
+    (rec,) = _records(tmp_path / "runs.jsonl")
+    box = rec["box"]
+    # each rank saw its own node's kernel hostname (UTS namespace), not just Slurm's node name
+    assert sorted(r["hostname"] for r in box["net"]) == ["n1", "n2"]
+    assert box["nodes"] == ["n1", "n2"] and box["link_rate"] == "1gbit"
+    assert box["cpus_per_node"] == 1 and box["algorithm"] == "ring"
+    # the ring sends 2(p-1)/p n per rank and step: n at 2 ranks; the counters moved that much
+    n = box["payload_bytes"]
+    assert n == rec["gradient_bytes"]
+    for row in box["net"]:
+        assert row["expected_tx"] == pytest.approx(n)
+        assert 0.9 <= row["tx_bytes_per_step"] / n <= 1.1, box["net"]
+        assert 0.9 <= row["rx_bytes_per_step"] / n <= 1.1, box["net"]
+
+
+STUDY = textwrap.dedent("""\
+    [study]
+    name = "box-node-loss"
+    scaling = "weak"
+
+    [workload]
+    name = "expmlp"
+    batch_size = 100
+    steps = 6000
+    warmup = 20
+    num_batches_per_iter = 20
+
+    [layout]
+    nodes = [1, 2]
+    ranks_per_node = 1
+
+    [slurm]
+    time = "00:10:00"
+    cpus_per_task = 1
+    signal_lead = 60
+    """)
+
+
+def _running_with_steps(job_id: str, jobs_dir: Path, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        out = job_output(jobs_dir, job_id)
+        if "Step " in out:
+            return
+        time.sleep(1)
+    pytest.fail(f"job {job_id} did not start training within {timeout:.0f} s:\n"
+                + job_output(jobs_dir, job_id)[-2000:])
+
+
+def test_losing_a_node_ends_the_job_and_a_resubmission_runs_only_the_missing_point(
+        slurm_cluster, tmp_path):
+    study = tmp_path / "loss.toml"
+    study.write_text(STUDY)
+    root = tmp_path / "results"
+    exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
+    out = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
+                 *exports)
+    ids = {ln.split()[2]: ln.split(" as job ")[1].split()[0] for ln in out.splitlines()
+           if ln.startswith("Submitted point")}
+    jobs_dir = root / "box-node-loss" / "jobs"
+    two = ids["n2-r1-horovod-none-rep0"]
+    _running_with_steps(two, jobs_dir, 180)      # n2 is lost in the middle of training
+    t0 = time.monotonic()
+    subprocess.run(["bash", str(BOX), "kill-node", "n2"], check=True, timeout=30)
+    try:
+        state = scheduler.wait_for_jobs([two], 120)[two]
+        lost_after = time.monotonic() - t0
+    finally:
+        subprocess.run(["bash", str(BOX), "revive-node", "n2"], check=True, timeout=120)
+    assert state.state != "COMPLETED" and state.exit_code != "0:0", state
+    assert lost_after <= 60, f"the job outlived its lost node by {lost_after:.0f} s"
+    _hpcdl("study", "status", str(study), "--results-root", str(root), "--wait", "300", timeout=330)
+    runs = root / "box-node-loss" / "runs.jsonl"
+    ok = [r["point"]["id"] for r in _records(runs) if r.get("status", "ok") == "ok"]
+    assert "n2-r1-horovod-none-rep0" not in ok
+
+    # Again: only the missing point is submitted, and in the end each point has one record.
+    again = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
+                   *exports)
+    submitted = [ln.split()[2] for ln in again.splitlines() if ln.startswith("Submitted point")]
+    assert submitted == ["n2-r1-horovod-none-rep0"], again
+    _hpcdl("study", "status", str(study), "--results-root", str(root), "--wait", "300", timeout=330)
+    ok = sorted(r["point"]["id"] for r in _records(runs) if r.get("status", "ok") == "ok")
+    assert ok == ["n1-r1-horovod-none-rep0", "n2-r1-horovod-none-rep0"], ok
