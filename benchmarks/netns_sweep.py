@@ -1,6 +1,7 @@
 """Run the allreduce sweep on emulated hosts (one rank per network namespace) and compare to the model.
 
-Brings up ``benchmarks/netns_hosts.sh up N RATE`` (N = the largest rank count), runs
+Brings up the cluster box ``scripts/cluster-box.sh up N --link RATE`` (N = the largest rank
+count; its Slurm is not used here), runs
 ``hpcdl bench allreduce -B mpi,ring,ps -C none,fp16`` under mpirun with one rank per host for
 each rank count, and always takes the hosts down again. Writes to ``--out``:
 
@@ -32,7 +33,7 @@ from hpcdl import costmodel as model  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
 from _run import bench_record  # noqa: E402  (benchmarks/, this script's directory)
 
-HOSTS = ROOT / "benchmarks" / "netns_hosts.sh"
+HOSTS = ROOT / "scripts" / "cluster-box.sh"
 
 
 def _hosts_env() -> dict:
@@ -41,7 +42,7 @@ def _hosts_env() -> dict:
 
 
 def _sweep(p, opts, env, header, rep=0):
-    hosts = ",".join(f"10.213.0.{i}" for i in range(1, p + 1))
+    hosts = ",".join(f"10.77.0.{i}" for i in range(1, p + 1))
     bench = ["bench", "allreduce", "-B", "mpi,ring,ps", "-C", "none,fp16", "-b", opts.b,
              "-e", opts.e, "-f", opts.f, "-n", opts.n, "-w", opts.w, "--results", opts.results,
              "--tag", f"netns {p} hosts {opts.rate}"
@@ -90,13 +91,13 @@ def main(argv=None) -> int:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     env = dict(os.environ, PYTHONPATH=str(ROOT), HPCDL_THREADS="1", **_hosts_env())
     recs = {}
-    subprocess.run([str(HOSTS), "up", str(max(ranks)), opts.rate], check=True)
+    subprocess.run([str(HOSTS), "up", str(max(ranks)), "--link", opts.rate], check=True)
     try:
-        route = subprocess.run(["ip", "-n", "hpcdl-h1", "route"], check=True, capture_output=True,
+        route = subprocess.run(["ip", "-n", "hpcdl-n1", "route"], check=True, capture_output=True,
                                text=True).stdout
         cc = route.split("congctl", 1)[1].split()[0] if "congctl" in route else "default"
         header = (f"{max(ranks)} network namespaces, veth to a bridge, tbf {opts.rate} each way "
-                  f"per link, TCP {cc}; {os.cpu_count()} cores shared; {when}")
+                  f"per link, TCP {cc}; each node a CPU quota (cluster-box.sh); {when}")
         for rep in range(opts.repeats):      # interleaved, so that a busy minute hits every p
             for p in ranks:
                 recs.setdefault(p, []).append(_sweep(p, opts, env, header, rep))

@@ -24,7 +24,7 @@ def _need(cmd: str) -> str:
     path = shutil.which(cmd)
     if not path:
         raise UserError(f"{cmd} not found on PATH: run this on a Slurm login node (or start the "
-                        "single-machine test cluster: scripts/slurm-cluster.sh start)")
+                        "cluster box on this machine: scripts/cluster-box.sh up 4)")
     return path
 
 

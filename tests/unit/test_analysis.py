@@ -279,3 +279,48 @@ def test_no_overlap_is_taken_from_a_configuration_whose_split_is_not_determined(
     assert all(p["measured_overlap"] is None for p in res.published)
     at512 = [e["efficiency"] for e in res.extrapolation if e["ranks"] == 512]
     assert at512 and max(at512) < 0.999           # the exchange is not all hidden by assumption
+
+
+def _held_out_records(noise=0.02, network="200mbit"):
+    """A weak-scaling study made by the model (alpha 0, beta 4 ns/B), declaring that the model
+    calibrates on the points with at most 2 nodes."""
+    recs = _records(alpha=0.0, beta=4e-9, global_batch=128 * 8, ranks=(1, 2, 4, 8), repeats=3,
+                    noise=noise, overlap=0.0, seed=3)
+    for r in recs:
+        r["declared"]["calibration"] = "runs:nodes<=2"
+        r["point"]["network"] = network
+    return recs
+
+
+def test_a_model_calibrated_on_two_nodes_predicts_four_and_eight_with_a_band():
+    res = analysis.analyse(_held_out_records(), "s")
+    rows = {r.nodes: r for r in res.rows}
+    assert [rows[n].fitted for n in (1, 2, 4, 8)] == [True, True, False, False]
+    assert all(r.axis == "horovod/none@200mbit" for r in res.rows)
+    assert "at most 2 node(s)" in res.calibration
+    m = res.models["horovod/none@200mbit"]
+    assert m.determined and m.alpha == 0.0 and m.beta == pytest.approx(4e-9, rel=0.1)
+    for n in (4, 8):
+        r = rows[n]
+        # predicted from points it never saw: the model's own truth, within the noise
+        assert abs(r.model_error) < 0.08, (n, r.model_error)
+        lo, hi = r.model_band
+        assert lo <= r.model_step_time <= hi and hi > lo
+
+
+def test_the_prediction_of_a_model_that_leaves_something_out_misses_and_says_so():
+    recs = _held_out_records(noise=0.0)
+    for r in recs:              # an exchange that costs twice the model's at 8 nodes only
+        if r["layout"]["size"] == 8:
+            r["metrics"]["step_time"]["median"] *= 1.5
+    res = analysis.analyse(recs, "s")
+    r8 = [r for r in res.rows if r.nodes == 8][0]
+    assert r8.model_error == pytest.approx(1 / 1.5 - 1, abs=0.02)
+
+
+def test_records_of_two_link_rates_make_two_axes_with_their_own_beta():
+    fast = _held_out_records(network="1gbit")
+    for r in fast:
+        r["point"]["id"] = r["point"]["id"].replace("-rep", "-1gbit-rep")
+    res = analysis.analyse(_held_out_records() + fast, "s")
+    assert res.axes == ["horovod/none@200mbit", "horovod/none@1gbit"]

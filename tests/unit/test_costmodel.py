@@ -230,3 +230,20 @@ def test_fit_tries_three_regimes_when_one_split_gains_nothing():
     res = M.fit_regimes("ring", sizes, t, 2, gamma=0.0)
     assert [g["from_bytes"] for g in res["regimes"]] == [64 << 10, 4 << 20, 64 << 20]
     assert res["max_rel_err"] < 1e-6
+
+
+def test_node_bytes_are_what_one_node_sends_and_receives_per_exchange():
+    assert M.node_bytes("ring", 1000, 4) == (1500.0, 1500.0)
+    assert M.node_bytes("ring", 1000, 2) == (1000.0, 1000.0)
+    assert M.node_bytes("ps", 1000, 4, root=True) == (3000.0, 3000.0)   # 2(p-1)n in all
+    assert M.node_bytes("ps", 1000, 4) == (1000.0, 1000.0)
+    assert M.node_bytes("ring", 1000, 1) == (0.0, 0.0)
+    with pytest.raises(ValueError):
+        M.node_bytes("tree", 1000, 4)
+
+
+def test_link_rates_read_as_tc_writes_them():
+    assert M.rate_bits("200mbit") == 200e6 and M.rate_bits("1gbit") == 1e9
+    assert M.rate_bits("512kbit") == 512e3
+    with pytest.raises(ValueError):
+        M.rate_bits("fast")

@@ -183,3 +183,47 @@ def test_only_a_run_that_ended_well_counts_as_recorded(tmp_path):
     assert st.done_ids() == {ids[0]}
     rows = submit.study_status(st.results_dir, ids, "s")
     assert [r["recorded"] for r in rows] == [True, False]
+
+
+def _box_study(tmp_path, axes, model=""):
+    f = tmp_path / "b.toml"
+    f.write_text(f"""
+[study]
+name = "b"
+scaling = "weak"
+[workload]
+name = "expmlp"
+batch_size = 100
+[layout]
+nodes = [1, 2, 4]
+ranks_per_node = 1
+[axes]
+{axes}
+{model}
+""")
+    return f
+
+
+def test_an_exchange_axis_runs_the_pairs_it_lists_on_each_network(tmp_path):
+    st = study.load(_box_study(tmp_path, 'exchange = ["horovod", "ps", "horovod+fp16"]\n'
+                                         'network = ["200mbit", "1gbit"]'))
+    pts = st.points()
+    assert len(pts) == 3 * 2 * 3
+    assert {(p.backend, p.compression) for p in pts} == {("horovod", "none"), ("ps", "none"),
+                                                         ("horovod", "fp16")}
+    ids = {p.id for p in pts}
+    assert "n4-r1-ps-none-1gbit-rep0" in ids and "n1-r1-horovod-fp16-200mbit-rep0" in ids
+    assert pts[0].as_dict()["network"] == "200mbit"
+
+
+def test_bad_box_axes_and_calibration_are_named(tmp_path):
+    for axes, model, msg in [
+            ('exchange = ["horovod"]\nbackend = ["ps"]', "", "replaces axes.backend"),
+            ('exchange = ["horovod+zip"]', "", "not allowed"),
+            ('network = ["fast"]', "", "not a link rate"),
+            ('backend = ["ps"]', "[model]\ncalibrate = { nodes = 2 }", "model.calibrate"),
+    ]:
+        with pytest.raises(study.StudyError, match=msg):
+            study.load(_box_study(tmp_path, axes, model))
+    st = study.load(_box_study(tmp_path, 'backend = ["ps"]', "[model]\ncalibrate = { nodes_max = 2 }"))
+    assert st.calibrate_nodes_max == 2 and st.declared["calibration"] == "runs:nodes<=2"

@@ -7,6 +7,7 @@ The box is the session's (tests/conftest.py: scripts/cluster-box.sh up 4 --link 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -140,3 +141,22 @@ def test_losing_a_node_ends_the_job_and_a_resubmission_runs_only_the_missing_poi
     _hpcdl("study", "status", str(study), "--results-root", str(root), "--wait", "300", timeout=330)
     ok = sorted(r["point"]["id"] for r in _records(runs) if r.get("status", "ok") == "ok")
     assert ok == ["n1-r1-horovod-none-rep0", "n2-r1-horovod-none-rep0"], ok
+
+
+def test_check_fails_an_oversubscribed_box_and_a_study_there_is_refused(slurm_cluster, tmp_path):
+    # the session's box asks for 4 nodes x 1 core on a 2-core machine: together, each node
+    # computes at about half its speed alone, and check must say so
+    res = subprocess.run(["bash", str(BOX), "check", "--reps", "2", "--mib", "16"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "check: FAILED" in res.stdout
+    assert re.search(r"n\d: compute \d\.\d\dx one node alone", res.stdout), res.stdout
+    assert "link tx" in res.stdout.splitlines()[1]           # the table has the links' columns
+    study = tmp_path / "s.toml"
+    study.write_text(STUDY)
+    sub = subprocess.run([sys.executable, "-m", "hpcdl", "study", "submit", str(study),
+                          "--results-root", str(tmp_path / "results")],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert sub.returncode == 2, sub.stdout + sub.stderr
+    assert "failed its isolation check" in sub.stderr and "compute" in sub.stderr
+    assert not (tmp_path / "results" / "box-node-loss" / "jobs" / "submitted.jsonl").exists()

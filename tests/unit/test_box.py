@@ -1,0 +1,91 @@
+"""The cluster box seen from Python: the check's verdict, the refusal of an unchecked box, the
+record's box section (pure parts; tests/box runs them on a real box)."""
+import json
+
+import pytest
+
+from hpcdl import box
+from hpcdl.errors import UserError
+
+BOX = {"box": "b1", "nodes_count": 2, "link_rate": "200mbit", "latency": "0",
+       "cpus_per_node": 0.8, "subnet": "10.77.0.0/24",
+       "nodes": {"n1": {"iface": "eth0"}, "n2": {"iface": "eth0"}}}
+
+
+def _probe(host, s):
+    return {"host": host, "seconds": s}
+
+
+def _link(share, seconds=2.0):
+    nbytes = share * 200e6 / 8 * seconds
+    return {"ranks": 2, "bytes": 1, "reps": 3, "nodes": [
+        {"host": h, "seconds": seconds, "tx_bytes": nbytes, "rx_bytes": nbytes} for h in ("n1", "n2")]}
+
+
+def test_the_check_passes_a_box_whose_nodes_compute_alone_and_fill_their_links():
+    v = box.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.05), _probe("n2", 0.97)], _link(0.9))
+    assert v["passed"] and v["reasons"] == []
+    assert [r["node"] for r in v["rows"]] == ["n1", "n2"]
+    assert v["rows"][0]["tx_share"] == pytest.approx(0.9)
+    assert "check: passed" in box.table(v)
+
+
+def test_the_check_names_a_slow_node_and_a_slow_link():
+    v = box.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.0), _probe("n2", 1.25)], _link(0.6))
+    assert not v["passed"]
+    assert any(r.startswith("n2: compute 1.25x") for r in v["reasons"])
+    assert any("link tx at 60%" in r for r in v["reasons"])
+    assert "check: FAILED" in box.table(v)
+
+
+def test_a_study_on_the_box_refuses_a_missing_failed_or_stale_check(tmp_path, monkeypatch):
+    monkeypatch.setenv("HPCDL_BOX", str(tmp_path / "box.json"))
+    assert box.require_checked() is None                       # no box: nothing to refuse
+    (tmp_path / "box.json").write_text(json.dumps(BOX))
+    with pytest.raises(UserError, match="not checked"):
+        box.require_checked()
+    failed = box.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.0), _probe("n2", 1.0)], _link(0.5))
+    (tmp_path / "check.json").write_text(json.dumps(failed))
+    with pytest.raises(UserError, match="failed its isolation check.*link tx at 50%"):
+        box.require_checked()
+    passed = box.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.0), _probe("n2", 1.0)], _link(0.9))
+    (tmp_path / "check.json").write_text(json.dumps(dict(passed, box="an-earlier-box")))
+    with pytest.raises(UserError, match="earlier box"):
+        box.require_checked()
+    (tmp_path / "check.json").write_text(json.dumps(passed))
+    assert box.require_checked()["passed"]
+
+
+def test_the_record_compares_each_nodes_bytes_with_the_algorithm(tmp_path, monkeypatch):
+    monkeypatch.setenv("HPCDL_BOX", str(tmp_path / "box.json"))
+    (tmp_path / "box.json").write_text(json.dumps(BOX))
+    nets = [{"host": "n1", "hostname": "n1", "tx_bytes": 4100, "rx_bytes": 4000, "exchanges": 2},
+            {"host": "n2", "hostname": "n2", "tx_bytes": 4000, "rx_bytes": 4100, "exchanges": 2}]
+    sec = box.record_section(["n1", "n2"], nets, "ps", "none", 500, 2)
+    assert sec["link_rate"] == "200mbit" and sec["nodes"] == ["n1", "n2"]
+    assert sec["algorithm"] == "ps" and sec["payload_bytes"] == 2000
+    assert sec["net"][0]["expected_tx"] == 2000 and sec["net"][0]["tx_vs_expected"] == 1.025
+    assert box.record_section(["elsewhere"], [None], "ps", "none", 500, 1) is None
+
+
+def test_submit_on_a_checked_box_takes_the_points_of_its_link_rate_and_exports_its_subnet(
+        tmp_path, monkeypatch):
+    from hpcdl import study
+    from hpcdl.launch import submit
+    from hpcdl.launch.jobscript import Software
+    f = tmp_path / "b.toml"
+    f.write_text('[study]\nname = "b"\nscaling = "weak"\n[workload]\nname = "expmlp"\n'
+                 'batch_size = 100\n[layout]\nnodes = [1, 2]\nranks_per_node = 1\n[axes]\n'
+                 'backend = ["ps"]\nnetwork = ["200mbit", "1gbit"]\n')
+    st = study.load(f, results_root=tmp_path / "results")
+    with pytest.raises(UserError, match="none is up here"):
+        submit.plan_study(st, Software.here())
+    monkeypatch.setenv("HPCDL_BOX", str(tmp_path / "box.json"))
+    (tmp_path / "box.json").write_text(json.dumps(BOX))
+    with pytest.raises(UserError, match="not checked"):
+        submit.plan_study(st, Software.here())
+    plan = submit.plan_study(st, Software.here(), unchecked_box=True)
+    assert [s.point_id for s in plan.steps] == ["n1-r1-ps-none-200mbit-rep0", "n2-r1-ps-none-200mbit-rep0"]
+    assert plan.waiting == ["n1-r1-ps-none-1gbit-rep0", "n2-r1-ps-none-1gbit-rep0"]
+    sw = submit.study_software(st)
+    assert dict(sw.exports)["OMPI_MCA_btl_tcp_if_include"] == "10.77.0.0/24"
