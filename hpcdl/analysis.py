@@ -483,6 +483,7 @@ class StudyAnalysis:
     extrapolation_bytes: float
     published: List[dict]
     cores: Optional[int] = None
+    all_points_models: Dict[str, StepModel] = field(default_factory=dict)
 
     @property
     def axes(self) -> List[str]:
@@ -499,7 +500,8 @@ class StudyAnalysis:
                                   "points": self.extrapolation},
                 "published": {"setup": PUBLISHED_SETUP, "inputs": PUBLISHED_INPUTS,
                               "rows": self.published},
-                "cores": self.cores}
+                "cores": self.cores,
+                "all_points_models": {k: m.as_dict() for k, m in self.all_points_models.items()}}
 
 
 def declared_scaling(recs: Sequence[dict], given: Optional[str] = None):
@@ -529,6 +531,7 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         raise ValueError("no record has metrics.throughput")
     kind, source = declared_scaling(recs, scaling)
     nodes_max = declared_nodes_max(recs) if fit_doc is None else 0
+    everything: Dict[str, StepModel] = {}
     cores = _get(recs[0], "manifest", "cpu_count")
     flag_rows(rows, cores)
     models = {}
@@ -540,6 +543,9 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
             fit["_source"] = f"{fit['_source']} from {fit_label}"
         if nodes_max:
             models[axis] = calibrate_on_few_nodes(sel, algo, nodes_max)
+            # beside it, the parameters that every point of the axis gives (not a prediction)
+            everything[axis] = costmodel.calibrate([r.observation() for r in sel], algo,
+                                                   bandwidth_only=True)
             continue
         models[axis] = costmodel.calibrate([r.observation() for r in sel], algo, fit)
         predict_rows(sel, models[axis])
@@ -567,7 +573,8 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         records=len(recs), rows=rows, models=models, extrapolation=extra,
         extrapolation_axis=first, extrapolation_batch=batch,
         extrapolation_bytes=base[0].wire_bytes, cores=cores,
-        published=published_comparison(measured_overlap=_measured_overlap(models[first])))
+        published=published_comparison(measured_overlap=_measured_overlap(models[first])),
+        all_points_models=everything)
 
 
 def _measured_overlap(model: StepModel) -> Optional[float]:

@@ -416,6 +416,14 @@ def _prediction_summary(res) -> List[str]:
             lines.append(f"- **{axis}**: " + ", ".join(
                 f"{r.nodes} nodes {r.model_error * 100:+.0f}% ({_ms(r.model_step_time)} predicted, "
                 f"{_ms(r.step_time)} ms measured)" for r in sel))
+    lines += ["", "The same model calibrated on every point of each axis (parameters only, not a "
+              "prediction): how the fitted latency α, time per byte β, fixed cost and overlap "
+              "move between axes (e.g. between link rates).", "",
+              "| axis | α (µs) | β (ns/B) | fixed (ms) | overlap | determined |",
+              "|---|---:|---:|---:|---:|---|"]
+    for axis, m in res.all_points_models.items():
+        lines.append(f"| {axis} | {m.alpha * 1e6:.1f} | {m.beta * 1e9:.3f} | {m.fixed * 1e3:.2f} | "
+                     f"{m.overlap * 100:.0f}% | {'yes' if m.determined else 'no: ' + '; '.join(m.why)} |")
     return lines + [""]
 
 
