@@ -150,7 +150,8 @@ def add_submit_arguments(p) -> None:
     p.add_argument("study", help="the study file, e.g. jobs/cluster-cnn-weak.toml")
     p.add_argument("--dry-run", action="store_true",
                    help="write the job scripts and show the sbatch commands, submit nothing")
-    p.add_argument("--force", action="store_true", help="submit points that are already recorded too")
+    p.add_argument("--force", action="store_true", help="submit points that are already recorded too (never one whose job is "
+                        "still queued or running)")
     p.add_argument("--unchecked-box", action="store_true",
                    help="on the cluster box, submit even though 'scripts/cluster-box.sh check' has "
                         "not passed (a rehearsal: the figures need not be a node's)")
@@ -175,6 +176,12 @@ def submit_main(opts) -> int:
                              overrides={"partition": opts.partition, "account": opts.account,
                                         "time": opts.time}, unchecked_box=opts.unchecked_box)
     if not plan.steps and not opts.force:
+        for pid, job in (plan.in_flight or {}).items():
+            print(f"Point {pid}: {job}, not submitted again")
+        if plan.in_flight:
+            print(f"{len(plan.in_flight)} point(s) of {st.name} are queued or running; nothing new "
+                  "to submit ('hpcdl study status' follows them)")
+            return 0
         if plan.waiting:
             print(f"{len(plan.waiting)} point(s) of {st.name} wait for a box whose links are not "
                   f"{plan.box['link_rate']}: {', '.join(plan.waiting)}")

@@ -1,6 +1,7 @@
 """Submit a study to Slurm: one job per point not yet recorded, the report chained after them.
 
-:func:`plan_study` renders every point's script (pure but for reading the study's records),
+:func:`plan_study` renders the script of every point neither recorded nor queued or running
+(reading the study's records and asking the scheduler about the jobs submitted before),
 :func:`submit_study` writes and submits them with the report job depending on all of them
 (``--dependency=afterany``), and :func:`study_status` tells, per point, the latest job's state
 and whether the point is recorded. Standard library only.
@@ -18,7 +19,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from ..errors import UserError
 from ..study import recorded_point
 from .jobscript import Job, Software, parse_exports, render_report, render_study_step
-from .scheduler import job_states, sbatch
+from .scheduler import ACTIVE_STATES, job_states, sbatch
 
 __all__ = ["plan_study", "submit_study", "study_status", "study_software", "StudyPlan", "Step"]
 
@@ -43,6 +44,8 @@ class StudyPlan:
     skipped: List[str]
     waiting: List[str] = None       # points for a box with another link rate ([axes] network)
     box: Optional[dict] = None      # the cluster box's settings, when the study runs on one
+    in_flight: Dict[str, str] = None  # point -> "job N STATE": its latest job is still queued or
+    #                                   running (or requeued after a node failure)
 
 
 def _slurm_settings(study, overrides: Optional[Mapping] = None) -> dict:
@@ -91,8 +94,8 @@ def study_software(study, extra_exports: Sequence[str] = (), setup: Optional[str
 
 def plan_study(study, software: Software, force: bool = False,
                overrides: Optional[Mapping] = None, unchecked_box: bool = False) -> StudyPlan:
-    """The scripts of every point not yet recorded, and of the report (pure but for reading the
-    study's records)."""
+    """The scripts of every point neither recorded nor in flight, and of the report (pure but
+    for reading the study's records and asking the scheduler about the jobs it submitted)."""
     overrides = dict(overrides or {})
     results_dir = Path(study.results_dir).resolve()
     jobs_dir = results_dir / "jobs"
@@ -100,11 +103,14 @@ def plan_study(study, software: Software, force: bool = False,
     done = set() if force else study.done_ids()
     steps, skipped, waiting = [], [], []
     box = _box_for(study, unchecked_box)
+    in_flight = _in_flight(jobs_dir)
     study_path = str(Path(study.path).resolve()) if getattr(study, "path", None) else study.name
     for point in study.points():
         pid = str(point.id)
         if pid in done:
             skipped.append(pid)
+            continue
+        if pid in in_flight:
             continue
         if point.network and point.network != box["link_rate"]:
             waiting.append(pid)
@@ -123,7 +129,21 @@ def plan_study(study, software: Software, force: bool = False,
     rtext = render_report(rjob, software, study.name, str(results_dir), script_name="report.sbatch")
     report = Step("report", {}, jobs_dir / "report.sbatch", rtext, rjob)
     return StudyPlan(study.name, study_path, results_dir, jobs_dir, steps, report, skipped,
-                     waiting, box)
+                     waiting, box, {p: j for p, j in in_flight.items() if p not in done})
+
+
+def _in_flight(jobs_dir: Path) -> Dict[str, str]:
+    """Points whose latest submitted job has not ended (queued, running, or requeued by Slurm
+    after a node failure or a preemption): submitting them again would run them twice."""
+    latest, _report = _latest_jobs(jobs_dir)
+    if not latest:
+        return {}
+    try:
+        states = job_states(latest.values())
+    except UserError:          # no Slurm here (a dry run on a laptop): nothing can be in flight
+        return {}
+    return {pid: f"job {jid} {states[jid].state}" for pid, jid in latest.items()
+            if jid in states and states[jid].state in ACTIVE_STATES}
 
 
 def _box_for(study, unchecked: bool = False) -> Optional[dict]:
@@ -155,6 +175,8 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
         step.script.chmod(0o755)
     for pid in plan.skipped:
         print(f"Point {pid}: already recorded, not submitted (--force submits it again)", file=out)
+    for pid, job in (plan.in_flight or {}).items():
+        print(f"Point {pid}: {job}, not submitted again", file=out)
     for pid in plan.waiting or ():
         print(f"Point {pid}: waits for a box with other links (this one has "
               f"{plan.box['link_rate']}); bring that box up and submit again", file=out)
@@ -205,19 +227,24 @@ def _submissions(jobs_dir: Path) -> List[dict]:
     return subs
 
 
-def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
-                 study_name: Optional[str] = None) -> List[dict]:
-    """One row per point (latest submission of each) and one for the report."""
-    results_dir = Path(results_dir)
-    subs = _submissions(results_dir / "jobs")
+def _latest_jobs(jobs_dir: Path):
+    """The latest job submitted for each point, and for the report."""
     latest: Dict[str, str] = {}
     report_id = None
-    for sub in subs:
+    for sub in _submissions(jobs_dir):
         for st in sub.get("steps", []):
             if st.get("job_id"):
                 latest[str(st["point"])] = str(st["job_id"])
         if (sub.get("report") or {}).get("job_id"):
             report_id = str(sub["report"]["job_id"])
+    return latest, report_id
+
+
+def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
+                 study_name: Optional[str] = None) -> List[dict]:
+    """One row per point (latest submission of each) and one for the report."""
+    results_dir = Path(results_dir)
+    latest, report_id = _latest_jobs(results_dir / "jobs")
     from .. import records
     recorded = {recorded_point(rec, study_name or rec.get("study"))
                 for rec in records.iter_records(results_dir / "runs.jsonl")} - {None}

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
 
 from slurm_testing import JOB_EXPORTS, ROOT, job_output, submit_and_wait  # noqa: E402
 
+from hpcdl import box  # noqa: E402
 from hpcdl.launch import jobscript, scheduler  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -106,6 +107,23 @@ def _running_with_steps(job_id: str, jobs_dir: Path, timeout: float) -> None:
                 + job_output(jobs_dir, job_id)[-2000:])
 
 
+def _first_attempt(job_id: str, timeout: float) -> scheduler.JobState:
+    """The job's state once its first run has ended (Slurm may have requeued it since)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        st = scheduler.job_states([job_id]).get(job_id)
+        if st and st.history and st.history[0].split()[0] not in scheduler.ACTIVE_STATES:
+            return st
+        time.sleep(1)
+    pytest.fail(f"job {job_id}'s first run had not ended {timeout:.0f} s after its node was lost")
+
+
+def _batch_node(job_id: str) -> str:
+    nodelist = scheduler.job_states([job_id])[job_id].nodelist
+    return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                          text=True, check=True, timeout=30).stdout.split()[0]
+
+
 def test_losing_a_node_ends_the_job_and_a_resubmission_runs_only_the_missing_point(
         slurm_cluster, tmp_path):
     study = tmp_path / "loss.toml"
@@ -117,37 +135,61 @@ def test_losing_a_node_ends_the_job_and_a_resubmission_runs_only_the_missing_poi
     ids = {ln.split()[2]: ln.split(" as job ")[1].split()[0] for ln in out.splitlines()
            if ln.startswith("Submitted point")}
     jobs_dir = root / "box-node-loss" / "jobs"
-    two = ids["n2-r1-horovod-none-rep0"]
-    _running_with_steps(two, jobs_dir, 180)      # n2 is lost in the middle of training
+    point = "n2-r1-horovod-none-rep0"
+    two = ids[point]
+    _running_with_steps(two, jobs_dir, 180)      # its first node is lost in the middle of training
+    node = _batch_node(two)
     t0 = time.monotonic()
-    subprocess.run(["bash", str(BOX), "kill-node", "n2"], check=True, timeout=30)
+    subprocess.run(["bash", str(BOX), "kill-node", node], check=True, timeout=30)
     try:
-        state = scheduler.wait_for_jobs([two], 120)[two]
+        first = _first_attempt(two, 120)
         lost_after = time.monotonic() - t0
+        # The job script asks Slurm to requeue it (preemption), so Slurm requeues it after the
+        # node failure too; hold it there, as a user who wants to decide would.
+        subprocess.run(["scontrol", "hold", two], capture_output=True, timeout=30)
+        # A resubmission while the requeued job waits must not run the point twice.
+        again = _hpcdl("study", "submit", str(study), "--results-root", str(root),
+                       "--unchecked-box", *exports)
     finally:
-        subprocess.run(["bash", str(BOX), "revive-node", "n2"], check=True, timeout=120)
-    assert state.state != "COMPLETED" and state.exit_code != "0:0", state
+        subprocess.run(["bash", str(BOX), "revive-node", node], check=True, timeout=120)
+    assert first.history[0].split()[0] in ("NODE_FAIL", "FAILED", "CANCELLED"), first
     assert lost_after <= 60, f"the job outlived its lost node by {lost_after:.0f} s"
+    assert not [ln for ln in again.splitlines() if ln.startswith("Submitted")], again
+    assert f"Point {point}: job {two} " in again, again
+
+    # The user gives up on the requeued job: the point is missing, and only it is submitted.
+    subprocess.run(["scancel", two], check=True, timeout=30)
+    scheduler.wait_for_jobs(list(ids.values()), 120)
     _hpcdl("study", "status", str(study), "--results-root", str(root), "--wait", "300", timeout=330)
     runs = root / "box-node-loss" / "runs.jsonl"
     ok = [r["point"]["id"] for r in _records(runs) if r.get("status", "ok") == "ok"]
-    assert "n2-r1-horovod-none-rep0" not in ok
-
-    # Again: only the missing point is submitted, and in the end each point has one record.
+    assert ok == ["n1-r1-horovod-none-rep0"], ok
     again = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
                    *exports)
     submitted = [ln.split()[2] for ln in again.splitlines() if ln.startswith("Submitted point")]
-    assert submitted == ["n2-r1-horovod-none-rep0"], again
+    assert submitted == [point], again
     _hpcdl("study", "status", str(study), "--results-root", str(root), "--wait", "300", timeout=330)
     ok = sorted(r["point"]["id"] for r in _records(runs) if r.get("status", "ok") == "ok")
-    assert ok == ["n1-r1-horovod-none-rep0", "n2-r1-horovod-none-rep0"], ok
+    assert ok == ["n1-r1-horovod-none-rep0", point], ok      # one record per point, none lost
 
 
 def test_check_fails_an_oversubscribed_box_and_a_study_there_is_refused(slurm_cluster, tmp_path):
     # the session's box asks for 4 nodes x 1 core on a 2-core machine: together, each node
     # computes at about half its speed alone, and check must say so
-    res = subprocess.run(["bash", str(BOX), "check", "--reps", "2", "--mib", "16"],
-                         capture_output=True, text=True, timeout=300)
+    verdict = box.check_file()
+    before = verdict.read_bytes() if verdict.is_file() else None
+    try:
+        res = subprocess.run(["bash", str(BOX), "check", "--reps", "2", "--mib", "16"],
+                             capture_output=True, text=True, timeout=300)
+        _refused_on_a_failed_check(res, tmp_path)
+    finally:                     # the session's later tests find the box as they would have
+        if before is None:
+            verdict.unlink(missing_ok=True)
+        else:
+            verdict.write_bytes(before)
+
+
+def _refused_on_a_failed_check(res, tmp_path):
     assert res.returncode == 1, res.stdout + res.stderr
     assert "check: FAILED" in res.stdout
     assert re.search(r"n\d: compute \d\.\d\dx one node alone", res.stdout), res.stdout

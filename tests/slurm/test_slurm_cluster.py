@@ -182,7 +182,8 @@ def test_study_submit_runs_each_point_then_the_report(slurm_cluster, tmp_path):
     assert all(r["manifest"]["env"].get("HPCDL_LAUNCHER") == "mpirun" for r in recs)
     assert "launcher mpirun" in logs
     # Resubmitting skips what is recorded.
-    again = _hpcdl("study", "submit", str(study), "--results-root", str(results_root), "--dry-run")
+    again = _hpcdl("study", "submit", str(study), "--results-root", str(results_root), "--dry-run",
+                   "--unchecked-box")
     assert "nothing to submit" in again
 
 

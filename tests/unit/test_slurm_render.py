@@ -197,6 +197,31 @@ def test_recorded_points_are_not_submitted_again(tmp_path):
     assert len(submit.plan_study(st, SOFTWARE, force=True).steps) == 2
 
 
+def test_points_whose_job_is_queued_or_requeued_are_not_submitted_again(tmp_path, monkeypatch):
+    """Stand-ins for sacct and squeue (the real case, a job Slurm requeued after its node was
+    lost, is in tests/box/test_on_the_box.py): a point whose latest job is pending again after a
+    NODE_FAIL is in flight; one whose job failed for good is submitted again."""
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(STUDY_4NODE.replace("nodes = [4]", "nodes = [1, 2]"))
+    st = study_mod.load(study_file, results_root=tmp_path / "results")
+    one, two = (p.id for p in st.points())
+    jobs = st.results_dir / "jobs"
+    jobs.mkdir(parents=True)
+    (jobs / "submitted.jsonl").write_text(__import__("json").dumps(
+        {"steps": [{"point": one, "job_id": "7"}, {"point": two, "job_id": "8"}]}) + "\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _fake_tool(bin_dir, "sacct", 'printf "7|NODE_FAIL|0:0|n[2-3]|x\\n8|FAILED|1:0|n1|x\\n"\n')
+    _fake_tool(bin_dir, "squeue", 'printf "7|PENDING|BeginTime|\\n"\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    plan = submit.plan_study(st, SOFTWARE)
+    assert plan.in_flight == {one: "job 7 PENDING"}
+    assert [s.point_id for s in plan.steps] == [two]
+    out = io.StringIO()
+    submit.submit_study(plan, dry_run=True, out=out)
+    assert f"Point {one}: job 7 PENDING, not submitted again" in out.getvalue()
+
+
 def _fake_tool(bin_dir: Path, name: str, body: str) -> None:
     path = bin_dir / name
     path.write_text("#!/bin/bash\n" + body)
