@@ -154,12 +154,35 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
 
 
 def _command(recs, runs) -> str:
-    """The commands that regenerate this report: the study's runs (when a study made them), then
-    the report itself."""
+    """The commands that regenerate this report: the study's runs (when a study made them: on
+    this machine, through Slurm, or on the cluster box at each link rate it recorded), then the
+    report itself."""
     study_file = next(((r.get("declared") or {}).get("study_file") for r in recs
                        if (r.get("declared") or {}).get("study_file")), None)
-    report = f"hpcdl study report {runs.parent}"
-    return f"hpcdl study run {study_file} && {report}" if study_file else report
+    report = f"hpcdl study report {_shown(runs.parent)}"
+    if not study_file:
+        return report
+    boxes = [r["box"] for r in recs if isinstance(r.get("box"), dict)]
+    if boxes:
+        rates = sorted({b["link_rate"] for b in boxes}, key=costmodel.rate_bits)
+        nodes = max(int(b.get("nodes_in_box") or 0) for b in boxes)
+        cpus = boxes[0].get("cpus_per_node")
+        up = f"scripts/cluster-box.sh up {nodes} --link $rate" + (f" --cpus-per-node {cpus:g}"
+                                                                  if cpus else "")
+        return (f"for rate in {' '.join(rates)}; do {up} && scripts/cluster-box.sh check && "
+                f"hpcdl study submit {study_file} && hpcdl study status {study_file} --wait 14400; "
+                f"done; {report}")
+    if any(((r.get("manifest") or {}).get("slurm") or {}).get("job_id") for r in recs):
+        return f"hpcdl study submit {study_file} && hpcdl study status {study_file} --wait 14400 && {report}"
+    return f"hpcdl study run {study_file} && {report}"
+
+
+def _shown(path) -> str:
+    """The path relative to the working directory when it lies below it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _jsonable(x):

@@ -148,6 +148,25 @@ def test_report_path_never_imports_tensorflow_or_horovod():
     assert "--fit" in res.stdout and "RESULTS" in res.stdout
 
 
+def test_the_command_of_a_box_study_brings_the_box_up_at_each_rate_it_recorded(tmp_path):
+    recs = []
+    for rate, ranks in (("500mbit", 1), ("200mbit", 2), ("500mbit", 2)):
+        r = _record("box", ranks, 0, 1000.0, 10.0, 1e-3, 0.8e-3)
+        r["declared"]["study_file"] = "jobs/box.toml"
+        r["manifest"]["slurm"] = {"job_id": "7"}
+        r["box"] = {"link_rate": rate, "nodes_in_box": 8, "cpus_per_node": 0.2}
+        recs.append(r)
+    runs = tmp_path / "results" / "box" / "runs.jsonl"
+    cmd = report._command(recs, runs)
+    assert cmd.startswith("for rate in 200mbit 500mbit; do scripts/cluster-box.sh up 8 --link $rate "
+                          "--cpus-per-node 0.2 && scripts/cluster-box.sh check && "
+                          "hpcdl study submit jobs/box.toml && ")
+    assert cmd.endswith(f"done; hpcdl study report {runs.parent}")
+    for r in recs:                           # the same study through Slurm on a real cluster
+        del r["box"]
+    assert report._command(recs, runs).startswith("hpcdl study submit jobs/box.toml && ")
+
+
 def test_every_report_file_starts_with_the_command_that_regenerates_it(results):
     d, _ = results
     out = report.write_report(d, plots=False)
