@@ -160,7 +160,16 @@ def test_losing_a_node_ends_the_job_and_a_resubmission_runs_only_the_missing_poi
     # The user gives up on the requeued job: the point is missing, and only it is submitted.
     subprocess.run(["scancel", two], check=True, timeout=30)
     scheduler.wait_for_jobs(list(ids.values()), 120)
-    _hpcdl("study", "status", str(study), "--results-root", str(root), "--wait", "300", timeout=330)
+    # status waits for the report job and says the study is incomplete (exit 1): the point's
+    # job ended without a record
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "study", "status", str(study),
+                          "--results-root", str(root), "--wait", "300", "--json"],
+                         capture_output=True, text=True, timeout=330, cwd=ROOT)
+    assert res.returncode == 1, res.stdout + res.stderr
+    rows = {r["point"]: r for r in json.loads(res.stdout)}
+    assert (rows[point]["job_id"], rows[point]["recorded"]) == (two, False), rows[point]
+    assert rows[point]["state"] != "COMPLETED", rows[point]
+    assert rows["report"]["state"] == "COMPLETED", rows["report"]
     runs = root / "box-node-loss" / "runs.jsonl"
     ok = [r["point"]["id"] for r in _records(runs) if r.get("status", "ok") == "ok"]
     assert ok == ["n1-r1-horovod-none-rep0"], ok
