@@ -17,8 +17,9 @@ reduced (s/B). Each algorithm costs ``a*alpha + b*beta + c*gamma`` (:func:`coeff
 With compression, ``n`` still counts float32 bytes: a fitted beta is the effective time per
 float32 byte. :data:`FORMULAS` is the text of each, for reports and tables.
 
-A training step (:class:`StepModel`) is ``compute(b) + fixed + (1 - overlap) * exchange(p, n)``;
-:func:`calibrate` fits it to measured configurations and says when the runs cannot determine it.
+A training step (:class:`StepModel`) is ``compute(b) + fixed + exchange(p, n) - hidden``, where
+the exchange hides behind at most a measured share (``window``) of the compute:
+``hidden = min(exchange, window * compute)``; :func:`calibrate` fits it to measured configurations and says when the runs cannot determine it.
 :data:`PRESETS` holds the networks that extrapolations are drawn on. numpy only. The module runs
 past 400 lines on purpose: the model is written once, and splitting its formulas from their fit
 and from the step model built on them would give it two homes again.
@@ -334,11 +335,17 @@ class Observation:
 
 @dataclass
 class StepModel:
-    """Step time = compute(b) + fixed + (1 - overlap) * exchange(p, n); everything here is model.
+    """Step time = compute(b) + fixed + exchange(p, n) - min(exchange, window * compute(b));
+    everything here is model.
 
-    compute is the probed compute time of a measured configuration (``measured``, keyed
-    "ranks:batch") and ``c0 + c1 b`` elsewhere. ``determined`` is False when the runs could not
-    fix alpha and beta; ``why`` then says why, and no network is extrapolated with them.
+    compute(b) = c0 + c1 b is a rank's forward and backward pass while the ranks exchange
+    gradients (fitted to the multi-rank configurations where there are any), and ``single``
+    times that for one rank alone, which exchanges nothing; a measured configuration uses its own
+    probed compute (``measured``, keyed "ranks:batch"). The exchange overlaps the backward pass
+    only: it can hide behind at most ``window`` x compute, however long it is (the gradients are
+    ready only while the backward pass runs), so a longer exchange is not hidden in proportion.
+    ``determined`` is False when the runs could not fix alpha and beta; ``why`` then says why,
+    and no network is extrapolated with them.
     """
 
     algorithm: str = "ring"
@@ -347,33 +354,41 @@ class StepModel:
     gamma: float = 0.0
     c0: float = 0.0
     c1: float = 0.0
+    single: float = 1.0              # compute of one rank alone / compute(b) while exchanging
     fixed: float = 0.0
-    overlap: float = 0.0
+    window: float = 0.0              # share of the compute the exchange can hide behind
     source: str = ""
     compute_probed: bool = False     # compute(b) comes from probes (else from a step time)
-    overlap_measured: bool = False   # else none of the exchange is taken as hidden
+    window_measured: bool = False    # else none of the exchange is taken as hidden
     determined: bool = True
     why: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     measured: Dict[str, float] = field(default_factory=dict)
 
-    def compute(self, b, p=None):
-        if p is not None:
-            key = f"{int(p)}:{int(b)}" if float(b) == int(b) else None
-            if key in self.measured:
-                return self.measured[key]
-        return self.c0 + self.c1 * np.asarray(b, dtype=float)
+    def compute(self, b, p=1, measured: bool = True):
+        """Compute time of a rank at per-rank batch ``b`` among ``p`` ranks; a probed
+        configuration's own figure unless ``measured`` is False."""
+        key = f"{int(p)}:{int(b)}" if float(b) == int(b) else None
+        if measured and key in self.measured:
+            return self.measured[key]
+        c = self.c0 + self.c1 * np.asarray(b, dtype=float)
+        return c * self.single if int(p) == 1 else c
 
     def exchange(self, p, nbytes, network: Optional[Network] = None):
         a, b = (network.alpha, network.beta) if network else (self.alpha, self.beta)
         return predict(self.algorithm, nbytes, p, a, b, self.gamma)
 
-    def step_time(self, p, b, nbytes, network: Optional[Network] = None, overlap=None,
+    def hidden(self, exchange, compute, window=None):
+        """The part of the exchange hidden behind compute: at most ``window`` x compute."""
+        w = self.window if window is None else window
+        return np.minimum(exchange, w * np.asarray(compute, dtype=float))
+
+    def step_time(self, p, b, nbytes, network: Optional[Network] = None, window=None,
                   measured: bool = True):
         """Model step time; ``measured=False`` uses the fitted compute(b) even where probed."""
-        ov = self.overlap if overlap is None else overlap
-        return (self.compute(b, p if measured else None) + self.fixed
-                + (1 - ov) * self.exchange(p, nbytes, network))
+        c = self.compute(b, p, measured)
+        e = self.exchange(p, nbytes, network)
+        return c + self.fixed + e - self.hidden(e, c, window)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -384,14 +399,17 @@ def calibrate(obs: Sequence[Observation], algorithm: str = "ring",
     """Fit the step model to measured configurations; alpha, beta, gamma from a bench fit if given.
 
     compute(b): least squares of the probed compute times against the per-rank batch, on the
-    least crowded nodes (ranks sharing cores compute slower); fixed: the non-compute part of a
-    1-rank step (no network there); alpha, beta: non-negative least squares of the exchange
-    timed alone in the multi-rank configurations (else of the step beyond compute and fixed
-    cost), gamma folded into beta as one algorithm cannot tell them apart, unless ``fit`` gives
-    them. The overlap is measured, never chosen: per configuration, the share of the exchange
-    the step did not pay for, (compute + fixed + exchange - step) / exchange, and the model
-    takes their median. The model is not ``determined`` when fewer distinct multi-rank
-    configurations than unknowns were measured, or when no exchange time is left to fit.
+    least crowded nodes (ranks sharing cores compute slower), over the multi-rank
+    configurations where there are any (a rank computes beside its exchange: progress, copies
+    and reductions share its cores), and ``single`` the one-rank runs against it; fixed: the
+    non-compute part of a 1-rank step (no network there); alpha, beta: non-negative least
+    squares of the exchange timed alone in the multi-rank configurations (else of the step
+    beyond compute and fixed cost), gamma folded into beta as one algorithm cannot tell them
+    apart, unless ``fit`` gives them. The window is measured, never chosen: per configuration,
+    the time the step did not pay for, compute + fixed + exchange - step, over its compute, and
+    the model takes their median. The model is not ``determined`` when fewer distinct
+    multi-rank configurations than unknowns were measured, or when no exchange time is left to
+    fit.
     """
     m = StepModel(algorithm=algorithm)
     obs = [o for o in obs if not math.isnan(o.step_time)]
@@ -399,7 +417,7 @@ def calibrate(obs: Sequence[Observation], algorithm: str = "ring",
         raise ValueError("no measured configuration to calibrate on")
     _calibrate_compute(m, obs)
     multi = [o for o in obs if o.ranks > 1]
-    _measure_overlap(m, multi)
+    _measure_window(m, multi)
     if fit is not None:
         m.alpha, m.beta = float(fit["alpha_s"]), float(fit["beta_s_per_byte"])
         m.gamma = float(fit.get("gamma_s_per_byte") or 0.0)
@@ -410,25 +428,31 @@ def calibrate(obs: Sequence[Observation], algorithm: str = "ring",
     return m
 
 
-def _measure_overlap(m: StepModel, multi: Sequence[Observation]) -> None:
-    """The median share of the exchange hidden behind compute, from configurations whose split is
-    determined (a probed compute shorter than the step); a share outside [0, 1] is clipped."""
+def _measure_window(m: StepModel, multi: Sequence[Observation]) -> None:
+    """The median share of the compute that the exchange hid behind, from configurations whose
+    split is determined (a probed compute shorter than the step). Where a configuration hid its
+    whole exchange, its window is only a lower bound, and the notes say so."""
     usable = [o for o in multi if o.exchange and o.compute is not None]
     split = [o for o in usable if o.compute < o.step_time]
-    shares = [(o.compute + m.fixed + o.exchange - o.step_time) / o.exchange for o in split]
+    hidden = [min(max(o.compute + m.fixed + o.exchange - o.step_time, 0.0), o.exchange)
+              for o in split]
+    shares = [h / o.compute for h, o in zip(hidden, split)]
     if shares:
-        m.overlap = float(np.median(np.clip(shares, 0.0, 1.0)))
-        m.overlap_measured = True
-        m.notes.append(f"overlap measured: {m.overlap * 100:.0f}% of the exchange hidden behind "
+        m.window = float(np.median(shares))
+        m.window_measured = True
+        whole = sum(1 for h, o in zip(hidden, split) if h >= o.exchange)
+        m.notes.append(f"window measured: the exchange hid behind {m.window * 100:.0f}% of the "
                        f"compute (median of {len(shares)} configuration(s): (compute + fixed + "
-                       "exchange alone − step) / exchange alone"
-                       + (f"; raw {', '.join(f'{s * 100:.0f}%' for s in shares)}, clipped to [0, 1])"
-                          if any(not 0 <= s <= 1 for s in shares) else ")"))
+                       "exchange alone − step) / compute; "
+                       + ", ".join(f"{h * 1e3:.3g} ms of {o.exchange * 1e3:.3g} ms hidden"
+                                   for h, o in zip(hidden, split)) + ")"
+                       + (f"; {whole} configuration(s) hid all of it, so the window may be wider"
+                          if whole else ""))
     elif usable:
-        m.notes.append("overlap not determined: no configuration's probed compute is shorter than "
+        m.notes.append("window not determined: no configuration's probed compute is shorter than "
                        "its step; none of the exchange is taken as hidden")
     elif multi:
-        m.notes.append("overlap not measured (no exchange probes): none of the exchange is taken "
+        m.notes.append("window not measured (no exchange probes): none of the exchange is taken "
                        "as hidden")
 
 
@@ -441,7 +465,8 @@ def _calibrate_compute(m: StepModel, obs: Sequence[Observation]) -> None:
                        "proportional to the per-rank batch")
         return
     rpn = min(o.ranks_per_node for o in probed)
-    base = [o for o in probed if o.ranks_per_node == rpn]
+    least = [o for o in probed if o.ranks_per_node == rpn]
+    base = [o for o in least if o.ranks > 1] or least
     b = np.array([o.batch_size for o in base], dtype=float)
     c = np.array([o.compute for o in base])
     if len(set(b)) >= 2:
@@ -450,12 +475,22 @@ def _calibrate_compute(m: StepModel, obs: Sequence[Observation]) -> None:
         m.c1 = float(np.mean(c / np.maximum(b, 1)))     # proportional to the batch
     m.measured = {f"{o.ranks}:{o.batch_size}": float(o.compute) for o in probed}
     m.compute_probed = True
+    multi = base is not least
     m.notes.append("compute: the probed compute time of each measured configuration; the "
-                   f"extrapolation uses compute(b) = c0 + c1 b fitted to the runs with {rpn} "
-                   "rank(s) per node")
+                   f"extrapolation uses compute(b) = c0 + c1 b fitted to the "
+                   f"{'multi-rank runs' if multi else 'runs'} with {rpn} rank(s) per node"
+                   + ("" if len(set(b)) >= 2 else
+                      f", one batch size among them ({int(b[0])}), so compute is taken as "
+                      "proportional to the batch (c0 = 0 is not measured, it is assumed)"))
+    alone = [o for o in least if o.ranks == 1]
+    if multi and alone:
+        m.single = float(np.median([o.compute / float(m.c0 + m.c1 * o.batch_size) for o in alone]))
+        m.notes.append(f"one rank alone computes in {m.single:.2f}x the time of a rank that "
+                       "exchanges gradients (the exchange's progress and copies share the node's "
+                       "cores): multi-rank predictions use the multi-rank compute")
     for o in probed:
         if o.ranks_per_node > rpn:
-            slow = o.compute / float(m.c0 + m.c1 * o.batch_size)
+            slow = o.compute / float(m.compute(o.batch_size, o.ranks, measured=False))
             m.notes.append(f"{o.ranks_per_node} ranks on one node: probed compute is {slow:.2f}x "
                            f"compute(b={o.batch_size}) (ranks sharing the node's cores and memory)")
     ones = [o for o in obs if o.ranks == 1]

@@ -290,11 +290,12 @@ def _extrapolation_table(res) -> Table:
 def _published_table(published) -> Table:
     s = analysis.PUBLISHED_SETUP
     net = costmodel.PRESETS[s["network"]]
-    measured = published[0].get("measured_overlap") if published else None
+    measured = published[0].get("measured_window") if published else None
     t = Table("model-vs-published", "MODEL vs Horovod's published efficiency at 512 GPUs",
               ["network model", "gradients (MB, fp32)", "MODEL compute (s)", "MODEL exchange (s)",
-               "MODEL efficiency, no overlap", "published", "overlap the model needs"]
-              + ([f"MODEL efficiency, {measured * 100:.0f}% overlap (measured here)"]
+               "MODEL efficiency, no overlap", "published",
+               "window the model needs (share of compute)"]
+              + ([f"MODEL efficiency, {measured * 100:.0f}% window (measured here)"]
                  if measured is not None else []),
               meta={"gpus": s["gpus"], "network": net.name, "alpha_s": net.alpha,
                     "beta_s_per_byte": net.beta, "gamma_s_per_byte": s["gamma"],
@@ -303,8 +304,8 @@ def _published_table(published) -> Table:
     for p in published:
         t.add([p["model"], _f(p["gradient_MB"], 1), _f(p["compute_s"], 3), _f(p["exchange_s"], 3),
                _f(p["model_efficiency_no_overlap"], pct=True), _f(p["published_efficiency"], pct=True),
-               _f(p["overlap_needed"], pct=True)]
-              + ([_f(p["model_efficiency_measured_overlap"], pct=True)] if measured is not None else []),
+               _f(p["window_needed"], pct=True)]
+              + ([_f(p["model_efficiency_measured_window"], pct=True)] if measured is not None else []),
               p)
     return t
 
@@ -377,19 +378,22 @@ def _markdown(res, runs, recs, tables, pngs) -> str:
 def _model_markdown(res, by_name) -> List[str]:
     f = costmodel.FORMULAS
     lines = ["## Communication model (everything in this section is MODEL, not measurement)", "",
-             "Step time = compute(b) + fixed + (1 − overlap)·exchange(p, n) (`hpcdl.costmodel`). "
-             "Compute is the "
+             "Step time = compute(b) + fixed + exchange(p, n) − min(exchange, window·compute(b)) "
+             "(`hpcdl.costmodel`). Compute is the "
              "probed forward and backward pass of each measured configuration, and "
-             "c0 + c1·b where extrapolated; fixed is the rest of a one-rank step (update and "
+             "c0 + c1·b where extrapolated (fitted to the multi-rank runs, where a rank computes "
+             "beside its exchange, with one rank alone at `single` times that); fixed is the rest of a one-rank step (update and "
              f"overhead, no network); exchange is the ring allreduce {f['ring']} (a parameter "
              f"server: {f['ps']}) of n gradient bytes, with latency α, time per byte β and "
-             f"reduction time per byte γ. The overlap is measured: the share of the exchange, timed "
-             f"alone in the probes, that the step did not pay for. Calibration: {res.calibration}.",
+             f"reduction time per byte γ. The exchange hides behind the backward pass only, so at most "
+             f"a share of the compute, the window; it is measured: the time of the exchange, timed "
+             f"alone in the probes, that the step did not pay for, over the compute. Calibration: {res.calibration}.",
              ""]
     for axis, m in res.models.items():
         lines += [f"**{axis}** — calibrated from {m.source}; algorithm {m.algorithm}: "
                   f"c0 = {m.c0 * 1e3:.3f} ms, c1 = {m.c1 * 1e6:.3f} µs/sample, "
-                  f"fixed = {m.fixed * 1e3:.3f} ms, overlap = {m.overlap * 100:.0f}%, "
+                  f"single = {m.single:.2f}, fixed = {m.fixed * 1e3:.3f} ms, "
+                  f"window = {m.window * 100:.0f}%, "
                   + (f"α = {m.alpha * 1e6:.2f} µs, β = {m.beta * 1e9:.4f} ns/B, "
                      f"γ = {m.gamma * 1e9:.4f} ns/B." if m.determined else
                      "α and β **not determined from these runs**: " + "; ".join(m.why) + "."), ""]
@@ -405,9 +409,10 @@ def _model_markdown(res, by_name) -> List[str]:
         lines += [f"Efficiency predicted for {res.extrapolation_axis} at {res.scaling} scaling "
                   f"(batch {res.extrapolation_batch}, {int(res.extrapolation_bytes):,} gradient "
                   "bytes), one rank per link, compute and fixed cost as measured here, "
-                  + (f"{m.overlap * 100:.0f}% of the exchange hidden (measured here), "
-                     if m.overlap_measured else
-                     "none of the exchange hidden (the overlap was not determined here, so none "
+                  + (f"the exchange hidden behind at most {m.window * 100:.0f}% of the compute "
+                     "(measured here), "
+                     if m.window_measured else
+                     "none of the exchange hidden (the window was not determined here, so none "
                      "is assumed: a lower bound), ")
                   + "α and β of each network"
                   + ("." if m.determined else
@@ -440,13 +445,14 @@ def _prediction_summary(res) -> List[str]:
                 f"{r.nodes} nodes {r.model_error * 100:+.0f}% ({_ms(r.model_step_time)} predicted, "
                 f"{_ms(r.step_time)} ms measured)" for r in sel))
     lines += ["", "The same model calibrated on every point of each axis (parameters only, not a "
-              "prediction): how the fitted latency α, time per byte β, fixed cost and overlap "
+              "prediction): how the fitted latency α, time per byte β, fixed cost, window and "
+              "compute alone (single) "
               "move between axes (e.g. between link rates).", "",
-              "| axis | α (µs) | β (ns/B) | fixed (ms) | overlap | determined |",
-              "|---|---:|---:|---:|---:|---|"]
+              "| axis | α (µs) | β (ns/B) | fixed (ms) | window | single | determined |",
+              "|---|---:|---:|---:|---:|---:|---|"]
     for axis, m in res.all_points_models.items():
         lines.append(f"| {axis} | {m.alpha * 1e6:.1f} | {m.beta * 1e9:.3f} | {m.fixed * 1e3:.2f} | "
-                     f"{m.overlap * 100:.0f}% | {'yes' if m.determined else 'no: ' + '; '.join(m.why)} |")
+                     f"{m.window * 100:.0f}% | {m.single:.2f} | {'yes' if m.determined else 'no: ' + '; '.join(m.why)} |")
     return lines + [""]
 
 
