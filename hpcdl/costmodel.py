@@ -436,7 +436,8 @@ def _measure_window(m: StepModel, multi: Sequence[Observation]) -> None:
     split = [o for o in usable if o.compute < o.step_time]
     hidden = [min(max(o.compute + m.fixed + o.exchange - o.step_time, 0.0), o.exchange)
               for o in split]
-    shares = [h / o.compute for h, o in zip(hidden, split)]
+    raw = [h / o.compute for h, o in zip(hidden, split)]
+    shares = [min(r, 1.0) for r in raw]      # it cannot hide behind more than the compute
     if shares:
         m.window = float(np.median(shares))
         m.window_measured = True
@@ -447,7 +448,11 @@ def _measure_window(m: StepModel, multi: Sequence[Observation]) -> None:
                        + ", ".join(f"{h * 1e3:.3g} ms of {o.exchange * 1e3:.3g} ms hidden"
                                    for h, o in zip(hidden, split)) + ")"
                        + (f"; {whole} configuration(s) hid all of it, so the window may be wider"
-                          if whole else ""))
+                          if whole else "")
+                       + ("; raw " + ", ".join(f"{r * 100:.0f}%" for r in raw) + " capped at "
+                          "100%: the exchange timed alone cost more than the step paid for it "
+                          "(per-call overhead the step does not pay, or noise)"
+                          if any(r > 1 for r in raw) else ""))
     elif usable:
         m.notes.append("window not determined: no configuration's probed compute is shorter than "
                        "its step; none of the exchange is taken as hidden")

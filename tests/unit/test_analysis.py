@@ -364,3 +364,14 @@ def test_strong_scaling_calibrated_on_one_and_two_nodes_says_c0_is_assumed():
     m = _calibrate(analysis.group_records(_records(ranks=(1, 2), window=0.1)))
     assert m.c0 == 0.0
     assert any("c0 = 0 is not measured, it is assumed" in n for n in m.notes)
+
+
+def test_a_window_wider_than_the_compute_is_capped_and_the_notes_say_why():
+    recs = _records(ranks=(1, 2), window=0.1)
+    for r in recs:             # the step paid for less than compute + the exchange timed alone
+        if r["layout"]["size"] == 2:
+            r["metrics"]["step_time"]["median"] = r["metrics"]["split"]["compute_s"] * 1.05
+            r["metrics"]["split"]["exchange_alone_s"] = r["metrics"]["split"]["compute_s"] * 3
+    m = _calibrate(analysis.group_records(recs), fit={"alpha_s": 1e-6, "beta_s_per_byte": 1e-9})
+    assert m.window == 1.0
+    assert any("capped at 100%" in n for n in m.notes)
