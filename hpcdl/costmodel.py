@@ -19,7 +19,8 @@ float32 byte. :data:`FORMULAS` is the text of each, for reports and tables.
 
 A training step (:class:`StepModel`) is ``compute(b) + fixed + exchange(p, n) - hidden``, where
 the exchange hides behind at most a measured share (``window``) of the compute:
-``hidden = min(exchange, window * compute)``; :func:`calibrate` fits it to measured configurations and says when the runs cannot determine it.
+``hidden = min(exchange, window * compute)``; :func:`calibrate` fits it to measured
+configurations and says when the runs cannot determine it.
 :data:`PRESETS` holds the networks that extrapolations are drawn on. numpy only. The module runs
 past 400 lines on purpose: the model is written once, and splitting its formulas from their fit
 and from the step model built on them would give it two homes again.

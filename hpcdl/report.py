@@ -382,12 +382,14 @@ def _model_markdown(res, by_name) -> List[str]:
              "(`hpcdl.costmodel`). Compute is the "
              "probed forward and backward pass of each measured configuration, and "
              "c0 + c1·b where extrapolated (fitted to the multi-rank runs, where a rank computes "
-             "beside its exchange, with one rank alone at `single` times that); fixed is the rest of a one-rank step (update and "
+             "beside its exchange, with one rank alone at `single` times that); fixed is the "
+             "rest of a one-rank step (update and "
              f"overhead, no network); exchange is the ring allreduce {f['ring']} (a parameter "
              f"server: {f['ps']}) of n gradient bytes, with latency α, time per byte β and "
-             f"reduction time per byte γ. The exchange hides behind the backward pass only, so at most "
-             f"a share of the compute, the window; it is measured: the time of the exchange, timed "
-             f"alone in the probes, that the step did not pay for, over the compute. Calibration: {res.calibration}.",
+             "reduction time per byte γ. The exchange hides behind the backward pass only, so "
+             "at most a share of the compute, the window; it is measured: the time of the "
+             "exchange, timed alone in the probes, that the step did not pay for, over the "
+             f"compute. Calibration: {res.calibration}.",
              ""]
     for axis, m in res.models.items():
         lines += [f"**{axis}** — calibrated from {m.source}; algorithm {m.algorithm}: "
