@@ -23,7 +23,7 @@ SETTINGS = {
     "HPCDL_THREADS": "CPU threads per rank (default: SLURM_CPUS_PER_TASK, else the node's cores "
                      "divided by its ranks)",
     "HPCDL_HOST": "the node name to record (default: SLURMD_NODENAME, else the hostname)",
-    "HPCDL_DATA": "dataset path for workloads that read one (mnist: mnist.npz or sklearn-digits)",
+    "HPCDL_DATA": "dataset path for workloads that read one (mnist: mnist.npz, mnist-5k or sklearn-digits)",
     "HPCDL_RESULTS": "results file that 'hpcdl train' appends its record to",
     "HPCDL_BENCH_RESULTS": "results file that 'hpcdl bench allreduce' appends its record to",
     "HPCDL_RESULTS_ROOT": "folder that holds results/<study> (default: results)",

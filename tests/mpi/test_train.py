@@ -156,3 +156,20 @@ def test_resume_continues_from_the_last_checkpoint_to_the_same_weights(tmp_path)
         np.testing.assert_allclose(b, a, rtol=0, atol=WEIGHT_ATOL)
     recs = read_records(tmp_path / "r.jsonl")
     assert recs[-1]["resumed_from"]["step"] == 100
+
+
+def _train_mnist5k(tmp_path, np_):
+    check(mpirun(np_, ["train", "--workload", "mnist", "--data", "mnist-5k",
+                       "--batch-size", str(100 // np_), "--log-every", "500",
+                       "--results", str(tmp_path / f"mnist{np_}.jsonl")], timeout=240))
+    return read_records(tmp_path / f"mnist{np_}.jsonl")[-1]["metrics"]
+
+
+def test_softmax_on_real_mnist_digits_reaches_90_percent_alike_on_one_and_two_ranks(tmp_path):
+    """The seeds' softmax regression, 1,000 steps of global batch 100, on 4,000 real MNIST digits:
+    1,000 held-out digits reach 0.898-0.903 over seeds 0-4 (measured); a loader that mislabels or
+    scrambles the digits stays near 0.1. Two ranks at 50 each take the same steps."""
+    one, two = _train_mnist5k(tmp_path, 1), _train_mnist5k(tmp_path, 2)
+    assert one["test_accuracy"] >= 0.88, one["test_accuracy"]
+    assert abs(two["test_accuracy"] - one["test_accuracy"]) <= 0.001     # one digit of 1,000
+    assert abs(two["final_loss"] - one["final_loss"]) <= LOSS_RTOL * one["final_loss"]
