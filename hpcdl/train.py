@@ -44,6 +44,23 @@ def _nonneg_int(text: str) -> int:
     return value
 
 
+TARGET_METRICS = {"accuracy": "test_accuracy", "loss": "test_loss"}   # accuracy >=, loss <=
+
+
+def _target(text: str):
+    """``METRIC:VALUE`` of ``--target``: accuracy reached at or above VALUE, loss at or below."""
+    metric, _, value = text.partition(":")
+    if metric not in TARGET_METRICS or not value:
+        raise argparse.ArgumentTypeError(f"expected accuracy:VALUE or loss:VALUE, got '{text}'")
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number after '{metric}:', got '{value}'")
+    if math.isnan(v) or math.isinf(v):
+        raise argparse.ArgumentTypeError(f"the target must be a finite number, got {value}")
+    return metric, v
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -93,6 +110,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="steps per timed iteration, the unit of the +- spread (10)")
     m.add_argument("--num-iters", type=_positive_int, default=None, help="cnn: timed iterations (10)")
     m.add_argument("--log-every", type=_positive_int, default=100, help="progress line every N steps")
+    m.add_argument("--eval-every", type=_nonneg_int, default=0,
+                   help="evaluate the held-out metric (sharded over the ranks) every N samples "
+                        "seen, recorded with the step and the time (0: at the end only; with "
+                        "--target: every --log-every steps)")
+    m.add_argument("--target", type=_target, default=None, metavar="METRIC:VALUE",
+                   help="accuracy:V or loss:V on the held-out set: training ends at the first "
+                        "evaluation that reaches it, and the record has the steps, samples and "
+                        "time it took, or that --steps did not reach it")
     m.add_argument("--probes", type=_nonneg_int, default=5,
                    help="steps preceded by a probe of the compute alone and, on several ranks, "
                         "the exchange alone, outside the timing (horovod none/fp16; 0 = off)")
@@ -158,6 +183,7 @@ def run(opts) -> int:
         records.check_clean(results)          # results/ holds what committed code made
     rt.tf.keras.utils.set_random_seed(opts.seed)
     wl = workloads.load(opts.workload, opts)
+    _check_evaluation(wl, opts)
     plan = trainer.make_plan(opts, wl, rt.size)
     rep = trainer.Replica(rt, wl, plan, opts)
     ckpt_dir = Path(opts.checkpoint_dir) if opts.checkpoint_dir else None
@@ -180,6 +206,15 @@ def run(opts) -> int:
             records.append(results, record)
             print(f"Record appended to {results}")
     return 0
+
+
+def _check_evaluation(wl, opts) -> None:
+    if (opts.target or opts.eval_every) and wl.test is None:
+        raise UserError(f"--target and --eval-every need a held-out set, and workload {wl.name} "
+                        "has none (a factory can return one as 'test')")
+    if opts.target and opts.target[0] == "accuracy" and not wl.accuracy:
+        raise UserError(f"--target accuracy:…: workload {wl.name} reports no accuracy; use "
+                        "--target loss:VALUE")
 
 
 def _results_path(opts) -> str:
@@ -241,8 +276,19 @@ def _print_results(wl, size, f) -> None:
     print(f"Final loss: {f['final_loss']:.6g}")
     if "test_accuracy" in f:
         print(f"Test accuracy: {f['test_accuracy']:.4f}")
+    if f.get("target"):
+        print(target_text(f["target"]))
     same = len(set(f["digests"])) == 1
     print(f"Replicas identical: {'yes' if same else 'NO'} ({f['digests'][0][:12]})")
+
+
+def target_text(t: dict) -> str:
+    """One line on a run's target: when it was reached, or that it was not."""
+    goal = f"{t['metric']} {'>=' if t['metric'] == 'accuracy' else '<='} {t['value']:g}"
+    if t["reached"]:
+        return (f"Target {goal} reached at step {t['steps']} ({t['samples']:,} samples, "
+                f"{t['time_s']:.2f} s of training)")
+    return f"Target {goal} not reached in {t['steps']} steps"
 
 
 def _record(rep, opts, f, resumed) -> dict:
@@ -250,7 +296,7 @@ def _record(rep, opts, f, resumed) -> dict:
     rt, plan, wl = rep.rt, rep.plan, rep.wl
     metrics = {k: f[k] for k in ("step_time", "split", "wall_time_s", "loss_curve", "final_loss",
                                  "first_loss") if k in f}
-    metrics.update({k: f[k] for k in ("test_loss", "test_accuracy") if k in f})
+    metrics.update({k: f[k] for k in ("test_loss", "test_accuracy", "evals", "target") if k in f})
     metrics["throughput"] = {**f["throughput"], "unit": f"{wl.unit}/s"}
     metrics["throughput_per_rank"] = {**f["throughput_per_rank"], "unit": f"{wl.unit}/s"}
     hvd = rt.hvd
@@ -263,6 +309,8 @@ def _record(rep, opts, f, resumed) -> dict:
                    "lr": plan.lr, "base_lr": plan.base_lr, "lr_scaling": opts.lr_scaling,
                    "lr_warmup_steps": opts.lr_warmup_steps, "seed": opts.seed,
                    "backend": opts.backend, "compression": opts.compression,
+                   "eval_every": opts.eval_every,
+                   "target": list(opts.target) if opts.target else None,
                    "threads_per_rank": rt.threads, **_workload_params(wl, opts)},
         "layout": {"size": rt.size, "nodes": rt.layout.num_nodes,
                    "ranks_per_node": rt.layout.local_size, "hosts": sorted(set(f["hosts"]))},

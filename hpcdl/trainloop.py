@@ -110,6 +110,54 @@ class LoopResult:
     wall: float = 0.0
     stopped: Optional[str] = None
     net: Optional[dict] = None        # on the cluster box: the node's interface bytes while timed
+    evals: List[dict] = field(default_factory=list)   # held-out metric during training
+    eval_time: float = 0.0            # s spent evaluating (not training)
+    target: Optional[dict] = None     # the --target and whether and when it was reached
+
+
+class Evaluations:
+    """When to evaluate during training, and whether the target is reached.
+
+    Every ``every`` samples seen (a step's global batch at a time), and at the last step, every
+    rank evaluates the held-out set together (:meth:`Replica.evaluate`, a collective at the same
+    step on every rank, as the schedule depends on the step only). With a target (metric,
+    value) and no interval, every ``log_every`` steps. Times are of training alone: the time
+    spent evaluating is left out, so that time to target compares rank counts, whose
+    evaluations take different times, on their training.
+    """
+
+    def __init__(self, opts, global_batch: int, steps: int):
+        self.target = getattr(opts, "target", None)
+        every = getattr(opts, "eval_every", 0) or 0
+        if not every and self.target:
+            every = opts.log_every * global_batch
+        self.every, self.batch, self.steps = every, global_batch, steps
+
+    def due(self, step: int) -> bool:
+        if not self.every:
+            return False
+        return step == self.steps or step * self.batch // self.every > (step - 1) * self.batch // self.every
+
+    def run(self, rep, res: "LoopResult", step: int, t_run: float) -> float:
+        """Evaluate at ``step``; return the seconds it took. Sets ``res.target`` once reached."""
+        t0 = time.perf_counter()
+        ev = {"step": step, "samples": step * self.batch,
+              "time_s": t0 - t_run - res.eval_time, **rep.evaluate()}
+        res.evals.append(ev)
+        dt = time.perf_counter() - t0
+        res.eval_time += dt
+        if self.target and res.target is None and reached(self.target, ev):
+            metric, value = self.target
+            res.target = {"metric": metric, "value": value, "reached": True, "steps": step,
+                          "samples": ev["samples"], "time_s": ev["time_s"]}
+        return dt
+
+
+def reached(target, ev: dict) -> bool:
+    metric, value = target
+    if metric == "accuracy":
+        return ev.get("test_accuracy", -1.0) >= value
+    return ev.get("test_loss", math.inf) <= value
 
 
 def probe_steps(plan: Plan, first: int, count: int) -> set:
@@ -138,7 +186,8 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     t_iter, in_iter = 0.0, 0
     node = box.node_facts(rt.layout.host)
     counters = None
-    while res.step < plan.steps:
+    evals = Evaluations(opts, plan.global_batch, plan.steps)
+    while res.step < plan.steps and res.target is None:
         step = res.step
         if node and step == first_timed:
             counters = box.Counters(node["iface"])
@@ -171,6 +220,8 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
             avg = float(hvd.allreduce(tf.constant(float(loss)), op=hvd.Average, name="hpcdl.loss"))
             res.curve.append([step, avg])
             rt.say(f"Step {step}/{plan.steps}: loss {avg:.6g} ({time.perf_counter() - t_run:.1f} s)")
+        if evals.due(step):
+            t0 += evals.run(rep, res, step, t_run)       # not part of the timed iteration
         if step == next_check and step < plan.steps:
             now = time.perf_counter()
             mine = next_interval(every, step - last_check[0], now - last_check[1],
@@ -191,6 +242,9 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
         if opts.checkpoint_every and step % opts.checkpoint_every == 0 and step < plan.steps:
             save_checkpoint(rep, ckpt_dir, step, opts)
     res.wall = time.perf_counter() - t_run
+    if evals.target and res.target is None and not res.stopped:
+        metric, value = evals.target
+        res.target = {"metric": metric, "value": value, "reached": False, "steps": plan.steps}
     if counters is not None:
         # every timed step exchanges once, and so does every probe that timed the exchange alone
         res.net = {"host": rt.layout.host, "hostname": socket.gethostname(), **counters.moved(),
@@ -252,7 +306,14 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
            "final_loss": float(hvd.allreduce(tf.constant(float(loop.last_loss)), op=hvd.Average,
                                              name="hpcdl.final")),
            "first_loss": loop.first_loss, "loss_curve": loop.curve, "wall_time_s": loop.wall}
-    out.update(rep.evaluate())
+    if loop.evals and loop.evals[-1]["step"] == loop.step:
+        out.update({k: v for k, v in loop.evals[-1].items() if k.startswith("test_")})
+    else:
+        out.update(rep.evaluate())
+    if loop.evals:
+        out["evals"] = loop.evals
+    if loop.target:
+        out["target"] = loop.target
     out["digests"] = hvd.allgather_object(rep.digest())
     out["hosts"] = hvd.allgather_object(rt.layout.host)
     out["net"] = hvd.allgather_object(loop.net)

@@ -33,6 +33,11 @@ def _train_expmlp(tmp_path, np_, extra=()):
     return res, loss, [_weights(str(wpath).replace("{rank}", str(r))) for r in range(np_)]
 
 
+def _curve(res):
+    path = re.search(r"^Record appended to (.+)$", res.stdout, re.M).group(1)
+    return read_records(path)[-1]["metrics"]["loss_curve"]
+
+
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     return _train_expmlp(tmp_path_factory.mktemp("np1"), 1)
@@ -43,6 +48,11 @@ def test_expmlp_on_n_ranks_matches_one_process_on_the_same_global_batch(tmp_path
     _, loss1, (w1,) = single
     res, loss, ws = _train_expmlp(tmp_path, np_)
     assert abs(loss - loss1) <= LOSS_RTOL * abs(loss1), (loss, loss1)
+    # the seeds' figure: the loss curves lie on top of each other at every logged step
+    curve1, curve = _curve(single[0]), _curve(res)
+    assert [s for s, _ in curve] == [s for s, _ in curve1] == [100, 200, 300]
+    for (_, a), (_, b) in zip(curve1, curve):
+        assert abs(b - a) <= LOSS_RTOL * abs(a), (curve1, curve)
     for a, b in zip(w1, ws[0]):
         np.testing.assert_allclose(b, a, rtol=0, atol=WEIGHT_ATOL)
     # Every replica ends bit-identical: gradients are averaged and state broadcast from rank 0.
@@ -173,3 +183,37 @@ def test_softmax_on_real_mnist_digits_reaches_90_percent_alike_on_one_and_two_ra
     assert one["test_accuracy"] >= 0.88, one["test_accuracy"]
     assert abs(two["test_accuracy"] - one["test_accuracy"]) <= 0.001     # one digit of 1,000
     assert abs(two["final_loss"] - one["final_loss"]) <= LOSS_RTOL * one["final_loss"]
+
+
+def _mnist_target(tmp_path, np_, target, steps=1000):
+    out = tmp_path / f"target{np_}.jsonl"
+    res = check(mpirun(np_, ["train", "--workload", "mnist", "--data", "mnist-5k", "--steps",
+                             str(steps), "--batch-size", str(100 // np_), "--target", target,
+                             "--eval-every", "1000", "--log-every", "500", "--results", str(out)],
+                       timeout=240))
+    return res, read_records(out)[-1]
+
+
+def test_a_target_ends_training_at_the_same_step_on_one_and_two_ranks(tmp_path):
+    (r1, one), (r2, two) = (_mnist_target(tmp_path, n, "accuracy:0.88") for n in (1, 2))
+    t1, t2 = one["metrics"]["target"], two["metrics"]["target"]
+    assert t1["reached"] and t2["reached"]
+    assert (t1["steps"], t1["samples"]) == (t2["steps"], t2["samples"])
+    assert t1["steps"] < 1000 and t1["samples"] == 100 * t1["steps"] and t1["time_s"] > 0
+    assert one["params"]["target"] == ["accuracy", 0.88]
+    # evaluated every 1,000 samples until then, alike on both; the last is the target's
+    e1, e2 = one["metrics"]["evals"], two["metrics"]["evals"]
+    assert [e["step"] for e in e1] == [e["step"] for e in e2] == list(range(10, t1["steps"] + 1, 10))
+    assert all(abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.001 for a, b in zip(e1, e2))
+    assert e1[-1]["test_accuracy"] >= 0.88
+    assert all(e["test_accuracy"] < 0.88 for e in e1[:-1])
+    assert f"reached at step {t1['steps']}" in r1.stdout and f"reached at step {t1['steps']}" in r2.stdout
+
+
+def test_an_unreachable_target_is_a_valid_outcome_not_a_failure(tmp_path):
+    res, rec = _mnist_target(tmp_path, 2, "accuracy:0.99", steps=200)
+    assert res.returncode == 0 and rec["status"] == "ok"
+    assert rec["metrics"]["target"] == {"metric": "accuracy", "value": 0.99, "reached": False,
+                                        "steps": 200}
+    assert "Target accuracy >= 0.99 not reached in 200 steps" in res.stdout
+    assert rec["metrics"]["evals"][-1]["step"] == 200
