@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from . import costmodel
+from . import convergence, costmodel
 from .costmodel import PRESETS, Network, StepModel
 
 EXTRAPOLATE_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -485,6 +485,7 @@ class StudyAnalysis:
     published: List[dict]
     cores: Optional[int] = None
     all_points_models: Dict[str, StepModel] = field(default_factory=dict)
+    convergence: List[dict] = field(default_factory=list)   # time to accuracy (convergence.py)
 
     @property
     def axes(self) -> List[str]:
@@ -502,7 +503,8 @@ class StudyAnalysis:
                 "published": {"setup": PUBLISHED_SETUP, "inputs": PUBLISHED_INPUTS,
                               "rows": self.published},
                 "cores": self.cores,
-                "all_points_models": {k: m.as_dict() for k, m in self.all_points_models.items()}}
+                "all_points_models": {k: m.as_dict() for k, m in self.all_points_models.items()},
+                "convergence": self.convergence}
 
 
 def declared_scaling(recs: Sequence[dict], given: Optional[str] = None):
@@ -575,7 +577,8 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         extrapolation_axis=first, extrapolation_batch=batch,
         extrapolation_bytes=base[0].wire_bytes, cores=cores,
         published=published_comparison(measured_window=_measured_window(models[first])),
-        all_points_models=everything)
+        all_points_models=everything,
+        convergence=convergence.analyse(recs, {(r.axis, r.ranks): r.speedup for r in rows}))
 
 
 def _measured_window(model: StepModel) -> Optional[float]:

@@ -29,7 +29,8 @@ def draw_plots(res: analysis.StudyAnalysis, out: Path) -> List[Path]:
     for stem, draw in (("throughput-speedup", _plot_throughput), ("efficiency", _plot_efficiency),
                        ("step-split", _plot_split), ("axes-compared", _plot_axes),
                        ("model-extrapolation", _plot_extrapolation),
-                       ("model-prediction", _plot_prediction)):
+                       ("model-prediction", _plot_prediction), ("convergence", _plot_convergence),
+                       ("time-to-target", _plot_time_to_target)):
         fig = draw(plt, res)
         if fig is not None:
             save(fig, stem)
@@ -166,4 +167,53 @@ def _plot_prediction(plt, res):
     ax.set_ylabel("step time (s)")
     ax.set_title("MODEL prediction of held-out points (dashed; band 5–95% bootstrap)")
     ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
+def _plot_convergence(plt, res):
+    """The seeds' figure: the held-out metric against samples seen and against training time,
+    one curve per rank count (mean over seeds, their range shaded)."""
+    conv = [c for c in res.convergence if c["curve"]["step"]]
+    if not conv:
+        return None
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for c in conv:
+        cv = c["curve"]
+        label = f"{c['axis']} {c['ranks']} rank(s), {c['seeds']} seed(s)"
+        for ax, x in ((a1, cv["samples"]), (a2, cv["time_s"])):
+            line, = ax.plot(x, cv["mean"], marker=".", label=label)
+            ax.fill_between(x, cv["lo"], cv["hi"], color=line.get_color(), alpha=0.2)
+    name = conv[0]["metric"].replace("test_", "held-out ")
+    target = next((c["target"] for c in conv if c.get("target")), None)
+    for ax, xlabel in ((a1, "samples seen"), (a2, "training time (s)")):
+        if target:
+            ax.axhline(target["value"], color="k", ls=":", lw=0.8, label="target")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(name)
+        ax.grid(True, alpha=0.3)
+    a1.set_title(f"{res.study}: {name} against samples")
+    a2.set_title(f"{res.study}: {name} against time")
+    a1.legend(fontsize=7)
+    return fig
+
+
+def _plot_time_to_target(plt, res):
+    """Time-to-target speedup beside throughput speedup, against ranks."""
+    conv = [c for c in res.convergence if c.get("ttt_speedup") is not None]
+    if not conv:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for axis in OrderedDict((c["axis"], None) for c in conv):
+        sel = [c for c in conv if c["axis"] == axis]
+        n = [c["ranks"] for c in sel]
+        ax.plot(n, [c["throughput_speedup"] for c in sel], marker="o",
+                label=f"{axis} throughput speedup")
+        ax.plot(n, [c["ttt_speedup"] for c in sel], marker="s", ls="--",
+                label=f"{axis} time-to-target speedup")
+    n = sorted({c["ranks"] for c in conv})
+    ax.plot(n, [k / n[0] for k in n], "k:", lw=0.8, label="ideal")
+    _log2(ax)
+    ax.set_ylabel("speedup")
+    ax.set_title(f"{res.study}: time to target beside throughput")
+    ax.legend(fontsize=7)
     return fig

@@ -205,7 +205,34 @@ def _tables(res: analysis.StudyAnalysis) -> List[Table]:
     if res.extrapolation:
         tables.append(_extrapolation_table(res))
     tables.append(_published_table(res.published))
+    if any(c.get("target") for c in res.convergence):
+        tables.append(_target_table(res))
     return tables
+
+
+def _target_table(res) -> Table:
+    t = Table("time-to-target", "Time to target beside throughput",
+              ["axis", "nodes", "ranks", "global batch", "seeds", "reached", "steps to target",
+               "samples to target", "time to target (s, range)", "statistical efficiency",
+               "time-to-target speedup", "throughput speedup"],
+              meta={"summary": "MLPerf-style over seeds: with >= 5, the fastest and slowest "
+                               "dropped and the rest averaged", "time": "training only, "
+                               "evaluations excluded"})
+    for c in res.convergence:
+        if not c.get("target"):
+            continue
+        st, sa, ti = c["steps"], c["samples"], c["time_s"]
+        rng = (f"{ti['mean']:.3g} ({ti['min']:.3g}–{ti['max']:.3g})" if ti["mean"] is not None
+               else f"not reached in {c['max_steps']} steps")
+        t.add([c["axis"], c["nodes"], c["ranks"], c["global_batch"], c["seeds"],
+               f"{c['reached']}/{c['seeds']}", _f(st["mean"], 4), _f(sa["mean"], 4), rng,
+               _f(c["statistical_efficiency"]), _f(c["ttt_speedup"]),
+               _f(c["throughput_speedup"])],
+              {k: c.get(k) for k in ("axis", "nodes", "ranks", "global_batch", "seeds",
+                                     "seed_values", "reached", "max_steps", "steps", "samples",
+                                     "time_s", "statistical_efficiency", "ttt_speedup",
+                                     "throughput_speedup", "target")})
+    return t
 
 
 def _scaling_table(res, axis, notes: List[str]) -> Table:
@@ -369,10 +396,30 @@ def _markdown(res, runs, recs, tables, pngs) -> str:
         lines += [f"{i}. {n}" for i, n in enumerate(notes, 1)] + [""]
     if pngs:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
+    lines += _target_markdown(res, by_name)
     lines += _model_markdown(res, by_name)
     lines += ["## Runs", ""] + _manifest_summary(recs) + [""]
     lines += ["Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""]
     return "\n".join(lines)
+
+
+def _target_markdown(res, by_name) -> List[str]:
+    t = by_name.get("time-to-target")
+    if t is None:
+        return []
+    c0 = next(c for c in res.convergence if c.get("target"))
+    goal = (f"{c0['target']['metric']} {'≥' if c0['target']['metric'] == 'accuracy' else '≤'} "
+            f"{c0['target']['value']:g}")
+    methods = sorted({c["time_s"]["method"] for c in res.convergence if c.get("target")})
+    return ["## Time to target", "",
+            f"Target: held-out {goal}, within {c0['max_steps']} steps; training ends at the first "
+            "evaluation that reaches it. Steps, samples and time to target over the seeds of each "
+            f"configuration ({'; '.join(methods)}); time is training only (evaluations left out). "
+            "Statistical efficiency = samples to target at the smallest count / at N; "
+            "time-to-target speedup = T(N₀)/T(N), beside the throughput speedup of the scaling "
+            "table: the gap between the two is what a larger global batch costs in samples. "
+            "A configuration where a seed did not reach the target has no ratio.", "",
+            t.markdown(), "", f"CSV: `{t.name}.csv`", ""]
 
 
 def _model_markdown(res, by_name) -> List[str]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,11 @@ _WORKLOAD_KEYS: Dict[str, Tuple[type, str]] = {
 # Smallest allowed value of the [workload] keys (1 when not listed; None: any).
 _WORKLOAD_MIN = {"seed": None, "lr": None, "model": None, "data": None, "lr_scaling": None,
                  "warmup": 0, "num_warmup_batches": 0, "lr_warmup_steps": 0, "probes": 0}
-_SECTIONS = ("study", "workload", "layout", "axes", "run", "slurm", "model")
+_SECTIONS = ("study", "workload", "layout", "axes", "run", "slurm", "model", "target")
+_TARGET_KEYS = ("metric", "value", "max_steps", "eval_every")
+# [target] keys that become hpcdl train flags (metric and value make --target METRIC:VALUE)
+_TARGET_FLAGS: Dict[str, Tuple[type, str]] = {"target": (str, "--target"),
+                                              "eval_every": (int, "--eval-every")}
 _MODEL_KEYS = ("fit", "calibrate")
 _STUDY_KEYS = ("name", "description", "scaling", "repeats")
 _LAYOUT_KEYS = ("ranks", "nodes", "ranks_per_node")
@@ -173,7 +178,7 @@ class Point:
         args = ["--workload", self.workload, "--batch-size", str(self.batch_size),
                 "--backend", self.backend, "--compression", self.compression]
         for key, value in self.params:
-            args += [_WORKLOAD_KEYS[key][1], str(value)]
+            args += [(_WORKLOAD_KEYS.get(key) or _TARGET_FLAGS[key])[1], str(value)]
         args += ["--study", self.study,
                  "--point", json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))]
         if self.declared:
@@ -209,15 +214,19 @@ class Study:
     fit: str = ""                    # [model] fit: the bench fit that calibrates the report's model
     calibrate_nodes_max: int = 0     # [model] calibrate = {nodes_max = N}: the report's model
                                      # is fitted to these points only and predicts the others
+    target: str = ""                 # [target]: "accuracy:0.91"; each repeat is then a seed
     sha256: str = ""                 # of the study file's bytes
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def declared(self) -> Dict[str, str]:
         """What every record of this study carries, so that the report guesses nothing."""
-        return {"scaling": self.scaling, "study_file": str(self.path), "study_sha256": self.sha256,
-                "calibration": f"fit:{self.fit}" if self.fit else (
-                    f"runs:nodes<={self.calibrate_nodes_max}" if self.calibrate_nodes_max else "runs")}
+        out = {"scaling": self.scaling, "study_file": str(self.path), "study_sha256": self.sha256,
+               "calibration": f"fit:{self.fit}" if self.fit else (
+                   f"runs:nodes<={self.calibrate_nodes_max}" if self.calibrate_nodes_max else "runs")}
+        if self.target:
+            out["target"] = self.target
+        return out
 
     @property
     def runs_path(self) -> Path:
@@ -228,17 +237,21 @@ class Study:
         return all(n == 1 for n, _ in self.layouts)
 
     def points(self) -> List[Point]:
-        """Every run, repeats outermost so that slow drift of the machine spreads over all layouts."""
+        """Every run, repeats outermost so that slow drift of the machine spreads over all layouts.
+        With a target, repeat k trains with seed + k: a time to target is a seed's."""
         out = []
         declared = json.dumps(self.declared, sort_keys=True, separators=(",", ":"))
         for rep in range(self.repeats):
+            params = dict(self.params)
+            if self.target:
+                params["seed"] = int(self.params.get("seed", 0)) + rep
             for net in self.networks:
                 for backend, comp in self.exchange_pairs:
                     for nodes, rpn in self.layouts:
                         ranks = nodes * rpn
                         per_rank = self.batch // ranks if self.scaling == "strong" else self.batch
                         out.append(Point(self.name, nodes, rpn, rep, backend, comp, per_rank,
-                                         self.workload, tuple(sorted(self.params.items())),
+                                         self.workload, tuple(sorted(params.items())),
                                          declared, net))
         return out
 
@@ -302,6 +315,7 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
     v.only(raw, "", _SECTIONS)
     name, scaling, repeats, description = _study_section(v, raw, path)
     workload, params, batch = _workload_section(v, raw, scaling)
+    target = _target_section(v, raw, params)
     layouts, by_nodes = _layout_section(v, raw, scaling, batch)
     ax = v.table(raw, "axes")
     v.only(ax, "axes", _AXES_KEYS)
@@ -324,7 +338,7 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  compressions=compressions, networks=networks, exchanges=exchanges, slurm=slurm, timeout=timeout, env=env,
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
                  fit=v.get(model, "model.fit", str, default=""),
-                 calibrate_nodes_max=_calibrate_key(v, model), raw=raw)
+                 calibrate_nodes_max=_calibrate_key(v, model), target=target, raw=raw)
 
 
 def _calibrate_key(v, model) -> int:
@@ -403,6 +417,27 @@ def _workload_section(v, raw, scaling):
     if other in wl:
         v.fail(f"workload.{other}", why)
     return workload, params, v.get(wl, f"workload.{key}", int, required=True, minimum=1)
+
+
+def _target_section(v, raw, params) -> str:
+    """[target]: the held-out metric to reach and the steps allowed; sets the train flags in
+    ``params`` and returns "metric:value" ("" without the section)."""
+    tg = v.table(raw, "target")
+    if not tg:
+        return ""
+    v.only(tg, "target", _TARGET_KEYS)
+    metric = v.choice(tg, "target.metric", ("accuracy", "loss"))
+    value = float(v.get(tg, "target.value", (int, float), required=True))
+    if not math.isfinite(value):
+        v.fail("target.value", f"must be a finite number, got {value}")
+    if "steps" in params:
+        v.fail("workload.steps", "and target.max_steps both say how long to train: keep "
+                                 "target.max_steps (training ends earlier at the target)")
+    params["steps"] = v.get(tg, "target.max_steps", int, required=True, minimum=1)
+    params["target"] = f"{metric}:{value!r}"
+    if "eval_every" in tg:
+        params["eval_every"] = v.get(tg, "target.eval_every", int, minimum=1)
+    return params["target"]
 
 
 def _layout_section(v, raw, scaling, batch):

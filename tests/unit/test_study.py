@@ -227,3 +227,39 @@ def test_bad_box_axes_and_calibration_are_named(tmp_path):
             study.load(_box_study(tmp_path, axes, model))
     st = study.load(_box_study(tmp_path, 'backend = ["ps"]', "[model]\ncalibrate = { nodes_max = 2 }"))
     assert st.calibrate_nodes_max == 2 and st.declared["calibration"] == "runs:nodes<=2"
+
+
+TARGET = GOOD.replace("steps = 50\n", "seed = 7\n") + """
+[target]
+metric = "accuracy"
+value = 0.91
+max_steps = 1000
+eval_every = 2000
+"""
+
+
+def test_a_target_trains_each_repeat_with_its_own_seed_up_to_max_steps(tmp_path):
+    st = study.load(write(tmp_path, TARGET.replace('"expmlp"', '"mnist"')),
+                    results_root=tmp_path / "r")
+    assert st.target == "accuracy:0.91" and st.declared["target"] == "accuracy:0.91"
+    seeds = {}
+    for p in st.points():
+        args = p.train_args("runs.jsonl")
+        flags = dict(zip(args[::2], args[1::2]))
+        assert (flags["--target"], flags["--steps"], flags["--eval-every"]) == \
+            ("accuracy:0.91", "1000", "2000")
+        seeds.setdefault(p.repeat, set()).add(flags["--seed"])
+    assert seeds == {0: {"7"}, 1: {"8"}}      # a seed per repeat, the same for every layout
+
+
+@pytest.mark.parametrize("change, key", [
+    (("metric = \"accuracy\"", "metric = \"f1\""), "target.metric"),
+    (("max_steps = 1000\n", ""), "target.max_steps"),
+    (("value = 0.91", "value = \"high\""), "target.value"),
+    (("seed = 7\n", "seed = 7\nsteps = 10\n"), "workload.steps"),
+    (("eval_every = 2000", "every = 2000"), "target"),
+])
+def test_a_bad_target_section_is_refused_naming_its_key(tmp_path, change, key):
+    with pytest.raises(study.StudyError) as err:
+        study.load(write(tmp_path, TARGET.replace(*change)), results_root=tmp_path / "r")
+    assert key in str(err.value), err.value
