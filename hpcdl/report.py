@@ -414,7 +414,9 @@ def _target_markdown(res, by_name) -> List[str]:
     return ["## Time to target", "",
             f"Target: held-out {goal}, within {c0['max_steps']} steps; training ends at the first "
             "evaluation that reaches it. Steps, samples and time to target over the seeds of each "
-            f"configuration ({'; '.join(methods)}); time is training only (evaluations left out). "
+            f"configuration ({'; '.join(methods)}); time is training only (evaluations left "
+            "out), counted from the first step, so it includes the first steps' graph building "
+            "and the warm-up that the throughput leaves out: in runs of seconds these weigh. "
             "Statistical efficiency = samples to target at the smallest count / at N; "
             "time-to-target speedup = T(N₀)/T(N), beside the throughput speedup of the scaling "
             "table: the gap between the two is what a larger global batch costs in samples. "
