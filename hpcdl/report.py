@@ -419,7 +419,8 @@ def _target_markdown(res, by_name) -> List[str]:
             "and the warm-up that the throughput leaves out: in runs of seconds these weigh. "
             "Statistical efficiency = samples to target at the smallest count / at N; "
             "time-to-target speedup = T(N₀)/T(N), beside the throughput speedup of the scaling "
-            "table: the gap between the two is what a larger global batch costs in samples. "
+            "table: the gap between the two is what a larger global batch costs in samples (their "
+            "ratio is the statistical efficiency) and what the start costs. "
             "A configuration where a seed did not reach the target has no ratio.", "",
             t.markdown(), "", f"CSV: `{t.name}.csv`", ""]
 
