@@ -101,12 +101,14 @@ class Row:
     heldout_error: Optional[float] = None
     flags: List[str] = field(default_factory=list)
     network: str = ""                # the cluster box's link rate ([axes] network), "" elsewhere
+    lr_rule: str = ""                # the learning-rate rule ([axes] lr_scaling), "" elsewhere
     fitted: bool = True              # the model was calibrated on this row (else: predicted)
     model_band: Optional[List[float]] = None   # 5-95% of the bootstrap's predicted step time
 
     @property
     def axis(self) -> str:
-        return f"{self.backend}/{self.compression}" + (f"@{self.network}" if self.network else "")
+        return (f"{self.backend}/{self.compression}" + (f"@{self.network}" if self.network else "")
+                + (f" lr:{self.lr_rule}" if self.lr_rule else ""))
 
     @property
     def wire_bytes(self) -> float:
@@ -159,10 +161,10 @@ def group_records(recs: Iterable[dict]) -> List[Row]:
         rpn = int(lay.get("ranks_per_node") or max(1, size // nodes))
         net = _get(rec, "point", "network") or _get(rec, "box", "link_rate") or ""
         key = (params.get("backend", "horovod"), params.get("compression", "none"), nodes, rpn,
-               size, net)
+               size, net, _get(rec, "point", "lr_scaling") or "")
         groups.setdefault(key, []).append(rec)
     rows = [_row(key, rs) for key, rs in groups.items()]
-    rows.sort(key=lambda r: (_rate(r.network), r.backend, r.compression, r.ranks,
+    rows.sort(key=lambda r: (_rate(r.network), r.backend, r.compression, r.lr_rule, r.ranks,
                              r.nodes))
     add_scaling(rows)
     return rows
@@ -173,7 +175,7 @@ def _rate(network: str) -> float:
 
 
 def _row(key, rs) -> Row:
-    backend, comp, nodes, rpn, size, net = key
+    backend, comp, nodes, rpn, size, net, lr_rule = key
     t = [_get(r, "metrics", "throughput") for r in rs]
     mean, std = pooled([x["mean"] for x in t], [x.get("std", 0.0) for x in t],
                        [x.get("n", 1) for x in t])
@@ -194,7 +196,8 @@ def _row(key, rs) -> Row:
                computes=[None if c is None else float(c) for c in computes],
                exchanges=[_exchange_alone(r) if size > 1 else None for r in rs],
                compute_s=compute, compute_share=share,
-               gradient_bytes=int(rs[0].get("gradient_bytes") or 0), network=net)
+               gradient_bytes=int(rs[0].get("gradient_bytes") or 0), network=net,
+               lr_rule=lr_rule)
 
 
 def add_scaling(rows: List[Row]) -> None:

@@ -38,8 +38,9 @@ def axis_of(rec: dict) -> str:
     """The configuration's axis, as the scaling analysis names it."""
     params = rec.get("params") or {}
     net = _get(rec, "point", "network") or _get(rec, "box", "link_rate") or ""
+    rule = _get(rec, "point", "lr_scaling") or ""
     return (f"{params.get('backend', 'horovod')}/{params.get('compression', 'none')}"
-            + (f"@{net}" if net else ""))
+            + (f"@{net}" if net else "") + (f" lr:{rule}" if rule else ""))
 
 
 def metric_of(recs: Sequence[dict]) -> Optional[str]:
@@ -97,7 +98,9 @@ def _config(axis: str, ranks: int, rs: List[dict], metric: str) -> dict:
              "global_batch": int(params.get("global_batch") or 0), "seeds": len(rs),
              "seed_values": sorted({int(params.get("seed", 0)) for params in
                                     (r.get("params") or {} for r in rs)}),
-             "metric": metric, "curve": _curve(rs, metric)}
+             "metric": metric, "curve": _curve(rs, metric),
+             "lr": {"lr": params.get("lr"), "rule": params.get("lr_scaling") or "linear",
+                    "warmup_steps": int(params.get("lr_warmup_steps") or 0)}}
     if t0:
         entry.update(target={"metric": t0["metric"], "value": t0["value"]},
                      max_steps=max(int(_get(r, "params", "steps", default=0) or 0) for r in rs),

@@ -195,7 +195,7 @@ def _jsonable(x):
 
 
 def _axis_slug(axis: str) -> str:
-    return axis.replace("/", "-").replace("@", "-")
+    return axis.replace("/", "-").replace("@", "-").replace(" lr:", "-lr-")
 
 
 def _tables(res: analysis.StudyAnalysis) -> List[Table]:
@@ -212,7 +212,8 @@ def _tables(res: analysis.StudyAnalysis) -> List[Table]:
 
 def _target_table(res) -> Table:
     t = Table("time-to-target", "Time to target beside throughput",
-              ["axis", "nodes", "ranks", "global batch", "seeds", "reached", "steps to target",
+              ["axis", "nodes", "ranks", "global batch", "learning rate (rule, warm-up steps)",
+               "seeds", "reached", "steps to target",
                "samples to target", "time to target (s, range)", "statistical efficiency",
                "time-to-target speedup", "throughput speedup"],
               meta={"summary": "MLPerf-style over seeds: with >= 5, the fastest and slowest "
@@ -224,14 +225,16 @@ def _target_table(res) -> Table:
         st, sa, ti = c["steps"], c["samples"], c["time_s"]
         rng = (f"{ti['mean']:.3g} ({ti['min']:.3g}–{ti['max']:.3g})" if ti["mean"] is not None
                else f"not reached in {c['max_steps']} steps")
-        t.add([c["axis"], c["nodes"], c["ranks"], c["global_batch"], c["seeds"],
+        lr = c["lr"]
+        t.add([c["axis"], c["nodes"], c["ranks"], c["global_batch"],
+               f"{_f(lr['lr'], 4)} ({lr['rule']}, {lr['warmup_steps']})", c["seeds"],
                f"{c['reached']}/{c['seeds']}", _f(st["mean"], 4), _f(sa["mean"], 4), rng,
                _f(c["statistical_efficiency"]), _f(c["ttt_speedup"]),
                _f(c["throughput_speedup"])],
               {k: c.get(k) for k in ("axis", "nodes", "ranks", "global_batch", "seeds",
                                      "seed_values", "reached", "max_steps", "steps", "samples",
                                      "time_s", "statistical_efficiency", "ttt_speedup",
-                                     "throughput_speedup", "target")})
+                                     "throughput_speedup", "target", "lr")})
     return t
 
 

@@ -90,7 +90,8 @@ _TARGET_FLAGS: Dict[str, Tuple[type, str]] = {"target": (str, "--target"),
 _MODEL_KEYS = ("fit", "calibrate")
 _STUDY_KEYS = ("name", "description", "scaling", "repeats")
 _LAYOUT_KEYS = ("ranks", "nodes", "ranks_per_node")
-_AXES_KEYS = ("backend", "compression", "exchange", "network")
+_AXES_KEYS = ("backend", "compression", "exchange", "network", "lr_scaling")
+LR_RULES = ("linear", "none")
 _RUN_KEYS = ("timeout", "threads_per_rank", "env", "mpirun_args", "tag")
 SLURM_KEYS = ("partition", "account", "qos", "constraint", "time", "cpus_per_task",
               "gpus_per_node", "ntasks_per_node", "mem", "signal_lead", "mpi", "modules",
@@ -146,6 +147,7 @@ class Point:
     params: Tuple[Tuple[str, Any], ...] = ()
     declared: str = ""         # the study's declarations (JSON), carried into every record
     network: str = ""          # the cluster box's link rate this point needs ("": any machine)
+    lr_rule: str = ""          # [axes] lr_scaling: this point's learning-rate rule ("": no axis)
 
     @property
     def ranks(self) -> int:
@@ -159,7 +161,8 @@ class Point:
     def id(self) -> str:
         """Stable across runs and machines: what ``runs.jsonl`` is matched against."""
         return (f"n{self.nodes}-r{self.ranks_per_node}-{self.backend}-{self.compression}"
-                + (f"-{self.network}" if self.network else "") + f"-rep{self.repeat}")
+                + (f"-{self.network}" if self.network else "")
+                + (f"-lr{self.lr_rule}" if self.lr_rule else "") + f"-rep{self.repeat}")
 
     @property
     def group(self) -> str:
@@ -171,7 +174,8 @@ class Point:
                 "ranks_per_node": self.ranks_per_node, "ranks": self.ranks,
                 "repeat": self.repeat, "backend": self.backend, "compression": self.compression,
                 "batch_size": self.batch_size, "global_batch": self.global_batch,
-                **({"network": self.network} if self.network else {})}
+                **({"network": self.network} if self.network else {}),
+                **({"lr_scaling": self.lr_rule} if self.lr_rule else {})}
 
     def train_args(self, results_path) -> List[str]:
         """The arguments that follow ``hpcdl train`` for this point (no leading 'train')."""
@@ -179,6 +183,8 @@ class Point:
                 "--backend", self.backend, "--compression", self.compression]
         for key, value in self.params:
             args += [(_WORKLOAD_KEYS.get(key) or _TARGET_FLAGS[key])[1], str(value)]
+        if self.lr_rule:
+            args += ["--lr-scaling", self.lr_rule]
         args += ["--study", self.study,
                  "--point", json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))]
         if self.declared:
@@ -205,6 +211,7 @@ class Study:
     compressions: List[str]
     slurm: Dict[str, Any]
     networks: List[str] = field(default_factory=lambda: [""])   # [axes] network: box link rates
+    lr_rules: List[str] = field(default_factory=lambda: [""])   # [axes] lr_scaling
     exchanges: List[Tuple[str, str]] = field(default_factory=list)  # [axes] exchange, else the product
     timeout: float = DEFAULT_TIMEOUT
     env: Dict[str, str] = field(default_factory=dict)
@@ -245,14 +252,14 @@ class Study:
             params = dict(self.params)
             if self.target:
                 params["seed"] = int(self.params.get("seed", 0)) + rep
-            for net in self.networks:
+            for net, rule in ((n, r) for n in self.networks for r in self.lr_rules):
                 for backend, comp in self.exchange_pairs:
                     for nodes, rpn in self.layouts:
                         ranks = nodes * rpn
                         per_rank = self.batch // ranks if self.scaling == "strong" else self.batch
                         out.append(Point(self.name, nodes, rpn, rep, backend, comp, per_rank,
                                          self.workload, tuple(sorted(params.items())),
-                                         declared, net))
+                                         declared, net, rule))
         return out
 
     @property
@@ -327,6 +334,11 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
         backends = list(dict.fromkeys(b for b, _ in exchanges))
         compressions = list(dict.fromkeys(c for _, c in exchanges))
     networks = _network_axis(v, ax)
+    lr_rules = (v.str_list(ax, "axes.lr_scaling", LR_RULES, default=None)
+                if "lr_scaling" in ax else [""])
+    if "lr_scaling" in ax and "lr_scaling" in params:
+        v.fail("axes.lr_scaling", "and workload.lr_scaling both set the learning-rate rule: keep "
+                                  "one")
     timeout, env, mpirun_args = _run_section(v, raw)
     slurm = _slurm_section(v, raw, layouts, by_nodes)
     model = v.table(raw, "model")
@@ -335,7 +347,8 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
         cluster.setting("HPCDL_RESULTS_ROOT") or "results")
     return Study(name=name, path=path, scaling=scaling, workload=workload, params=params,
                  batch=batch, layouts=layouts, repeats=repeats, backends=backends,
-                 compressions=compressions, networks=networks, exchanges=exchanges, slurm=slurm, timeout=timeout, env=env,
+                 compressions=compressions, networks=networks, lr_rules=lr_rules,
+                 exchanges=exchanges, slurm=slurm, timeout=timeout, env=env,
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
                  fit=v.get(model, "model.fit", str, default=""),
                  calibrate_nodes_max=_calibrate_key(v, model), target=target, raw=raw)

@@ -81,3 +81,20 @@ def test_the_report_shows_time_to_target_the_overlay_and_an_unreached_target(tmp
     assert row2.endswith("| 1.000 | 2.000 | 2.000 |")   # same samples; time halves, as throughput
     assert (tmp_path / "convergence.png").is_file() and (tmp_path / "time-to-target.png").is_file()
     assert (tmp_path / "time-to-target.csv").is_file()
+
+
+def test_a_learning_rate_axis_keeps_its_configurations_apart():
+    recs = []
+    for rule, at in (("linear", 50), ("none", 80)):
+        for s in range(5):
+            for n in (1, 2):
+                r = _rec(n, s, at)
+                r["point"]["lr_scaling"] = rule
+                r["point"]["id"] = r["point"]["id"].replace("-rep", f"-lr{rule}-rep")
+                r["params"]["lr_scaling"] = rule
+                recs.append(r)
+    res = analysis.analyse(recs, "s")
+    assert res.axes == ["horovod/none lr:linear", "horovod/none lr:none"]
+    steps = {(c["axis"], c["ranks"]): c["steps"]["mean"] for c in res.convergence}
+    assert steps[("horovod/none lr:none", 2)] == 80 and steps[("horovod/none lr:linear", 2)] == 50
+    assert {c["lr"]["rule"] for c in res.convergence} == {"linear", "none"}

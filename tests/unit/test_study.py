@@ -263,3 +263,20 @@ def test_a_bad_target_section_is_refused_naming_its_key(tmp_path, change, key):
     with pytest.raises(study.StudyError) as err:
         study.load(write(tmp_path, TARGET.replace(*change)), results_root=tmp_path / "r")
     assert key in str(err.value), err.value
+
+
+def test_the_learning_rate_rule_can_be_an_axis(tmp_path):
+    text = TARGET.replace('"strong"', '"weak"').replace("global_batch = 400", "batch_size = 100")
+    text = text.replace('compression = ["none", "fp16"]',
+                        'compression = ["none"]\nlr_scaling = ["linear", "none"]')
+    st = study.load(write(tmp_path, text), results_root=tmp_path / "r")
+    pts = [p for p in st.points() if p.repeat == 0]
+    assert [p.id for p in pts if p.ranks == 4] == ["n1-r4-horovod-none-lrlinear-rep0",
+                                                   "n1-r4-horovod-none-lrnone-rep0"]
+    for p in pts:
+        args = p.train_args("runs.jsonl")
+        assert args[args.index("--lr-scaling") + 1] == p.lr_rule
+        assert json.loads(args[args.index("--point") + 1])["lr_scaling"] == p.lr_rule
+    with pytest.raises(study.StudyError, match="axes.lr_scaling"):
+        study.load(write(tmp_path, text.replace("seed = 7\n", 'seed = 7\nlr_scaling = "none"\n')),
+                   results_root=tmp_path / "r")
