@@ -39,6 +39,12 @@ Example::
 
     [model]                       # how the report calibrates the communication model
     fit = "results/bench/fit.json"   # from 'hpcdl bench fit' (default: this study's own runs)
+
+    [target]                      # time to accuracy: each repeat is then a seed
+    metric = "accuracy"           # or "loss", on the held-out set
+    value = 0.89
+    max_steps = 1000              # instead of workload.steps; training ends at the target
+    eval_every = 1000             # samples seen between evaluations
 """
 from __future__ import annotations
 
