@@ -121,9 +121,10 @@ class Evaluations:
     Every ``every`` samples seen (a step's global batch at a time), and at the last step, every
     rank evaluates the held-out set together (:meth:`Replica.evaluate`, a collective at the same
     step on every rank, as the schedule depends on the step only). With a target (metric,
-    value) and no interval, every ``log_every`` steps. Times are of training alone: the time
-    spent evaluating is left out, so that time to target compares rank counts, whose
-    evaluations take different times, on their training.
+    value) and no interval, every ``log_every`` steps. ``wall_s`` is the wall-clock time since
+    the first step; ``time_s`` is of training alone, the time spent evaluating left out, so that
+    time to target compares rank counts, whose evaluations take different times, on their
+    training.
     """
 
     def __init__(self, opts, global_batch: int, steps: int):
@@ -141,7 +142,7 @@ class Evaluations:
     def run(self, rep, res: "LoopResult", step: int, t_run: float) -> float:
         """Evaluate at ``step``; return the seconds it took. Sets ``res.target`` once reached."""
         t0 = time.perf_counter()
-        ev = {"step": step, "samples": step * self.batch,
+        ev = {"step": step, "samples": step * self.batch, "wall_s": t0 - t_run,
               "time_s": t0 - t_run - res.eval_time, **rep.evaluate()}
         res.evals.append(ev)
         dt = time.perf_counter() - t0

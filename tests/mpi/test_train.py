@@ -205,6 +205,9 @@ def test_a_target_ends_training_at_the_same_step_on_one_and_two_ranks(tmp_path):
     e1, e2 = one["metrics"]["evals"], two["metrics"]["evals"]
     assert [e["step"] for e in e1] == [e["step"] for e in e2] == list(range(10, t1["steps"] + 1, 10))
     assert all(abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.001 for a, b in zip(e1, e2))
+    # training time leaves the evaluations out; the wall clock does not
+    assert all(0 < e["time_s"] <= e["wall_s"] for e in e1 + e2)
+    assert e1[-1]["wall_s"] - e1[-1]["time_s"] > e1[0]["wall_s"] - e1[0]["time_s"]
     assert e1[-1]["test_accuracy"] >= 0.88
     assert all(e["test_accuracy"] < 0.88 for e in e1[:-1])
     assert f"reached at step {t1['steps']}" in r1.stdout and f"reached at step {t1['steps']}" in r2.stdout
