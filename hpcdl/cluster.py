@@ -24,7 +24,11 @@ SETTINGS = {
                      "divided by its ranks)",
     "HPCDL_HOST": "the node name to record (default: SLURMD_NODENAME, else the hostname)",
     "HPCDL_DATA": "dataset path for workloads that read one (mnist: mnist.npz, mnist-5k or sklearn-digits)",
-    "HPCDL_RESULTS": "results file that 'hpcdl train' appends its record to",
+    "HPCDL_RESULTS": "results file that 'hpcdl train' (and the Keras ScalingRecorder) appends "
+                     "its record to",
+    "HPCDL_STUDY": "study name that the Keras ScalingRecorder stores in its record",
+    "HPCDL_POINT": "study point (JSON) that the Keras ScalingRecorder stores in its record",
+    "HPCDL_DECLARED": "the study's declarations (JSON) that the Keras ScalingRecorder stores",
     "HPCDL_BENCH_RESULTS": "results file that 'hpcdl bench allreduce' appends its record to",
     "HPCDL_RESULTS_ROOT": "folder that holds results/<study> (default: results)",
     "HPCDL_STOP_FILE": "a file whose existence stops training at the next agreement, with a "

@@ -1,0 +1,64 @@
+#!/usr/bin/env python
+"""What the Keras ScalingRecorder costs: examples/keras_fit_horovod.py with and without it.
+
+Rounds alternate which runs first; each run prints the script's own img/sec per rank (its own
+timer, the same in both); the figure per rank count is the median over rounds of the
+with/without ratio (target: >= 0.99, i.e. at most 1% of the step).
+
+    python benchmarks/keras_recorder_overhead.py [--rounds 5] [--ranks 1,2] [--epochs 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hpcdl.launch import local  # noqa: E402
+
+RATE = re.compile(r"^Script img/sec per rank: ([0-9.]+)", re.M)
+
+
+def rate(np_: int, opts, recorder: bool, results: Path) -> float:
+    argv = [sys.executable, str(ROOT / "examples" / "keras_fit_horovod.py"), "--data", "synthetic",
+            "--epochs", str(opts.epochs), "--batch-size", str(opts.batch_size),
+            "--results", str(results)] + ([] if recorder else ["--no-recorder"])
+    if np_ > 1:
+        argv = local.mpirun_command(np_, argv)
+    res = local.run(argv, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    if res.returncode != 0 or res.timed_out:
+        raise SystemExit(f"example failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    return float(RATE.search(res.stdout).group(1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--ranks", default="1,2")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=32)
+    opts = ap.parse_args(argv)
+    print(f"# python benchmarks/keras_recorder_overhead.py --rounds {opts.rounds} --ranks "
+          f"{opts.ranks} --epochs {opts.epochs} --batch-size {opts.batch_size}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for np_ in (int(x) for x in opts.ranks.split(",")):
+            ratios = []
+            for r in range(opts.rounds):
+                order = (True, False) if r % 2 == 0 else (False, True)
+                got = {rec: rate(np_, opts, rec, Path(tmp) / "runs.jsonl") for rec in order}
+                ratios.append(got[True] / got[False])
+                print(f"ranks {np_} round {r + 1}: with {got[True]:.1f}, without {got[False]:.1f} "
+                      f"img/s per rank, ratio {ratios[-1]:.3f}", flush=True)
+            print(f"ranks {np_}: median ratio with/without {statistics.median(ratios):.3f} over "
+                  f"{len(ratios)} rounds (target >= 0.99)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Scaling records from your own ``model.fit``: the :class:`ScalingRecorder` Keras callback.
+
+Add it to the callbacks of a Keras script, with or without Horovod::
+
+    from hpcdl.keras import ScalingRecorder
+    model.fit(data, epochs=2, callbacks=[*horovod_callbacks,
+              ScalingRecorder("results/runs.jsonl", batch_size=64)])
+
+It only watches: it times every training batch after ``warmup`` batches (from batch begin to
+batch end, so the gradients' exchange that Horovod's optimizer does inside the step is in), keeps
+the loss and metrics Keras reports per epoch, and at the end of training has rank 0 append one
+record in hpcdl's format (the same schema, manifest and cluster facts as ``hpcdl train``) that
+``hpcdl study report`` reads. Throughput comes, as in hpcdl's own loop, from the iterations (of
+``per_iter`` batches) of the rank whose timed batches took longest in all. It cannot split a
+step into compute and exchange (the exchange happens inside Keras' step, where a callback cannot
+time it), and the record says so. Under ``hpcdl study run`` (or a study's job script) the study,
+point and results file come from the environment (``HPCDL_STUDY``, ``HPCDL_POINT``,
+``HPCDL_RESULTS``), so the script needs no hpcdl options.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import List, Optional
+
+import tensorflow as tf
+
+from . import cluster, records
+from .trainloop import summarize_values
+
+__all__ = ["ScalingRecorder"]
+
+
+def _horovod():
+    """Horovod (its TensorFlow module, the same runtime as its Keras one) when this process
+    initialised it, else None (one process)."""
+    try:
+        import horovod.tensorflow as hvd
+        hvd.size()
+        return hvd
+    except (ImportError, ValueError):
+        return None
+
+
+class ScalingRecorder(tf.keras.callbacks.Callback):
+    """Times ``model.fit``'s batches and appends one hpcdl record at the end (rank 0)."""
+
+    def __init__(self, results: Optional[str] = None, batch_size: Optional[int] = None,
+                 warmup: int = 10, per_iter: int = 10, workload: Optional[str] = None,
+                 tag: Optional[str] = None):
+        super().__init__()
+        self.results = results or cluster.setting("HPCDL_RESULTS") or "results/runs.jsonl"
+        self.batch_size, self.warmup, self.per_iter = batch_size, warmup, per_iter
+        self.workload, self.tag = workload, tag
+        self.batch_times: List[float] = []
+        self.epochs: List[dict] = []
+        self._t0 = self._start = 0.0
+        self._seen = 0
+
+    # --- what Keras calls -----------------------------------------------------------------------
+    def on_train_begin(self, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        dt = time.perf_counter() - self._t0
+        self._seen += 1
+        if self._seen > self.warmup:
+            self.batch_times.append(dt)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append({"epoch": epoch + 1, "batches": self._seen,
+                            **{k: float(v) for k, v in (logs or {}).items()}})
+
+    def on_train_end(self, logs=None):
+        record = self.record(time.perf_counter() - self._start)
+        if record is not None and self.results != "-":
+            records.append(self.results, record)
+            print(f"Record appended to {self.results}", flush=True)
+
+    # --- the record --------------------------------------------------------------------------------
+    def record(self, wall: float) -> Optional[dict]:
+        """Every rank takes part (a collective under Horovod); rank 0 gets the record."""
+        hvd = _horovod()
+        size, rank = (hvd.size(), hvd.rank()) if hvd else (1, 0)
+        iters = [sum(self.batch_times[i:i + self.per_iter])
+                 for i in range(0, len(self.batch_times) - self.per_iter + 1, self.per_iter)]
+        iters = self._slowest(hvd, iters)
+        layout = cluster.discover()
+        hosts = hvd.allgather_object(layout.host) if hvd else [layout.host]
+        if rank != 0:
+            return None
+        per_rank = self.batch_size
+        rate = summarize_values(per_rank * self.per_iter / t for t in iters if t > 0) \
+            if per_rank else {"n": 0}
+        unit = "samples/s" if per_rank else "unknown (give ScalingRecorder batch_size)"
+        last = self.epochs[-1] if self.epochs else {}
+        return {
+            "schema": records.SCHEMA, "kind": "train", "status": "ok",
+            "study": cluster.setting("HPCDL_STUDY"), "point": _json_setting("HPCDL_POINT"),
+            "tag": self.tag, "declared": _json_setting("HPCDL_DECLARED"),
+            "time": records.now_iso(),
+            "source": "keras-callback",
+            "params": {"workload": self.workload or f"keras:{self.model.name}",
+                       "batch_size": per_rank, "global_batch": per_rank * size if per_rank else None,
+                       "steps": self._seen, "warmup": self.warmup, "batches_per_iter": self.per_iter,
+                       "backend": "horovod" if hvd else "none", "compression": "none"},
+            "layout": {"size": size, "nodes": layout.num_nodes,
+                       "ranks_per_node": layout.local_size, "hosts": sorted(set(hosts))},
+            "metrics": {
+                "throughput": {**{k: (v * size if k != "n" else v) for k, v in rate.items()},
+                               "unit": unit},
+                "throughput_per_rank": {**rate, "unit": unit},
+                "step_time": summarize_values(self.batch_times),
+                "split": {"method": "none", "why": "a Keras callback sees whole steps: the "
+                          "exchange inside the step cannot be timed apart from the compute"},
+                "epochs": self.epochs, "final_loss": last.get("loss"),
+                "wall_time_s": wall},
+            "manifest": records.manifest(layout, hosts=hosts,
+                                         extra={"recorder": "hpcdl.keras.ScalingRecorder"}),
+        }
+
+    def _slowest(self, hvd, iters: List[float]) -> List[float]:
+        """The iteration times of the rank whose timed iterations took longest in all."""
+        if not hvd:
+            return iters
+        totals = hvd.allgather_object(sum(iters))
+        counts = min(hvd.allgather_object(len(iters)))
+        slow = max(range(len(totals)), key=lambda r: totals[r])
+        return hvd.broadcast_object(iters[:counts], root_rank=slow)
+
+
+def _json_setting(name: str):
+    text = cluster.setting(name)
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
