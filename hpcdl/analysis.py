@@ -17,11 +17,12 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import convergence, costmodel
+from .records import lookup as _get
 from .costmodel import PRESETS, Network, StepModel
 
 EXTRAPOLATE_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -62,12 +63,19 @@ def pooled(means: Sequence[float], stds: Sequence[float], ns: Sequence[int]):
 
 # --- records -> rows ----------------------------------------------------------------------------
 
-def _get(d, *keys, default=None):
-    for k in keys:
-        if not isinstance(d, dict) or k not in d:
-            return default
-        d = d[k]
-    return d
+def record_axis(rec: dict) -> Tuple[str, str, str, str]:
+    """(backend, compression, box link rate, learning-rate rule) of a record: what keeps its
+    configurations apart beside the layout ("" where a study has no such axis)."""
+    params = rec.get("params") or {}
+    return (params.get("backend", "horovod"), params.get("compression", "none"),
+            _get(rec, "point", "network") or _get(rec, "box", "link_rate") or "",
+            _get(rec, "point", "lr_scaling") or "")
+
+
+def axis_name(backend: str, compression: str, network: str = "", lr_rule: str = "") -> str:
+    """How a report names an axis: horovod/none, horovod/fp16@200mbit, ... lr:linear."""
+    return (f"{backend}/{compression}" + (f"@{network}" if network else "")
+            + (f" lr:{lr_rule}" if lr_rule else ""))
 
 
 @dataclass
@@ -107,8 +115,7 @@ class Row:
 
     @property
     def axis(self) -> str:
-        return (f"{self.backend}/{self.compression}" + (f"@{self.network}" if self.network else "")
-                + (f" lr:{self.lr_rule}" if self.lr_rule else ""))
+        return axis_name(self.backend, self.compression, self.network, self.lr_rule)
 
     @property
     def wire_bytes(self) -> float:
@@ -156,12 +163,11 @@ def group_records(recs: Iterable[dict]) -> List[Row]:
             continue
         if _get(rec, "metrics", "throughput", "mean") is None:
             continue
-        params, lay = rec.get("params") or {}, rec.get("layout") or {}
+        lay = rec.get("layout") or {}
         size, nodes = int(lay.get("size") or 1), int(lay.get("nodes") or 1)
         rpn = int(lay.get("ranks_per_node") or max(1, size // nodes))
-        net = _get(rec, "point", "network") or _get(rec, "box", "link_rate") or ""
-        key = (params.get("backend", "horovod"), params.get("compression", "none"), nodes, rpn,
-               size, net, _get(rec, "point", "lr_scaling") or "")
+        backend, comp, net, lr_rule = record_axis(rec)
+        key = (backend, comp, nodes, rpn, size, net, lr_rule)
         groups.setdefault(key, []).append(rec)
     rows = [_row(key, rs) for key, rs in groups.items()]
     rows.sort(key=lambda r: (_rate(r.network), r.backend, r.compression, r.lr_rule, r.ranks,
@@ -581,7 +587,8 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         extrapolation_bytes=base[0].wire_bytes, cores=cores,
         published=published_comparison(measured_window=_measured_window(models[first])),
         all_points_models=everything,
-        convergence=convergence.analyse(recs, {(r.axis, r.ranks): r.speedup for r in rows}))
+        convergence=convergence.analyse(recs, lambda rec: axis_name(*record_axis(rec)),
+                                        {(r.axis, r.ranks): r.speedup for r in rows}))
 
 
 def _measured_window(model: StepModel) -> Optional[float]:

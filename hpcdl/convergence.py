@@ -19,28 +19,13 @@ Computes only (numpy); the report renders it.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .records import lookup as _get
+
 MLPERF_MIN_SEEDS = 5
-
-
-def _get(d, *keys, default=None):
-    for k in keys:
-        if not isinstance(d, dict) or k not in d:
-            return default
-        d = d[k]
-    return d
-
-
-def axis_of(rec: dict) -> str:
-    """The configuration's axis, as the scaling analysis names it."""
-    params = rec.get("params") or {}
-    net = _get(rec, "point", "network") or _get(rec, "box", "link_rate") or ""
-    rule = _get(rec, "point", "lr_scaling") or ""
-    return (f"{params.get('backend', 'horovod')}/{params.get('compression', 'none')}"
-            + (f"@{net}" if net else "") + (f" lr:{rule}" if rule else ""))
 
 
 def metric_of(recs: Sequence[dict]) -> Optional[str]:
@@ -70,10 +55,11 @@ def summarise(values: Sequence[float]) -> dict:
             "method": method}
 
 
-def analyse(recs: Sequence[dict], throughput_speedup: Optional[Dict[tuple, float]] = None
-            ) -> List[dict]:
+def analyse(recs: Sequence[dict], axis_of: Callable[[dict], str],
+            throughput_speedup: Optional[Dict[tuple, float]] = None) -> List[dict]:
     """One entry per configuration with evaluations, ordered by axis then ranks; [] if none.
-    ``throughput_speedup`` maps (axis, ranks) to the scaling table's speedup."""
+    ``axis_of`` names a record's axis as the scaling analysis does; ``throughput_speedup`` maps
+    (axis, ranks) to the scaling table's speedup."""
     metric = metric_of(recs)
     if metric is None:
         return []

@@ -61,6 +61,15 @@ def read(path, *, warn: bool = True) -> List[dict]:
     return list(iter_records(path, warn=warn))
 
 
+def lookup(rec, *keys, default=None):
+    """``rec[k1][k2]...``, or ``default`` where a key or a level is missing."""
+    for k in keys:
+        if not isinstance(rec, dict) or k not in rec:
+            return default
+        rec = rec[k]
+    return rec
+
+
 def iter_records(path, *, warn: bool = True) -> Iterator[dict]:
     path = Path(path)
     if not path.exists():
