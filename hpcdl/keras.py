@@ -26,7 +26,7 @@ from typing import List, Optional
 import tensorflow as tf
 
 from . import cluster, records
-from .trainloop import summarize_values
+from .trainloop import slowest_rank_iterations, summarize_values
 
 __all__ = ["ScalingRecorder"]
 
@@ -87,7 +87,8 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
         size, rank = (hvd.size(), hvd.rank()) if hvd else (1, 0)
         iters = [sum(self.batch_times[i:i + self.per_iter])
                  for i in range(0, len(self.batch_times) - self.per_iter + 1, self.per_iter)]
-        iters = self._slowest(hvd, iters)
+        if hvd:
+            iters = slowest_rank_iterations(hvd, tf, iters)
         layout = cluster.discover()
         hosts = hvd.allgather_object(layout.host) if hvd else [layout.host]
         if rank != 0:
@@ -121,15 +122,6 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
             "manifest": records.manifest(layout, hosts=hosts,
                                          extra={"recorder": "hpcdl.keras.ScalingRecorder"}),
         }
-
-    def _slowest(self, hvd, iters: List[float]) -> List[float]:
-        """The iteration times of the rank whose timed iterations took longest in all."""
-        if not hvd:
-            return iters
-        totals = hvd.allgather_object(sum(iters))
-        counts = min(hvd.allgather_object(len(iters)))
-        slow = max(range(len(totals)), key=lambda r: totals[r])
-        return hvd.broadcast_object(iters[:counts], root_rank=slow)
 
 
 def _json_setting(name: str):

@@ -294,8 +294,7 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
     iters, per_iter = loop.iter_times, plan.per_iter
     if not iters and loop.step_times:          # fewer timed steps than one iteration
         iters, per_iter = [float(sum(loop.step_times))], len(loop.step_times)
-    n_it = int(slowest([len(iters)], hvd.Min, "hpcdl.nit")[0])
-    times = _slowest_rank_iterations(rep, iters[:n_it]) if n_it else []
+    times = slowest_rank_iterations(hvd, tf, iters)
     rate = summarize_values(plan.batch * per_iter / t for t in times if t > 0)
     total = {k: (v * rt.size if k != "n" else v) for k, v in rate.items()}
     own = summarize_values(loop.step_times)
@@ -321,15 +320,21 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
     return out
 
 
-def _slowest_rank_iterations(rep, iters):
-    """The iteration times of the rank whose timed iterations took longest in all."""
-    np, tf, hvd, rt = rep.np, rep.rt.tf, rep.rt.hvd, rep.rt
-    totals = np.zeros(rt.size)
-    totals[rt.rank] = float(sum(iters))
-    totals = hvd.allreduce(tf.constant(totals), op=hvd.Sum, name="hpcdl.iter_totals").numpy()
-    slow = int(np.argmax(totals))
-    return hvd.broadcast(tf.constant(np.asarray(iters, dtype=np.float64)), root_rank=slow,
-                         name="hpcdl.iters").numpy()
+def slowest_rank_iterations(hvd, tf, iters) -> list:
+    """The iteration times of the rank whose timed iterations took longest in all, the first n
+    of each rank's (n: the fewest any rank timed). A collective: every rank calls it, with
+    Horovod's TensorFlow module; hpcdl's loop and the Keras ScalingRecorder both do."""
+    n = int(hvd.allreduce(tf.constant([float(len(iters))], tf.float64), op=hvd.Min,
+                          name="hpcdl.nit").numpy()[0])
+    if not n:
+        return []
+    totals = [0.0] * hvd.size()
+    totals[hvd.rank()] = float(sum(iters[:n]))
+    totals = hvd.allreduce(tf.constant(totals, tf.float64), op=hvd.Sum,
+                           name="hpcdl.iter_totals").numpy().tolist()
+    slow = max(range(len(totals)), key=totals.__getitem__)
+    return hvd.broadcast(tf.constant([float(t) for t in iters[:n]], tf.float64), root_rank=slow,
+                         name="hpcdl.iters").numpy().tolist()
 
 
 def _split(rep, loop, step_median, slowest) -> dict:
