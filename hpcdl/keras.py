@@ -19,7 +19,6 @@ point and results file come from the environment (``HPCDL_STUDY``, ``HPCDL_POINT
 """
 from __future__ import annotations
 
-import json
 import time
 from typing import List, Optional
 
@@ -100,8 +99,9 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
         last = self.epochs[-1] if self.epochs else {}
         return {
             "schema": records.SCHEMA, "kind": "train", "status": "ok",
-            "study": cluster.setting("HPCDL_STUDY"), "point": _json_setting("HPCDL_POINT"),
-            "tag": self.tag, "declared": _json_setting("HPCDL_DECLARED"),
+            "study": cluster.setting("HPCDL_STUDY"), "tag": self.tag,
+            "point": records.json_or_text(cluster.setting("HPCDL_POINT")),
+            "declared": records.json_or_text(cluster.setting("HPCDL_DECLARED")),
             "time": records.now_iso(),
             "source": "keras-callback",
             "params": {"workload": self.workload or f"keras:{self.model.name}",
@@ -122,13 +122,3 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
             "manifest": records.manifest(layout, hosts=hosts,
                                          extra={"recorder": "hpcdl.keras.ScalingRecorder"}),
         }
-
-
-def _json_setting(name: str):
-    text = cluster.setting(name)
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text

@@ -70,6 +70,17 @@ def lookup(rec, *keys, default=None):
     return rec
 
 
+def json_or_text(text):
+    """A record field given on a command line or in the environment: its JSON value, the text
+    itself where it is not JSON, None where there is none."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def iter_records(path, *, warn: bool = True) -> Iterator[dict]:
     path = Path(path)
     if not path.exists():

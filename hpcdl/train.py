@@ -302,7 +302,8 @@ def _record(rep, opts, f, resumed) -> dict:
     hvd = rt.hvd
     return {
         "schema": records.SCHEMA, "kind": "train", "study": opts.study,
-        "point": _parse_json(opts.point), "declared": _parse_json(opts.declared), "tag": opts.tag,
+        "point": records.json_or_text(opts.point),
+        "declared": records.json_or_text(opts.declared), "tag": opts.tag,
         "time": records.now_iso(), "status": "ok",
         "params": {"workload": wl.name, "batch_size": plan.batch, "global_batch": plan.global_batch,
                    "steps": plan.steps, "warmup": plan.warmup, "batches_per_iter": plan.per_iter,
@@ -326,16 +327,6 @@ def _record(rep, opts, f, resumed) -> dict:
             "nccl": bool(hvd.nccl_built()), "mpi_enabled": bool(hvd.mpi_enabled()),
             "gloo_enabled": bool(hvd.gloo_enabled())}}),
     }
-
-
-def _parse_json(text):
-    if text is None:
-        return None
-    import json
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def _workload_params(wl, opts) -> dict:
