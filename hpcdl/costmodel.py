@@ -472,7 +472,8 @@ def _calibrate_compute(m: StepModel, obs: Sequence[Observation]) -> None:
         return
     rpn = min(o.ranks_per_node for o in probed)
     least = [o for o in probed if o.ranks_per_node == rpn]
-    base = [o for o in least if o.ranks > 1] or least
+    multi = any(o.ranks > 1 for o in least)
+    base = [o for o in least if o.ranks > 1] if multi else least
     b = np.array([o.batch_size for o in base], dtype=float)
     c = np.array([o.compute for o in base])
     if len(set(b)) >= 2:
@@ -481,7 +482,6 @@ def _calibrate_compute(m: StepModel, obs: Sequence[Observation]) -> None:
         m.c1 = float(np.mean(c / np.maximum(b, 1)))     # proportional to the batch
     m.measured = {f"{o.ranks}:{o.batch_size}": float(o.compute) for o in probed}
     m.compute_probed = True
-    multi = base is not least
     m.notes.append("compute: the probed compute time of each measured configuration; the "
                    f"extrapolation uses compute(b) = c0 + c1 b fitted to the "
                    f"{'multi-rank runs' if multi else 'runs'} with {rpn} rank(s) per node"
