@@ -547,7 +547,10 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
     cores = _get(recs[0], "manifest", "cpu_count")
     flag_rows(rows, cores)
     models = {}
-    for axis in axes(rows):
+    # an axis whose records time no step (a script seen only from outside) has no model
+    timed = [a for a in axes(rows)
+             if any(math.isfinite(r.step_time) for r in rows if r.axis == a)]
+    for axis in timed:
         sel = [r for r in rows if r.axis == axis]
         algo = algorithm or costmodel.algorithm_for(sel[0].backend, sel[0].compression)
         fit = load_fit(fit_doc, sel[0].backend, sel[0].compression) if fit_doc else None
@@ -564,13 +567,13 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         heldout_errors(sel, algo, fit)
     # Extrapolate the first axis whose model is determined, uncompressed ones first. The network
     # presets need only the study's compute; "measured here" needs its alpha and beta too.
-    order = sorted(axes(rows), key=lambda a: (not models[a].determined,
-                                              not models[a].compute_probed, not a.endswith("/none")))
-    first = order[0]
+    order = sorted(timed, key=lambda a: (not models[a].determined,
+                                         not models[a].compute_probed, not a.endswith("/none")))
+    first = order[0] if order else axes(rows)[0]
     base = [r for r in rows if r.axis == first]
     batch = base[0].global_batch if kind == "strong" else base[0].batch_size
     extra = []
-    if models[first].compute_probed:
+    if first in models and models[first].compute_probed:
         nets = dict(PRESETS)
         if models[first].determined:
             nets = {"local": Network("measured here (calibrated)", models[first].alpha,
@@ -585,7 +588,8 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         records=len(recs), rows=rows, models=models, extrapolation=extra,
         extrapolation_axis=first, extrapolation_batch=batch,
         extrapolation_bytes=base[0].wire_bytes, cores=cores,
-        published=published_comparison(measured_window=_measured_window(models[first])),
+        published=published_comparison(measured_window=_measured_window(models[first])
+                                       if first in models else None),
         all_points_models=everything,
         convergence=convergence.analyse(recs, lambda rec: axis_name(*record_axis(rec)),
                                         {(r.axis, r.ranks): r.speedup for r in rows}))

@@ -137,6 +137,9 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
         raise UserError(f"fit {fit_path}: no entry for the study's axes ({', '.join(res.axes)}); "
                         f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")
     tables = _tables(res)
+    points = command_table(recs)
+    if points is not None:
+        tables.append(points)
     command = _command(recs, runs)
     files: List[Path] = []
     for t in tables:
@@ -201,13 +204,74 @@ def _axis_slug(axis: str) -> str:
 def _tables(res: analysis.StudyAnalysis) -> List[Table]:
     notes = _notes(res)
     tables = [_scaling_table(res, axis, notes) for axis in res.axes]
-    tables.append(_model_table(res))
+    if res.models:
+        tables.append(_model_table(res))
     if res.extrapolation:
         tables.append(_extrapolation_table(res))
     tables.append(_published_table(res.published))
     if any(c.get("target") for c in res.convergence):
         tables.append(_target_table(res))
     return tables
+
+
+def command_table(recs: Sequence[dict]) -> Optional[Table]:
+    """Each point of a study of the user's own command, its latest record (failed ones too):
+    exit status, wall time, whether hpcdl's callback recorded it, and every scraped figure."""
+    latest: "OrderedDict[str, dict]" = OrderedDict()
+    for rec in recs:
+        if isinstance(rec.get("command"), dict):
+            pid = str(records.lookup(rec, "point", "id", default=len(latest)))
+            latest.pop(pid, None)
+            latest[pid] = rec
+    if not latest:
+        return None
+    names = list(OrderedDict((n, None) for r in latest.values()
+                             for n in r["command"].get("scraped") or {}))
+    t = Table("command-points", "Your command, point by point",
+              ["point", "ranks", "status", "exit status", "wall time (s)", "recorded by",
+               "throughput from"] + [f"scraped {n}" for n in names],
+              meta={"scraped": "the number on the last output line the study's pattern matched; "
+                               "NO MATCH where no line did (never taken as zero)"})
+    for pid, rec in latest.items():
+        cmd = rec["command"]
+        figs = cmd.get("scraped") or {}
+        thr = records.lookup(rec, "metrics", "throughput")
+        source = ("-" if not thr else thr.get("source") or "hpcdl's callback (timed steps)")
+        t.add([pid, records.lookup(rec, "layout", "size"), rec.get("status"),
+               cmd.get("exit_status"), _f(cmd.get("wall_time_s"), 1),
+               "hpcdl's callback" if cmd.get("recorder") else "the launcher (no callback)",
+               source]
+              + [("NO MATCH" if figs.get(n, {}).get("value") is None else f"{figs[n]['value']:g}")
+                 if n in figs else "-" for n in names],
+              {"point": pid, "status": rec.get("status"), "exit_status": cmd.get("exit_status"),
+               "wall_time_s": cmd.get("wall_time_s"), "recorder": cmd.get("recorder"),
+               "throughput_source": None if not thr else source,
+               **{f"scraped_{n}": figs.get(n, {}).get("value") for n in names}})
+    return t
+
+
+def _command_markdown(recs, by_name) -> List[str]:
+    t = by_name.get("command-points")
+    if t is None:
+        return []
+    cb = [r for r in recs if records.lookup(r, "command", "recorder")]
+    lines = ["## Your command", "",
+             "Each point ran the study's `[workload] command` on every rank. Figures under "
+             "*scraped* were read from the output with the study's `[scrape]` patterns; a pattern "
+             "that matched no line reads NO MATCH. A point that failed is listed here and left "
+             "out of the tables above; `hpcdl study run` (or `submit`) runs it again.", ""]
+    if cb:
+        lines += ["With hpcdl's Keras callback the step time and throughput are timed steps, as "
+                  "in hpcdl's own loop. The compute/exchange split comes from the callback's "
+                  "probes after training (the forward and backward pass alone on random inputs "
+                  "of the batch's shape, then the fp32 allreduce of those gradients), not from "
+                  "the training steps themselves, whose exchange Keras runs inside the step.", ""]
+    if len(cb) < len(recs):
+        lines += ["Without the callback a point is seen from outside: speedup and efficiency "
+                  "come from the scraped throughput where the study names one (`throughput` or "
+                  "`throughput_per_rank`), else from the wall time, start-up included. Such a "
+                  "point has no step time, no compute/exchange split and no model.", ""]
+    return lines + [t.markdown(), "", f"CSV: `{t.name}.csv`", ""]
 
 
 def _target_table(res) -> Table:
@@ -282,7 +346,7 @@ def _model_table(res) -> Table:
                     "point": "fitted: the model was calibrated on it; PREDICTED: it was not",
                     "band": "5-95% of the prediction over a bootstrap of the calibration repeats",
                     "held_out": "worst error predicting one repeat from a model fitted without it"})
-    for r in res.rows:
+    for r in (r for r in res.rows if r.axis in res.models):
         m = res.models[r.axis]
         comp = float(m.compute(r.batch_size, r.ranks))
         ex = float(m.exchange(r.ranks, r.wire_bytes)) if m.determined else None
@@ -400,6 +464,7 @@ def _markdown(res, runs, recs, tables, pngs) -> str:
     if pngs:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
     lines += _target_markdown(res, by_name)
+    lines += _command_markdown(recs, by_name)
     lines += _model_markdown(res, by_name)
     lines += ["## Runs", ""] + _manifest_summary(recs) + [""]
     lines += ["Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""]
@@ -430,6 +495,12 @@ def _target_markdown(res, by_name) -> List[str]:
 
 def _model_markdown(res, by_name) -> List[str]:
     f = costmodel.FORMULAS
+    if not res.models:
+        return ["## Communication model", "",
+                "None: no record times a step (a script run without hpcdl's callback is seen "
+                "only as a whole: wall time and what it prints), so there is no step time to "
+                "calibrate a model on or to split into compute and exchange. Add "
+                "`hpcdl.keras.ScalingRecorder` to the script's callbacks for both.", ""]
     lines = ["## Communication model (everything in this section is MODEL, not measurement)", "",
              "Step time = compute(b) + fixed + exchange(p, n) − min(exchange, window·compute(b)) "
              "(`hpcdl.costmodel`). Compute is the "

@@ -45,6 +45,17 @@ Example::
     value = 0.89
     max_steps = 1000              # instead of workload.steps; training ends at the target
     eval_every = 1000             # samples seen between evaluations
+
+A study of your own script replaces the workload's name and options by the command that runs
+one rank (placeholders {batch_size}, {global_batch}, {ranks}, {nodes}, {repeat}, {results}), and
+may name figures its output prints (a regular expression whose first group is the number)::
+
+    [workload]
+    command = ["python", "train.py", "--batch-size", "{batch_size}"]
+    global_batch = 256
+
+    [scrape]
+    throughput_per_rank = 'img/sec per rank: ([0-9.]+)'   # or throughput (all ranks), or any name
 """
 from __future__ import annotations
 
@@ -88,7 +99,12 @@ _WORKLOAD_KEYS: Dict[str, Tuple[type, str]] = {
 # Smallest allowed value of the [workload] keys (1 when not listed; None: any).
 _WORKLOAD_MIN = {"seed": None, "lr": None, "model": None, "data": None, "lr_scaling": None,
                  "warmup": 0, "num_warmup_batches": 0, "lr_warmup_steps": 0, "probes": 0}
-_SECTIONS = ("study", "workload", "layout", "axes", "run", "slurm", "model", "target")
+_SECTIONS = ("study", "workload", "layout", "axes", "run", "slurm", "model", "target", "scrape")
+# What a [workload] command may name: "{batch_size}" becomes this point's per-rank batch, etc.
+PLACEHOLDERS = ("batch_size", "global_batch", "ranks", "nodes", "repeat", "results")
+_PLACEHOLDER = re.compile(r"\{(\w*)\}")
+# the backend of a command's points: the script exchanges gradients its own way
+SCRIPT_BACKEND = "script"
 _TARGET_KEYS = ("metric", "value", "max_steps", "eval_every")
 # [target] keys that become hpcdl train flags (metric and value make --target METRIC:VALUE)
 _TARGET_FLAGS: Dict[str, Tuple[type, str]] = {"target": (str, "--target"),
@@ -154,6 +170,7 @@ class Point:
     declared: str = ""         # the study's declarations (JSON), carried into every record
     network: str = ""          # the cluster box's link rate this point needs ("": any machine)
     lr_rule: str = ""          # [axes] lr_scaling: this point's learning-rate rule ("": no axis)
+    script: Tuple[str, ...] = ()   # [workload] command, placeholders unexpanded (else hpcdl train)
 
     @property
     def ranks(self) -> int:
@@ -202,6 +219,14 @@ class Point:
         """``["train", *train_args]``: the full hpcdl argument list."""
         return ["train", *self.train_args(results_path)]
 
+    def script_argv(self, results_path) -> List[str]:
+        """The [workload] command of this point, its placeholders filled in; ``results_path`` is
+        where the script's own recorder (hpcdl.keras.ScalingRecorder) writes."""
+        values = {"batch_size": self.batch_size, "global_batch": self.global_batch,
+                  "ranks": self.ranks, "nodes": self.nodes, "repeat": self.repeat,
+                  "results": results_path}
+        return [_PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), word) for word in self.script]
+
 
 @dataclass
 class Study:
@@ -228,6 +253,8 @@ class Study:
     calibrate_nodes_max: int = 0     # [model] calibrate = {nodes_max = N}: the report's model
                                      # is fitted to these points only and predicts the others
     target: str = ""                 # [target]: "accuracy:0.91"; each repeat is then a seed
+    command: List[str] = field(default_factory=list)   # [workload] command: the user's script
+    scrape: Dict[str, str] = field(default_factory=dict)  # [scrape]: figure name -> pattern
     sha256: str = ""                 # of the study file's bytes
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -265,7 +292,7 @@ class Study:
                         per_rank = self.batch // ranks if self.scaling == "strong" else self.batch
                         out.append(Point(self.name, nodes, rpn, rep, backend, comp, per_rank,
                                          self.workload, tuple(sorted(params.items())),
-                                         declared, net, rule))
+                                         declared, net, rule, tuple(self.command)))
         return out
 
     @property
@@ -327,8 +354,9 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
     v = _Validator(path)
     v.only(raw, "", _SECTIONS)
     name, scaling, repeats, description = _study_section(v, raw, path)
-    workload, params, batch = _workload_section(v, raw, scaling)
+    workload, params, batch, command = _workload_section(v, raw, scaling)
     target = _target_section(v, raw, params)
+    scrape = _scrape_section(v, raw, command)
     layouts, by_nodes = _layout_section(v, raw, scaling, batch)
     ax = v.table(raw, "axes")
     v.only(ax, "axes", _AXES_KEYS)
@@ -339,6 +367,9 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
     if exchanges:
         backends = list(dict.fromkeys(b for b, _ in exchanges))
         compressions = list(dict.fromkeys(c for _, c in exchanges))
+    if command:
+        _command_limits(v, raw, ax)
+        backends, compressions = [SCRIPT_BACKEND], ["none"]
     networks = _network_axis(v, ax)
     lr_rules = (v.str_list(ax, "axes.lr_scaling", LR_RULES, default=None)
                 if "lr_scaling" in ax else [""])
@@ -357,7 +388,8 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  exchanges=exchanges, slurm=slurm, timeout=timeout, env=env,
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
                  fit=v.get(model, "model.fit", str, default=""),
-                 calibrate_nodes_max=_calibrate_key(v, model), target=target, raw=raw)
+                 calibrate_nodes_max=_calibrate_key(v, model), target=target, command=command,
+                 scrape=scrape, raw=raw)
 
 
 def _calibrate_key(v, model) -> int:
@@ -414,12 +446,21 @@ def _study_section(v, raw, path):
 
 def _workload_section(v, raw, scaling):
     wl = v.table(raw, "workload", required=True)
-    v.only(wl, "workload", ("name", "batch_size", "global_batch") + tuple(_WORKLOAD_KEYS))
-    workload = v.get(wl, "workload.name", str, required=True)
+    v.only(wl, "workload", ("name", "command", "batch_size", "global_batch") + tuple(_WORKLOAD_KEYS))
+    command = _command_key(v, wl)
+    if command:
+        workload = v.get(wl, "workload.name", str, default=_script_name(command))
+        for key in _WORKLOAD_KEYS:
+            if key in wl:
+                v.fail(f"workload.{key}", "is an option of hpcdl's own training loop, and "
+                                          "workload.command runs your script: give the script's "
+                                          "own options in workload.command")
+    else:
+        workload = v.get(wl, "workload.name", str, required=True)
     from .workloads import BUILTIN
-    if workload not in BUILTIN and not re.match(r"^[\w.]+:[\w]+$", workload):
+    if not command and workload not in BUILTIN and not re.match(r"^[\w.]+:[\w]+$", workload):
         v.fail("workload.name", f"'{workload}' is unknown: use one of {', '.join(BUILTIN)} "
-                                f"or package.module:factory")
+                                f"or package.module:factory (or run your script: workload.command)")
     params = {}
     for key, (typ, _flag) in _WORKLOAD_KEYS.items():
         if key in wl:
@@ -435,7 +476,67 @@ def _workload_section(v, raw, scaling):
                         "workload.batch_size instead (global = per-rank x ranks)"))
     if other in wl:
         v.fail(f"workload.{other}", why)
-    return workload, params, v.get(wl, f"workload.{key}", int, required=True, minimum=1)
+    return (workload, params, v.get(wl, f"workload.{key}", int, required=True, minimum=1),
+            command)
+
+
+def _command_key(v, wl) -> List[str]:
+    """[workload] command: the words that run one rank of the user's script."""
+    if "command" not in wl:
+        return []
+    words = v.get(wl, "workload.command", list)
+    if not words or any(not isinstance(w, str) or not w for w in words):
+        v.fail("workload.command", f"must be a non-empty list of non-empty strings (the words "
+                                   f"of one rank's command), got {words!r}")
+    for word in words:
+        for name in _PLACEHOLDER.findall(word):
+            if name not in PLACEHOLDERS:
+                v.fail("workload.command", f"'{{{name}}}' in {word!r} is not a placeholder: use "
+                                           f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+    return list(words)
+
+
+def _script_name(command: Sequence[str]) -> str:
+    """A workload's default name: the script the command runs (train.py -> train)."""
+    for word in command:
+        if word.endswith(".py"):
+            return Path(word).stem
+    return Path(command[0]).name
+
+
+def _command_limits(v, raw, ax) -> None:
+    """What a study of a command cannot ask: the script owns its exchange and its stopping."""
+    for key in ("backend", "compression", "exchange", "lr_scaling"):
+        if key in ax:
+            v.fail(f"axes.{key}", "sets hpcdl train options, and workload.command runs your own "
+                                  "script: its exchange and learning rate are the script's")
+    if "target" in raw:
+        v.fail("[target]", "needs hpcdl's own evaluations; workload.command runs your script, "
+                           "which decides itself when to stop")
+
+
+def _scrape_section(v, raw, command) -> Dict[str, str]:
+    """[scrape] name = 'regex': figures read from a command's output, the number in the
+    pattern's first group (or its group named 'value'); throughput and throughput_per_rank, in
+    samples per second, also give the point its throughput."""
+    sc = v.table(raw, "scrape")
+    if sc and not command:
+        v.fail("[scrape]", "reads figures a workload.command prints; hpcdl train records its "
+                           "own figures")
+    out = {}
+    for name, pattern in sc.items():
+        if not _NAME_RE.match(name):
+            v.fail(f"scrape.{name}", "a figure's name must be letters, digits, '.', '_' or '-'")
+        pattern = v.get(sc, f"scrape.{name}", str)
+        try:
+            rx = re.compile(pattern)
+        except re.error as exc:
+            v.fail(f"scrape.{name}", f"{pattern!r} is not a regular expression: {exc}")
+        if rx.groups < 1:
+            v.fail(f"scrape.{name}", f"{pattern!r} has no group: put the number in one, as in "
+                                     "'img/sec: ([0-9.]+)'")
+        out[name] = pattern
+    return out
 
 
 def _target_section(v, raw, params) -> str:

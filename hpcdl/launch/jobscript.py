@@ -4,7 +4,10 @@ The templates ship inside the package (``hpcdl/templates``, read with ``importli
 with ``{{name}}`` placeholders and ``{{> part}}`` includes of ``_part.sh``. The ``#SBATCH`` lines
 are sorted ``--key=value`` lines, so a rendered script can be compared with a golden file.
 ``python -m hpcdl.launch.jobscript`` writes the script of one training run (Slurm, or Grid
-Engine as on TSUBAME). Standard library only: this runs on a login node without TensorFlow.
+Engine as on TSUBAME). Standard library only: this runs on a login node without TensorFlow. It
+runs past 400 lines on purpose: the settings block, the sbatch rules and every template's renderer
+(one run, a study's point of hpcdl train or of the user's command, the report, Grid Engine) are
+one rendering rule, kept in one place.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import re
 import shlex
 import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import List, Mapping, Optional, Sequence, Tuple
@@ -24,7 +27,8 @@ from ..errors import UserError
 from ..study import parse_time
 
 __all__ = ["Job", "Software", "Export", "DEFAULT_EXPORTS", "sbatch_options", "render_train",
-           "render_study_step", "render_report", "render_qsub", "train_command"]
+           "render_study_step", "render_study_command", "render_report", "render_qsub",
+           "train_command"]
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
 _PARTIAL = re.compile(r"^\{\{>\s*([a-z_]+)\s*\}\}$", re.M)
@@ -282,6 +286,25 @@ def render_study_step(job: Job, software: Software, study: str, study_path: str,
                   study_path=study_path, point_id=point_id,
                   point_json=json.dumps(dict(point), sort_keys=True))
     return _fill("study-step.sbatch", values)
+
+
+def render_study_command(job: Job, software: Software, study: str, study_path: str,
+                         point_id: str, point: Mapping, argv: Sequence[str],
+                         env: Mapping[str, str], spec_path: str, log: str,
+                         script_name: str = "study-command.sbatch") -> str:
+    """the ``study-command.sbatch`` template: one point of a study of the user's own command.
+    It requeues when Slurm requeues it (the command starts again) and takes no USR1 warning:
+    hpcdl cannot checkpoint a script it does not run."""
+    job = replace(job, signal_lead=None, extra=tuple(job.extra) + ("--requeue", "--open-mode=append"))
+    values = _common(job, software, script_name)
+    words = [shlex.quote(a) for a in argv]
+    values.update(sbatch=_sbatch_block(job), study=study, study_path=study_path,
+                  point_id=point_id, point_json=json.dumps(dict(point), sort_keys=True),
+                  spec=shlex.quote(str(spec_path)), log=shlex.quote(str(log)),
+                  point_env="\n".join(f"export {k}={shlex.quote(str(v))}"
+                                       for k, v in sorted(env.items())),
+                  command=" ".join(words), python=shlex.quote(software.python))
+    return _fill("study-command.sbatch", values)
 
 
 def render_report(job: Job, software: Software, study: str, results_dir: str,

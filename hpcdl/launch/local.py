@@ -88,20 +88,31 @@ def job_env(env: Optional[Mapping[str, str]] = None) -> dict:
 
 
 def run(argv: Sequence[str], timeout: float, env: Optional[Mapping[str, str]] = None,
-        cwd=None, stream: bool = False) -> Result:
-    """Run ``argv`` in its own process group; on timeout kill the group and say so."""
+        cwd=None, stream: bool = False, log=None) -> Result:
+    """Run ``argv`` in its own process group; on timeout kill the group and say so.
+
+    With ``log`` (a path), stdout and stderr go to that file, and the Result's stdout is its text.
+    """
     t0 = time.monotonic()
-    proc = subprocess.Popen(list(argv), stdout=None if stream else subprocess.PIPE,
-                            stderr=None if stream else subprocess.PIPE, text=True,
-                            env=job_env(env), cwd=cwd, start_new_session=True)
-    timed_out = False
+    fh = open(log, "w") if log is not None else None
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        out, err = proc.communicate()
-    _wait_session_gone(proc.pid, DRAIN_S)
+        pipe = None if stream else subprocess.PIPE
+        proc = subprocess.Popen(list(argv), stdout=fh or pipe,
+                                stderr=subprocess.STDOUT if fh else pipe, text=True,
+                                env=job_env(env), cwd=cwd, start_new_session=True)
+        timed_out = False
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            out, err = proc.communicate()
+        _wait_session_gone(proc.pid, DRAIN_S)
+    finally:
+        if fh is not None:
+            fh.close()
+    if log is not None:
+        out = open(log, errors="replace").read()
     return Result(proc.returncode, out or "", err or "", time.monotonic() - t0, timed_out, list(argv))
 
 

@@ -1,17 +1,19 @@
 """Run the points of a study on this machine through mpirun, one after another, under a timeout.
 
 Points already in ``results/<study>/runs.jsonl`` are skipped (unless forced), so an interrupted
-study continues where it stopped. Each point's record is appended by rank 0 of its ``hpcdl train``.
+study continues where it stopped. Each point's record is appended by rank 0 of its ``hpcdl train``,
+or, for a study of the user's own command, by :func:`hpcdl.launch.command.finish` once it ended.
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
 from ..errors import EXIT_INTERRUPTED
-from . import local
+from . import command, local
 
 
 def _fmt(seconds: float) -> str:
@@ -36,18 +38,25 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
         return 0
     if not dry_run:
         runs.parent.mkdir(parents=True, exist_ok=True)
+        if study.command:            # this process writes the records, not hpcdl train's rank 0
+            from .. import records
+            records.check_clean(runs)
     env = dict(os.environ)
     env.update(study.env)
     # The ranks import this very package, also when it is not installed (a checkout).
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    # A command's "python" is the one running hpcdl (its venv), as in a study's job scripts.
+    env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH"))
+                                  if p)
     limit_s = timeout or study.timeout
     failed: List[str] = []
     t_start = time.monotonic()
     done_time = 0.0
     for k, point in enumerate(todo, 1):
-        argv = local.mpirun_command(point.ranks, local.hpcdl_command(point.command(runs)),
-                                    extra=study.mpirun_args)
+        spec = command.spec_for(study, point) if point.script else None
+        words = spec.argv if spec else local.hpcdl_command(point.command(runs))
+        argv = local.mpirun_command(point.ranks, words, extra=study.mpirun_args)
         elapsed = time.monotonic() - t_start
         eta = f", ETA {_fmt(done_time / (k - 1) * (len(todo) - k + 1))}" if k > 1 else ""
         out(f"[{k}/{len(todo)}] {point.id}: {point.ranks} rank(s), batch {point.batch_size}/rank "
@@ -56,14 +65,24 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
             out("  " + " ".join(_quote(a) for a in argv))
             continue
         t0 = time.monotonic()
-        res = local.run(argv, timeout=limit_s, env=env, stream=stream)
+        if spec:
+            command.prepare(spec)
+            res = local.run(argv, timeout=limit_s, env={**env, **spec.env}, log=spec.log)
+            rec = command.finish(spec, res.returncode, res.elapsed, res.timed_out)
+            for line in command.summary(rec):
+                out("  " + line)
+            if stream:
+                out(res.stdout.rstrip("\n"))
+            out(f"  output: {spec.log}")
+        else:
+            res = local.run(argv, timeout=limit_s, env=env, stream=stream)
         done_time += time.monotonic() - t0
         if res.timed_out:
             failed.append(point.id)
             out(f"  FAILED: timed out after {limit_s:g} s (run.timeout); the job was killed")
             _tail(res, out)
             continue
-        if res.returncode == EXIT_INTERRUPTED:
+        if res.returncode == EXIT_INTERRUPTED and not spec:     # hpcdl train checkpointed
             out(f"  stopped early (exit {EXIT_INTERRUPTED}); run the study again to continue")
             return EXIT_INTERRUPTED
         if res.returncode != 0:

@@ -18,7 +18,9 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..errors import UserError
 from ..study import recorded_point
-from .jobscript import Job, Software, parse_exports, render_report, render_study_step
+from . import command
+from .jobscript import (Job, Software, parse_exports, render_report, render_study_command,
+                        render_study_step)
 from .scheduler import ACTIVE_STATES, job_states, sbatch
 
 __all__ = ["plan_study", "submit_study", "study_status", "study_software", "StudyPlan", "Step"]
@@ -31,6 +33,7 @@ class Step:
     script: Path
     text: str
     job: Job
+    spec: Optional[command.Spec] = None     # a command's point: what its record needs
 
 
 @dataclass
@@ -118,10 +121,18 @@ def plan_study(study, software: Software, force: bool = False,
         job = _job_for(study, f"hpcdl-{study.name}-{pid}", point.nodes, point.ranks_per_node,
                        overrides)
         name = f"step-{pid}.sbatch"
-        args = list(point.train_args(str(results)))
-        text = render_study_step(job, software, study.name, study_path, pid, point.as_dict(), args,
-                                 str(results_dir / "checkpoints" / pid), script_name=name)
-        steps.append(Step(pid, point.as_dict(), jobs_dir / name, text, job))
+        spec = None
+        if point.script:
+            spec = command.spec_for(study, point, results_dir, launcher="srun")
+            text = render_study_command(job, software, study.name, study_path, pid,
+                                        point.as_dict(), spec.argv, spec.env,
+                                        str(jobs_dir / f"step-{pid}.json"), spec.log,
+                                        script_name=name)
+        else:
+            args = list(point.train_args(str(results)))
+            text = render_study_step(job, software, study.name, study_path, pid, point.as_dict(),
+                                     args, str(results_dir / "checkpoints" / pid), script_name=name)
+        steps.append(Step(pid, point.as_dict(), jobs_dir / name, text, job, spec))
     s = _slurm_settings(study, overrides)
     rjob = Job(name=f"hpcdl-{study.name}-report", nodes=1, ntasks_per_node=1, cpus_per_task=1,
                time=str(s.get("report_time") or "00:15:00"), partition=s.get("partition"),
@@ -169,10 +180,15 @@ def _box_for(study, unchecked: bool = False) -> Optional[dict]:
 def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
     """Write the scripts, submit the steps and the report after them; return what was submitted."""
     out = out or sys.stdout
+    if any(step.spec for step in plan.steps):   # the job scripts append the records themselves
+        from .. import records
+        records.check_clean(plan.results_dir / "runs.jsonl")
     plan.jobs_dir.mkdir(parents=True, exist_ok=True)
     for step in plan.steps + [plan.report]:
         step.script.write_text(step.text)
         step.script.chmod(0o755)
+        if step.spec is not None:
+            step.spec.save(step.script.with_suffix(".json"))
     for pid in plan.skipped:
         print(f"Point {pid}: already recorded, not submitted (--force submits it again)", file=out)
     for pid, job in (plan.in_flight or {}).items():

@@ -209,3 +209,54 @@ def test_a_rank_that_dies_under_srun_ends_the_job_within_60_s(software, tmp_path
     assert elapsed < 60 + 30, out[-3000:]            # 60 s target + submission and start-up
     assert "task 1" in out or "[1@n2]" in out        # the failed rank is named
     assert not results.exists()                      # no record for a failed run
+
+
+def test_a_study_of_the_users_own_script_runs_through_sbatch_and_srun_on_two_nodes(slurm_cluster,
+                                                                                  tmp_path):
+    # examples/keras_fit_horovod.py, unchanged but for hpcdl's callback, at 1 and 2 nodes
+    study = tmp_path / "own-script.toml"
+    study.write_text(textwrap.dedent("""\
+        [study]
+        name = "own-script"
+        scaling = "weak"
+
+        [workload]
+        command = ["python", "examples/keras_fit_horovod.py", "--epochs", "1",
+                   "--data", "synthetic", "--batch-size", "{batch_size}"]
+        batch_size = 32
+
+        [layout]
+        nodes = [1, 2]
+        ranks_per_node = 1
+
+        [scrape]
+        script_rate = 'Script img/sec per rank: ([0-9.]+)'
+
+        [slurm]
+        time = "00:10:00"
+        cpus_per_task = 1
+        """))
+    results_root = tmp_path / "results"
+    exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
+    out = _hpcdl("study", "submit", str(study), "--results-root", str(results_root),
+                 "--unchecked-box", *exports)
+    assert out.count("Submitted point") == 2, out
+    status = _hpcdl("study", "status", str(study), "--results-root", str(results_root),
+                    "--wait", "300", "--json", timeout=330)
+    rows = {r["point"]: r for r in json.loads(status)}
+    jobs_dir = results_root / "own-script" / "jobs"
+    logs = "\n".join(p.read_text()[-2000:] for p in jobs_dir.glob("*.out"))
+    assert all(r["state"] == "COMPLETED" for r in rows.values()), (rows, logs)
+    assert all(r["recorded"] for r in rows.values()), (rows, logs)
+    recs = _records(results_root / "own-script" / "runs.jsonl")
+    assert sorted(r["point"]["id"] for r in recs) == ["n1-r1-script-none-rep0",
+                                                      "n2-r1-script-none-rep0"]
+    two = next(r for r in recs if r["point"]["nodes"] == 2)
+    assert two["command"]["recorder"] and two["source"] == "keras-callback"
+    hosts = two["layout"]["hosts"]
+    assert two["layout"]["size"] == 2 and len(hosts) == 2 and all(h.startswith("n") for h in hosts)
+    own = two["command"]["scraped"]["script_rate"]["value"]
+    assert abs(two["metrics"]["throughput_per_rank"]["mean"] / own - 1) <= 0.05
+    assert "record (ok) appended" in logs
+    report = (results_root / "own-script" / "report.md").read_text()
+    assert "## Your command" in report and "| n2-r1-script-none-rep0 | 2 | ok | 0 |" in report

@@ -1,0 +1,100 @@
+"""A study of the user's own script (examples/keras_fit_horovod.py) through `hpcdl study run`:
+real mpirun, real Horovod, the record the report reads, a rank that crashes, a pattern that
+matches nothing."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from hpcdl_testing import ROOT, read_records
+
+SCRIPT_RATE = "Script img/sec per rank: ([0-9.]+)"
+
+
+def hpcdl(*args, timeout=420, expect=0):
+    res = subprocess.run([sys.executable, "-m", "hpcdl", *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.returncode == expect, f"exit {res.returncode}\n{res.stdout[-4000:]}\n{res.stderr[-3000:]}"
+    return res.stdout
+
+
+def write_study(tmp_path, name, ranks, extra_args, scrape):
+    words = ", ".join(json.dumps(w) for w in ["python", "examples/keras_fit_horovod.py",
+                                              "--batch-size", "{batch_size}", *extra_args])
+    path = tmp_path / f"{name}.toml"
+    path.write_text(textwrap.dedent(f"""\
+        [study]
+        name = "{name}"
+        scaling = "weak"
+
+        [workload]
+        command = [{words}]
+        batch_size = 32
+
+        [layout]
+        ranks = {ranks}
+
+        [run]
+        timeout = 180
+
+        [scrape]
+        """) + "".join(f"{k} = '{v}'\n" for k, v in scrape.items()))
+    return path
+
+
+def test_the_example_under_study_run_records_the_throughput_its_own_timing_says(tmp_path):
+    path = write_study(tmp_path, "own-script", [1, 2], ["--epochs", "2"],
+                       {"script_rate": SCRIPT_RATE})
+    out = hpcdl("study", "run", str(path), "--results-root", str(tmp_path / "r"), "--report")
+    assert "record from hpcdl's callback" in out
+    recs = read_records(tmp_path / "r" / "own-script" / "runs.jsonl")
+    assert [r["point"]["id"] for r in recs] == ["n1-r1-script-none-rep0", "n1-r2-script-none-rep0"]
+    for rec in recs:
+        cmd = rec["command"]
+        assert rec["status"] == "ok" and cmd["recorder"] and cmd["exit_status"] == 0
+        assert rec["layout"]["size"] == rec["point"]["ranks"]
+        own = cmd["scraped"]["script_rate"]["value"]            # the script's own figure
+        rate = rec["metrics"]["throughput_per_rank"]["mean"]
+        assert abs(rate / own - 1) <= 0.05, (rec["point"]["id"], rate, own)
+    two = recs[1]["metrics"]["split"]
+    assert two["method"] == "probe" and two["probes"] >= 1 and two["exchange_alone_s"] > 0
+    report = (tmp_path / "r" / "own-script" / "report.md").read_text()
+    assert "## Your command" in report and "| n1-r2-script-none-rep0 | 2 | ok | 0 |" in report
+    res = json.loads((tmp_path / "r" / "own-script" / "report.json").read_text())
+    assert [r["ranks"] for r in res["rows"]] == [1, 2]
+    assert res["rows"][1]["speedup"] == pytest.approx(
+        recs[1]["metrics"]["throughput"]["mean"] / recs[0]["metrics"]["throughput"]["mean"])
+
+
+def test_a_crash_on_one_rank_ends_that_point_and_the_study_goes_on(tmp_path):
+    # Without hpcdl's callback; the 2-rank point fails on rank 1, the 1-rank point runs.
+    path = write_study(tmp_path, "crashing", [2, 1],
+                       ["--epochs", "1", "--data", "synthetic", "--no-recorder",
+                        "--fail-on-rank", "1"],
+                       {"throughput_per_rank": SCRIPT_RATE, "accuracy": "never printed ([0-9.]+)"})
+    out = hpcdl("study", "run", str(path), "--results-root", str(tmp_path / "r"), expect=1)
+    assert "[1/2] n1-r2-script-none-rep0" in out and "FAILED: exit" in out
+    assert "[2/2] n1-r1-script-none-rep0" in out
+    assert "scraped accuracy: NO MATCH" in out
+    recs = read_records(tmp_path / "r" / "crashing" / "runs.jsonl")
+    failed, ok = recs
+    assert failed["status"] == "failed" and failed["command"]["exit_status"] != 0
+    assert "throughput" not in failed["metrics"]
+    log = open(failed["command"]["log"]).read()
+    assert "failing on purpose" in log
+    assert ok["status"] == "ok" and ok["source"] == "command"
+    assert ok["metrics"]["throughput"]["mean"] == ok["command"]["scraped"]["throughput_per_rank"]["value"]
+    assert ok["command"]["scraped"]["accuracy"]["value"] is None
+
+    # The report reads the point that ran; the failed one and the silent pattern are said.
+    hpcdl("study", "report", str(tmp_path / "r" / "crashing"), "--no-plots", timeout=120)
+    report = (tmp_path / "r" / "crashing" / "report.md").read_text()
+    assert "| n1-r2-script-none-rep0 | 2 | failed |" in report
+    assert "NO MATCH" in report and "None: no record times a step" in report
+
+    # Run again: the recorded point is skipped, the failed one is tried again.
+    out = hpcdl("study", "run", str(path), "--results-root", str(tmp_path / "r"), expect=1)
+    assert "1 point(s) already recorded" in out and "[1/1] n1-r2-script-none-rep0" in out
