@@ -58,6 +58,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64, help="per rank")
+    ap.add_argument("--steps-per-epoch", type=int, default=None,
+                    help="batches per epoch on every rank (default: one pass over the rank's shard)")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--warmup-epochs", type=int, default=1)
     ap.add_argument("--data", default="mnist-5k", choices=("mnist-5k", "synthetic"))
@@ -73,7 +75,7 @@ def main():
     x, y = data(args.data, hvd.rank(), hvd.size())
     ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=1).batch(
         args.batch_size, drop_remainder=True).repeat()
-    steps = len(x) // args.batch_size
+    steps = args.steps_per_epoch or len(x) // args.batch_size
 
     model = tf.keras.Sequential([
         tf.keras.Input((28, 28, 1)),

@@ -55,7 +55,7 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
 
     def __init__(self, results: Optional[str] = None, batch_size: Optional[int] = None,
                  warmup: int = 10, per_iter: int = 10, workload: Optional[str] = None,
-                 tag: Optional[str] = None, probes: int = 5):
+                 tag: Optional[str] = None, probes: int = 10):
         super().__init__()
         self.results = results or cluster.setting("HPCDL_RESULTS") or "results/runs.jsonl"
         self.batch_size, self.warmup, self.per_iter = batch_size, warmup, per_iter
