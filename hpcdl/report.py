@@ -229,7 +229,7 @@ def command_table(recs: Sequence[dict]) -> Optional[Table]:
                              for n in r["command"].get("scraped") or {}))
     t = Table("command-points", "Your command, point by point",
               ["point", "ranks", "status", "exit status", "wall time (s)", "recorded by",
-               "throughput from"] + [f"scraped {n}" for n in names],
+               "throughput from", "throughput per rank"] + [f"scraped {n}" for n in names],
               meta={"scraped": "the number on the last output line the study's pattern matched; "
                                "NO MATCH where no line did (never taken as zero)"})
     for pid, rec in latest.items():
@@ -240,12 +240,14 @@ def command_table(recs: Sequence[dict]) -> Optional[Table]:
         t.add([pid, records.lookup(rec, "layout", "size"), rec.get("status"),
                cmd.get("exit_status"), _f(cmd.get("wall_time_s"), 1),
                "hpcdl's callback" if cmd.get("recorder") else "the launcher (no callback)",
-               source]
+               source, "-" if not thr else f"{thr['mean'] / (records.lookup(rec, 'layout', 'size') or 1):.6g}"]
               + [("NO MATCH" if figs.get(n, {}).get("value") is None else f"{figs[n]['value']:g}")
                  if n in figs else "-" for n in names],
               {"point": pid, "status": rec.get("status"), "exit_status": cmd.get("exit_status"),
                "wall_time_s": cmd.get("wall_time_s"), "recorder": cmd.get("recorder"),
                "throughput_source": None if not thr else source,
+               "throughput_per_rank": None if not thr else
+               thr["mean"] / (records.lookup(rec, "layout", "size") or 1),
                **{f"scraped_{n}": figs.get(n, {}).get("value") for n in names}})
     return t
 
