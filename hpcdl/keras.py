@@ -8,7 +8,8 @@ Add it to the callbacks of a Keras script, with or without Horovod::
 
 It only watches: it times every training batch after ``warmup`` batches (from batch begin to
 batch end, so the gradients' exchange that Horovod's optimizer does inside the step is in), keeps
-the loss and metrics Keras reports per epoch, and at the end of training has rank 0 append one
+the loss and metrics Keras reports per epoch (and Keras' loss every ``log_every`` batches, its
+running mean over the epoch so far), and at the end of training has rank 0 append one
 record in hpcdl's format (the same schema, manifest and cluster facts as ``hpcdl train``) that
 ``hpcdl study report`` reads. Throughput comes, as in hpcdl's own loop, from the iterations (of
 ``per_iter`` batches) of the rank whose timed batches took longest in all.
@@ -34,7 +35,7 @@ from typing import List, Optional, Tuple
 import tensorflow as tf
 
 from . import cluster, records
-from .trainloop import slowest_rank_iterations, step_split, summarize_values
+from .trainloop import iteration_rates, slowest_rank_iterations, step_split, summarize_values
 
 __all__ = ["ScalingRecorder"]
 
@@ -55,11 +56,12 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
 
     def __init__(self, results: Optional[str] = None, batch_size: Optional[int] = None,
                  warmup: int = 10, per_iter: int = 10, workload: Optional[str] = None,
-                 tag: Optional[str] = None, probes: int = 10):
+                 tag: Optional[str] = None, probes: int = 10, log_every: int = 0):
         super().__init__()
         self.results = results or cluster.setting("HPCDL_RESULTS") or "results/runs.jsonl"
         self.batch_size, self.warmup, self.per_iter = batch_size, warmup, per_iter
-        self.workload, self.tag, self.probes = workload, tag, probes
+        self.workload, self.tag, self.probes, self.log_every = workload, tag, probes, log_every
+        self.curve: List[list] = []      # [batch, loss] every log_every batches
         self.batch_times: List[float] = []
         self.epochs: List[dict] = []
         self._t0 = self._start = 0.0
@@ -77,6 +79,8 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
         self._seen += 1
         if self._seen > self.warmup:
             self.batch_times.append(dt)
+        if self.log_every and self._seen % self.log_every == 0 and "loss" in (logs or {}):
+            self.curve.append([self._seen, float(logs["loss"])])
 
     def on_epoch_end(self, epoch, logs=None):
         self.epochs.append({"epoch": epoch + 1, "batches": self._seen,
@@ -172,8 +176,7 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
         if rank != 0:
             return None
         per_rank = self.batch_size
-        rate = summarize_values(per_rank * self.per_iter / t for t in iters if t > 0) \
-            if per_rank else {"n": 0}
+        rate = iteration_rates(per_rank * self.per_iter, iters) if per_rank else {"n": 0}
         unit = "samples/s" if per_rank else "unknown (give ScalingRecorder batch_size)"
         last = self.epochs[-1] if self.epochs else {}
         grad_bytes = sum(int(v.shape.num_elements()) * v.dtype.size
@@ -198,6 +201,7 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
                 "throughput_per_rank": {**rate, "unit": unit},
                 "step_time": step, "split": split,
                 "epochs": self.epochs, "final_loss": last.get("loss"),
+                **({"loss_curve": self.curve} if self.log_every else {}),
                 "wall_time_s": wall},
             "manifest": records.manifest(layout, hosts=hosts,
                                          extra={"recorder": "hpcdl.keras.ScalingRecorder"}),

@@ -277,6 +277,18 @@ def summarize_values(values) -> dict:
             "median": statistics.median(vals), "p99": p99, "max": vals[-1]}
 
 
+def iteration_rates(samples: int, times) -> dict:
+    """Per-rank throughput of timed iterations of ``samples`` samples each: the summary of each
+    iteration's rate (its mean ± 1.96σ is the headline, as tf_cnn_benchmarks gives it), and
+    ``overall``, all the samples over all the time, as a script that times itself reports it
+    (the mean of rates lies above it by about the rates' relative variance)."""
+    times = [t for t in times if t > 0]
+    out = summarize_values(samples / t for t in times)
+    if times:
+        out["overall"] = samples * len(times) / sum(times)
+    return out
+
+
 def summarize(rep: Replica, loop: LoopResult) -> dict:
     """The run's figures from every rank's measurements (a collective: every rank calls it).
 
@@ -295,7 +307,7 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
     if not iters and loop.step_times:          # fewer timed steps than one iteration
         iters, per_iter = [float(sum(loop.step_times))], len(loop.step_times)
     times = slowest_rank_iterations(hvd, tf, iters)
-    rate = summarize_values(plan.batch * per_iter / t for t in times if t > 0)
+    rate = iteration_rates(plan.batch * per_iter, times)
     total = {k: (v * rt.size if k != "n" else v) for k, v in rate.items()}
     own = summarize_values(loop.step_times)
     keys = ("mean", "std", "ci95", "min", "median", "p99", "max")

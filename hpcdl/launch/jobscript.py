@@ -114,6 +114,10 @@ DEFAULT_EXPORTS: Tuple[Export, ...] = (
            RANK_DEFAULTS["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"],
            RANK_DEFAULTS["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"],
            "...and end the job rather than hold the allocation once they have waited this long."),
+    Export("OMPI_MCA_mpi_yield_when_idle", RANK_DEFAULTS["OMPI_MCA_mpi_yield_when_idle"],
+           RANK_DEFAULTS["OMPI_MCA_mpi_yield_when_idle"],
+           "Open MPI: a waiting rank yields its core instead of spinning (ranks whose threads "
+           "outnumber their cores lose the core to the spin otherwise)."),
     Export("HOROVOD_FUSION_THRESHOLD", "67108864", "67108864",
            "Horovod: bytes of gradients fused into one allreduce (64 MiB, Horovod's default)."),
     Export("HOROVOD_CYCLE_TIME", None, "5",

@@ -66,14 +66,7 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
             continue
         t0 = time.monotonic()
         if spec:
-            command.prepare(spec)
-            res = local.run(argv, timeout=limit_s, env={**env, **spec.env}, log=spec.log)
-            rec = command.finish(spec, res.returncode, res.elapsed, res.timed_out)
-            for line in command.summary(rec):
-                out("  " + line)
-            if stream:
-                out(res.stdout.rstrip("\n"))
-            out(f"  output: {spec.log}")
+            res = _run_command(spec, argv, env, limit_s, stream, out)
         else:
             res = local.run(argv, timeout=limit_s, env=env, stream=stream)
         done_time += time.monotonic() - t0
@@ -99,6 +92,23 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
     out(f"# {len(todo) - len(failed)} of {len(todo)} point(s) ran in {_fmt(total)}"
         + (f"; FAILED: {', '.join(failed)} (run the study again to retry them)" if failed else ""))
     return 1 if failed else 0
+
+
+def _run_command(spec, argv, env, limit_s, stream, out):
+    """One point of the user's own command: run it with the point's environment, its output in
+    the point's log, then write the point's record and say what it holds."""
+    command.prepare(spec)
+    env = {**env, **spec.env}
+    if env.get("HPCDL_THREADS"):                 # [run] threads_per_rank, for TensorFlow too
+        env.setdefault("TF_NUM_INTRAOP_THREADS", env["HPCDL_THREADS"])
+    res = local.run(argv, timeout=limit_s, env=env, log=spec.log)
+    rec = command.finish(spec, res.returncode, res.elapsed, res.timed_out)
+    for line in command.summary(rec):
+        out("  " + line)
+    if stream:
+        out(res.stdout.rstrip("\n"))
+    out(f"  output: {spec.log}")
+    return res
 
 
 def _tail(res, out, n: int = 15) -> None:

@@ -36,11 +36,12 @@ def test_the_recorder_writes_a_record_the_report_reads_with_the_scripts_own_thro
     assert rec["params"]["global_batch"] == 32 * np_
     m = rec["metrics"]
     assert m["step_time"]["n"] == int(batches)                  # the same batches timed
-    rate = m["throughput_per_rank"]["mean"]
+    rate = m["throughput_per_rank"]["overall"]              # samples over time, as the script
     assert abs(rate / float(own) - 1) <= 0.05, (rate, own)
-    assert m["throughput"]["mean"] == pytest.approx(rate * np_)
+    assert m["throughput"]["mean"] == pytest.approx(m["throughput_per_rank"]["mean"] * np_)
     assert [e["epoch"] for e in m["epochs"]] == [1, 2] and m["final_loss"] == m["epochs"][-1]["loss"]
-    assert "cannot be timed apart" in m["split"]["why"]
+    assert m["split"]["method"] == "probe" and m["split"]["probes"] == 10
+    assert ("exchange_alone_s" in m["split"]) == (np_ > 1)
     rows = analysis.group_records([rec])
     assert rows[0].ranks == np_ and rows[0].throughput == pytest.approx(m["throughput"]["mean"])
 
@@ -50,3 +51,28 @@ def test_a_script_that_fails_on_one_rank_ends_the_job_and_writes_no_record(tmp_p
     assert res.returncode != 0
     assert "failing on purpose" in res.stdout + res.stderr
     assert not (tmp_path / "runs.jsonl").exists()
+
+
+def test_without_horovod_the_recorder_records_one_process_and_leaves_the_training_unchanged(
+        tmp_path):
+    import numpy as np
+    script = ROOT / "tests" / "mpi" / "keras_plain.py"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for name, extra in (("with", []), ("without", ["--no-recorder"])):
+        check(local.run([sys.executable, str(script), str(tmp_path / "runs.jsonl"),
+                         str(tmp_path / f"{name}.npz"), *extra], timeout=180, env=env))
+    (rec,) = read_records(tmp_path / "runs.jsonl")
+    assert rec["params"]["backend"] == "none" and rec["layout"]["size"] == 1
+    m = rec["metrics"]
+    assert m["step_time"]["n"] == 2 * 40 - 4                  # 40 batches per epoch, 4 warm-up
+    assert m["split"]["method"] == "probe" and m["split"]["probes"] == 10
+    assert "exchange_alone_s" not in m["split"]               # nothing to exchange alone
+    assert [b for b, _ in m["loss_curve"]] == [10, 20, 30, 40, 50, 60, 70, 80]
+    assert m["loss_curve"][-1][1] == pytest.approx(m["final_loss"])
+    assert rec["gradient_bytes"] == 4 * (12 * 32 + 32 + 2 * 32 + 32 * 2 + 2)
+    # The probes ran forward passes in training mode (batch-norm statistics move) and computed
+    # gradients: the model that training left is the same, bit for bit.
+    with_cb, without = np.load(tmp_path / "with.npz"), np.load(tmp_path / "without.npz")
+    assert len(with_cb.files) == len(without.files) == 8     # BN: 2 trained, 2 statistics
+    for k in with_cb.files:
+        assert np.array_equal(with_cb[k], without[k]), k

@@ -33,3 +33,10 @@ def test_stop_agreements_come_about_once_a_second_and_grow_at_most_twofold():
     assert next_interval(2000, 2000, 1.0, 10) == 2000      # there: about a second
     assert next_interval(40, 40, 8.0, 10) == 10            # 200 ms steps: never fewer than 10
     assert next_interval(10, 0, 0.0, 10) == 10
+
+
+def test_iteration_rates_give_the_mean_of_rates_and_the_overall_rate_a_script_would_print():
+    from hpcdl.trainloop import iteration_rates
+    r = iteration_rates(100, [1.0, 2.0, 0.0])          # a zero-length iteration is left out
+    assert r["n"] == 2 and r["mean"] == 75.0 and r["overall"] == pytest.approx(200 / 3)
+    assert iteration_rates(100, []) == {"n": 0}
