@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import convergence, costmodel
+from . import budget, convergence, costmodel
 from .records import lookup as _get
 from .costmodel import PRESETS, Network, StepModel
 
@@ -495,6 +495,8 @@ class StudyAnalysis:
     cores: Optional[int] = None
     all_points_models: Dict[str, StepModel] = field(default_factory=dict)
     convergence: List[dict] = field(default_factory=list)   # time to accuracy (convergence.py)
+    budget: List[dict] = field(default_factory=list)        # where the efficiency goes (budget.py)
+    remedies: List[dict] = field(default_factory=list)      # MODEL: what the standard remedies give
 
     @property
     def axes(self) -> List[str]:
@@ -513,7 +515,8 @@ class StudyAnalysis:
                               "rows": self.published},
                 "cores": self.cores,
                 "all_points_models": {k: m.as_dict() for k, m in self.all_points_models.items()},
-                "convergence": self.convergence}
+                "convergence": self.convergence, "budget": self.budget,
+                "remedies": self.remedies}
 
 
 def declared_scaling(recs: Sequence[dict], given: Optional[str] = None):
@@ -580,6 +583,7 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
                                      models[first].beta, "this study's fit"), **nets}
         extra = extrapolate(models[first], kind, batch, base[0].wire_bytes, nets,
                             [p for p in EXTRAPOLATE_RANKS if p <= max_ranks])
+    spent = budget.analyse(recs, _row_key, rows)
     return StudyAnalysis(
         study=name, workload=_get(recs[0], "params", "workload"), scaling=kind,
         scaling_source=source, calibration=f"fit:{fit_label}" if fit_doc else (
@@ -592,7 +596,54 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
                                        if first in models else None),
         all_points_models=everything,
         convergence=convergence.analyse(recs, lambda rec: axis_name(*record_axis(rec)),
-                                        {(r.axis, r.ranks): r.speedup for r in rows}))
+                                        {(r.axis, r.ranks): r.speedup for r in rows}),
+        budget=spent, remedies=remedies(rows, models, spent, kind))
+
+
+def _row_key(rec: dict) -> tuple:
+    """(axis, nodes, ranks): the row a record belongs to (as :func:`group_records` groups)."""
+    lay = rec.get("layout") or {}
+    return (axis_name(*record_axis(rec)), int(lay.get("nodes") or 1), int(lay.get("size") or 1))
+
+
+def remedies(rows: Sequence[Row], models: Dict[str, StepModel], spent: List[dict],
+             kind: str) -> List[dict]:
+    """MODEL: for each axis whose largest point loses most to the exchange or the fixed cost, the
+    efficiency the cost model predicts there with each standard remedy it can evaluate: fp16
+    gradients (half the bytes), twice the batch per rank, a faster network preset. Nothing for
+    a loss the model has no term for (compute slowdown, stragglers, input)."""
+    out = []
+    for axis, m in models.items():
+        sel = [r for r in rows if r.axis == axis]
+        top = max(sel, key=lambda r: r.ranks)
+        entry = next((b for b in spent if b["axis"] == axis and b["ranks"] == top.ranks), {})
+        shares = (entry.get("budget") or {}).get("shares")
+        if not shares or not m.determined or not m.compute_probed or top.ranks < 2:
+            continue
+        dominant = max(budget.PARTS, key=lambda k: shares[k])
+        row = {"axis": axis, "nodes": top.nodes, "ranks": top.ranks, "dominant": dominant,
+               "measured_efficiency": top.efficiency, "options": []}
+        if dominant in ("exchange", "fixed"):
+            p, n = top.ranks, top.wire_bytes
+            b = top.batch_size
+            row["options"] = [
+                {"remedy": name, "efficiency": _model_efficiency(m, kind, p, bb, nn, net)}
+                for name, bb, nn, net in (
+                    ("as measured (MODEL)", b, n, None),
+                    ("fp16 gradients (half the bytes)", b, n / 2, None),
+                    ("twice the batch per rank", 2 * b, n, None),
+                    *((f"network: {net.name}", b, n, net) for net in PRESETS.values()))]
+        out.append(row)
+    return out
+
+
+def _model_efficiency(m: StepModel, kind: str, p: int, b: float, nbytes: float, net) -> float:
+    """The model's efficiency at p ranks of batch b each, against one rank (weak: the same b;
+    strong: the whole global batch p·b on one rank)."""
+    t = float(m.step_time(p, b, nbytes, network=net, measured=False))
+    b1 = b if kind == "weak" else b * p
+    t1 = float(m.step_time(1, b1, nbytes, network=net, measured=False))
+    return (p * b / t) / (b1 / t1) / p
 
 
 def _measured_window(model: StepModel) -> Optional[float]:

@@ -26,6 +26,8 @@ SETTINGS = {
     "HPCDL_DATA": "dataset path for workloads that read one (mnist: mnist.npz, mnist-5k or sklearn-digits)",
     "HPCDL_RESULTS": "results file that 'hpcdl train' (and the Keras ScalingRecorder) appends "
                      "its record to",
+    "HPCDL_SLOW": "a straggler on purpose: rank=R,phase=compute|input,delay_ms=D makes rank R "
+                  "spend D ms more per step in that phase (tests, studies of stragglers)",
     "HPCDL_STUDY": "study name that the Keras ScalingRecorder stores in its record",
     "HPCDL_POINT": "study point (JSON) that the Keras ScalingRecorder stores in its record",
     "HPCDL_DECLARED": "the study's declarations (JSON) that the Keras ScalingRecorder stores",

@@ -27,7 +27,8 @@ def draw_plots(res: analysis.StudyAnalysis, out: Path) -> List[Path]:
         files.append(path)
 
     for stem, draw in (("throughput-speedup", _plot_throughput), ("efficiency", _plot_efficiency),
-                       ("step-split", _plot_split), ("axes-compared", _plot_axes),
+                       ("step-split", _plot_split), ("efficiency-budget", _plot_budget),
+                       ("axes-compared", _plot_axes),
                        ("model-extrapolation", _plot_extrapolation),
                        ("model-prediction", _plot_prediction), ("convergence", _plot_convergence),
                        ("time-to-target", _plot_time_to_target)):
@@ -35,6 +36,41 @@ def draw_plots(res: analysis.StudyAnalysis, out: Path) -> List[Path]:
         if fig is not None:
             save(fig, stem)
     return files
+
+
+def _plot_budget(plt, res):
+    """Per axis, stacked bars of the efficiency loss of each point, part by part."""
+    from .budget import LABELS, PARTS
+    shown = [b for b in res.budget if (b.get("budget") or {}).get("shares")]
+    if not shown:
+        return None
+    axes_ = list(OrderedDict((b["axis"], None) for b in shown))
+    fig, axs = plt.subplots(1, len(axes_), figsize=(5 * len(axes_), 4), squeeze=False)
+    colors = dict(zip(PARTS + ("unexplained",), ("C0", "C3", "C2", "C7", "C1", "0.6")))
+    for ax, axis in zip(axs[0], axes_):
+        sel = [b for b in shown if b["axis"] == axis]
+        x = list(range(len(sel)))
+        pos, neg = [0.0] * len(sel), [0.0] * len(sel)
+        for part in PARTS + ("unexplained",):
+            vals = [b["budget"]["shares"][part] * 100 for b in sel]
+            bottoms = [pos[i] if v >= 0 else neg[i] for i, v in enumerate(vals)]
+            ax.bar(x, vals, bottom=bottoms, color=colors[part], label=LABELS[part],
+                   hatch="//" if part == "unexplained" else None)
+            for i, v in enumerate(vals):
+                if v >= 0:
+                    pos[i] += v
+                else:
+                    neg[i] += v
+        ax.plot(x, [b["budget"]["loss"] * 100 for b in sel], "k_", ms=25, mew=2,
+                label="measured loss (1 − E)")
+        ax.set_xticks(x, [f"{b['nodes']}×{b['ranks'] // b['nodes']}" for b in sel])
+        ax.set_xlabel("nodes × ranks per node")
+        ax.set_ylabel("efficiency loss (% of the step)")
+        ax.set_title(f"{res.study}: where the efficiency goes\n{axis}", fontsize=9)
+        ax.axhline(0, color="k", lw=0.5)
+        ax.grid(True, axis="y", alpha=0.3)
+    axs[0][0].legend(fontsize=7)
+    return fig
 
 
 def _log2(ax):

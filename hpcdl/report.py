@@ -211,7 +211,54 @@ def _tables(res: analysis.StudyAnalysis) -> List[Table]:
     tables.append(_published_table(res.published))
     if any(c.get("target") for c in res.convergence):
         tables.append(_target_table(res))
+    if any(b.get("budget") for b in res.budget):
+        tables.append(_budget_table(res))
+    if res.remedies:
+        tables.append(_remedies_table(res))
     return tables
+
+
+def _budget_table(res) -> Table:
+    from .budget import LABELS, PARTS, describe
+    t = Table("efficiency-budget", "Where the efficiency goes",
+              ["axis", "nodes", "ranks", "efficiency", "measured loss"]
+              + [LABELS[p] for p in PARTS] + ["unexplained", "stragglers named"],
+              meta={"unit": "share of the step", "model": "budget.py: each part from the "
+                    "ranks' own phase timings; exchange not hidden is bounded by the exchange "
+                    "timed alone"})
+    for b in res.budget:
+        bud = b.get("budget")
+        if bud is None:
+            continue
+        names = "; ".join(f"{s['rank']}@{s['host']} {s['phase']} ({s['repeats']}/{s['of']})"
+                          for s in b["stragglers"]) or "none"
+        if "shares" not in bud:
+            t.add([b["axis"], b["nodes"], b["ranks"], _f(b["efficiency"], pct=True), "-"]
+                  + ["-"] * (len(PARTS) + 1) + [names], {**b, "budget": bud})
+            continue
+        sh = bud["shares"]
+        t.add([b["axis"], b["nodes"], b["ranks"], _f(b["efficiency"], pct=True),
+               _f(bud["loss"], pct=True)] + [_f(sh[p], pct=True) for p in PARTS]
+              + [_f(sh["unexplained"], pct=True), names],
+              {"axis": b["axis"], "nodes": b["nodes"], "ranks": b["ranks"],
+               "efficiency": b["efficiency"], "loss": bud["loss"],
+               **{p: sh[p] for p in PARTS + ("unexplained",)},
+               "stragglers": " | ".join(describe(s) for s in b["stragglers"])})
+    return t
+
+
+def _remedies_table(res) -> Table:
+    t = Table("model-remedies", "MODEL: what the standard remedies would give",
+              ["axis", "nodes", "ranks", "dominant loss", "measured efficiency", "remedy",
+               "MODEL efficiency"], meta={"kind": "model"})
+    for r in res.remedies:
+        for o in r["options"] or [{"remedy": "none the model can evaluate", "efficiency": None}]:
+            t.add([r["axis"], r["nodes"], r["ranks"], r["dominant"],
+                   _f(r["measured_efficiency"], pct=True), o["remedy"],
+                   _f(o["efficiency"], pct=True)],
+                  {k: r[k] for k in ("axis", "nodes", "ranks", "dominant",
+                                     "measured_efficiency")} | o)
+    return t
 
 
 def command_table(recs: Sequence[dict]) -> Optional[Table]:
@@ -463,6 +510,7 @@ def _markdown(res, runs, recs, tables, pngs) -> str:
     if notes:
         lines += ["**Notes** (what these figures cannot support):", ""]
         lines += [f"{i}. {n}" for i, n in enumerate(notes, 1)] + [""]
+    lines += _budget_markdown(res, by_name)
     if pngs:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
     lines += _target_markdown(res, by_name)
@@ -471,6 +519,42 @@ def _markdown(res, runs, recs, tables, pngs) -> str:
     lines += ["## Runs", ""] + _manifest_summary(recs) + [""]
     lines += ["Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""]
     return "\n".join(lines)
+
+
+def _budget_markdown(res, by_name) -> List[str]:
+    t = by_name.get("efficiency-budget")
+    named = [(b, s) for b in res.budget for s in b["stragglers"]]
+    if t is None and not named:
+        return []
+    from .budget import LOST_SHARE, RATIO, describe
+    lines = ["## Where the efficiency goes", ""]
+    if t is not None:
+        lines += ["The measured efficiency loss 1 − E of each point against the smallest run of "
+                  "its axis, split by the ranks' own phase timings (per timed step: input, the "
+                  "step, the bookkeeping after it; at the probes: compute alone, the exchange "
+                  "alone, the wait for the slowest rank). The typical rank is the lower median over "
+                  "ranks (of two, the faster). Compute slowdown: the typical rank's compute "
+                  "beyond the baseline's (scaled by the per-rank batch); waiting for "
+                  "stragglers: the slowest rank's compute and input beyond the typical rank's; "
+                  "input: the typical rank's input beyond the baseline's; fixed: bookkeeping "
+                  "beyond the baseline's; exchange not hidden: the rest of the typical rank's "
+                  "step, bounded by the exchange timed alone. Unexplained is what these parts "
+                  "leave of the measured loss (the parts are medians of different steps; the "
+                  "loss comes from the throughput).", "", t.markdown(), "",
+                  f"CSV: `{t.name}.csv`", ""]
+    lines += [f"**Stragglers** (a rank ≥ {RATIO:.2f}× the other ranks' median in compute or "
+              f"input, costing them ≥ {LOST_SHARE * 100:.0f}% of the step): "
+              + ("none named." if not named else ""), ""]
+    lines += [f"- {b['axis']}, {b['nodes']} node(s): {describe(s)}, in {s['repeats']} of "
+              f"{s['of']} run(s)" for b, s in named] + ([""] if named else [])
+    r = by_name.get("model-remedies")
+    if r is not None:
+        lines += ["**What to try** (MODEL, not measurement): for the largest point of each axis "
+                  "whose loss is mostly the exchange or the fixed cost, the efficiency the cost "
+                  "model predicts with each remedy it can evaluate. A loss the model has no term "
+                  "for (compute slowdown, stragglers, input) gets no number.", "",
+                  r.markdown(), "", f"CSV: `{r.name}.csv`", ""]
+    return lines
 
 
 def _target_markdown(res, by_name) -> List[str]:

@@ -296,7 +296,8 @@ def _record(rep, opts, f, resumed) -> dict:
     rt, plan, wl = rep.rt, rep.plan, rep.wl
     metrics = {k: f[k] for k in ("step_time", "split", "wall_time_s", "loss_curve", "final_loss",
                                  "first_loss") if k in f}
-    metrics.update({k: f[k] for k in ("test_loss", "test_accuracy", "evals", "target") if k in f})
+    metrics.update({k: f[k] for k in ("test_loss", "test_accuracy", "evals", "target", "ranks")
+                    if k in f})
     metrics["throughput"] = {**f["throughput"], "unit": f"{wl.unit}/s"}
     metrics["throughput_per_rank"] = {**f["throughput_per_rank"], "unit": f"{wl.unit}/s"}
     hvd = rt.hvd

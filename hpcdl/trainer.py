@@ -198,24 +198,28 @@ class Replica:
         self._apply(out)
         return loss, t1 - t0, t2 - t1
 
-    def probe(self, x, y):
-        """(compute s, exchange s or None, total s) of a probe: the forward and backward pass
-        alone, then, on several ranks, the exchange of its gradients alone (the same ``average``
-        the step calls, after a barrier so that no rank's lateness counts). Every rank probes at
-        the same steps, so the collectives match; nothing is applied."""
+    def probe(self, x, y, slow: float = 0.0):
+        """(compute s, exchange s or None, wait s or None, total s) of a probe: the forward and
+        backward pass alone, then, on several ranks, a barrier (its wait is how long this rank
+        waits for the slowest one's compute: the arrival skew at the exchange) and the exchange
+        of the gradients alone (the same ``average`` the step calls). Every rank probes at the
+        same steps, so the collectives match; nothing is applied. ``slow``: seconds of compute
+        this rank adds (a straggler injected on purpose, HPCDL_SLOW)."""
         t0 = time.perf_counter()
         _, grads = self.compute_grads(x, y)
         _ = grads[-1].numpy()
+        if slow:
+            time.sleep(slow)
         t1 = time.perf_counter()
         if self.rt.size == 1:
-            return t1 - t0, None, t1 - t0
+            return t1 - t0, None, None, t1 - t0
         hvd, tf = self.rt.hvd, self.rt.tf
         hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="hpcdl.probe.barrier")
         t2 = time.perf_counter()
         out = self._exchange_only(grads)
         _ = out[-1].numpy()
         t3 = time.perf_counter()
-        return t1 - t0, t3 - t2, t3 - t0
+        return t1 - t0, t3 - t2, t2 - t1, t3 - t0
 
     def batch(self, step: int):
         if self.sharder is not None:

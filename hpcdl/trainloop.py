@@ -1,6 +1,8 @@
 """Train one rank: the loop with probes, progress, checkpoints and the ranks' agreement on
 stopping (:func:`run_loop`), and the run's figures from every rank's measurements
-(:func:`summarize`, :func:`step_split`)."""
+(:func:`summarize`, :func:`step_split`, each rank's phases :func:`rank_phases`). It runs past 400
+lines on purpose: the loop, what it injects on purpose (faults, stragglers) and the figures made
+of what it timed share one LoopResult, and read best together."""
 from __future__ import annotations
 
 import math
@@ -104,6 +106,10 @@ class LoopResult:
     exch_times: List[float] = field(default_factory=list)
     probe_times: List[float] = field(default_factory=list)       # compute alone
     probe_exch_times: List[float] = field(default_factory=list)  # the exchange alone
+    probe_waits: List[float] = field(default_factory=list)       # waiting for the slowest rank
+    input_times: List[float] = field(default_factory=list)       # each timed step's input
+    book_times: List[float] = field(default_factory=list)        # each timed step's bookkeeping
+    ckpt_time: float = 0.0                                        # s writing checkpoints
     curve: List[list] = field(default_factory=list)
     first_loss: Optional[float] = None
     last_loss: object = None
@@ -161,6 +167,57 @@ def reached(target, ev: dict) -> bool:
     return ev.get("test_loss", math.inf) <= value
 
 
+def slow_from_env(rank: int):
+    """``HPCDL_SLOW=rank=R,phase=compute|input,delay_ms=D``: rank R spends D ms more per step in
+    that phase (tests and studies of a straggler on purpose); None for other ranks or unset."""
+    spec = cluster.setting("HPCDL_SLOW")
+    if not spec:
+        return None
+    try:
+        kv = dict(part.split("=", 1) for part in spec.split(","))
+        which, phase, delay = int(kv["rank"]), kv.get("phase", "compute"), float(kv["delay_ms"])
+    except (KeyError, ValueError) as exc:
+        raise UserError(f"HPCDL_SLOW={spec!r}: want rank=R,phase=compute|input,delay_ms=D "
+                        f"({exc})") from None
+    if phase not in ("compute", "input") or delay < 0:
+        raise UserError(f"HPCDL_SLOW={spec!r}: phase must be compute or input, delay_ms >= 0")
+    return (phase, delay / 1e3) if which == rank else None
+
+
+def _input_and_probe(rep: Replica, res: LoopResult, step: int, probe: bool, slow) -> tuple:
+    """(x, y, input s, probe s) of a step: its batch (and the time it took), the probe when this
+    is a probe step, and a straggler's delays on purpose (``slow``: HPCDL_SLOW, or None)."""
+    late_input, late_compute = ((slow[1], 0.0) if slow[0] == "input" else (0.0, slow[1])) \
+        if slow else (0.0, 0.0)
+    t0 = time.perf_counter()
+    x, y = rep.batch(step)
+    if late_input:
+        time.sleep(late_input)
+    t_in, probe_s = time.perf_counter() - t0, 0.0
+    if probe:
+        compute, exchange, wait, probe_s = rep.probe(x, y, late_compute)
+        res.probe_times.append(compute)
+        if exchange is not None:
+            res.probe_exch_times.append(exchange)
+            res.probe_waits.append(wait)
+    if late_compute:                  # a slower compute delays this rank's exchange as much
+        time.sleep(late_compute)
+    return x, y, t_in, probe_s
+
+
+def _finish(rep: Replica, res: LoopResult, evals: "Evaluations", counters, t_run: float) -> None:
+    res.wall = time.perf_counter() - t_run
+    if evals.target and res.target is None and not res.stopped:
+        metric, value = evals.target
+        res.target = {"metric": metric, "value": value, "reached": False,
+                      "steps": rep.plan.steps}
+    if counters is not None:
+        # every timed step exchanges once, and so does every probe that timed the exchange alone
+        res.net = {"host": rep.rt.layout.host, "hostname": socket.gethostname(),
+                   **counters.moved(),
+                   "exchanges": len(res.step_times) + len(res.probe_exch_times)}
+
+
 def probe_steps(plan: Plan, first: int, count: int) -> set:
     """``count`` steps spread over the timed ones, each preceded by a probe (compute alone,
     then the exchange alone)."""
@@ -180,6 +237,8 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     first_timed = max(plan.warmup, start_step + (1 if resumed else 0))
     probes = probe_steps(plan, first_timed, opts.probes if rep.in_graph else 0)
     fault = fault_from_env(rt.rank)
+    slow = slow_from_env(rt.rank)
+    late = slow[1] if slow and slow[0] == "compute" else 0.0      # counts in this rank's step
     every = opts.stop_check_every
     next_check, last_check = start_step + every, (start_step, time.perf_counter())
     res = LoopResult(step=start_step)
@@ -195,16 +254,12 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
         if fault is not None and step == fault[0]:
             inject_fault(fault[1], step, rt.layout)
         t0 = time.perf_counter()
-        x, y = rep.batch(step)
-        if step in probes:
-            compute, exchange, total = rep.probe(x, y)
-            res.probe_times.append(compute)
-            if exchange is not None:
-                res.probe_exch_times.append(exchange)
-            t0 += total
+        x, y, t_in, probe_s = _input_and_probe(rep, res, step, step in probes, slow)
+        t0 += probe_s
         ts = time.perf_counter()
         loss, c, e = rep.step(x, y)
         t1 = time.perf_counter()
+        t_eval = 0.0
         if step == start_step and not resumed:
             rep.broadcast_state()         # every replica starts from rank 0's weights
         if res.first_loss is None:
@@ -213,7 +268,8 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
         res.last_loss, watch.step_time = loss, t1 - ts
         timed = step > first_timed
         if timed:
-            res.step_times.append(t1 - ts)
+            res.step_times.append(t1 - ts + late)
+            res.input_times.append(t_in)
             if c is not None:
                 res.comp_times.append(c)
                 res.exch_times.append(e)
@@ -222,7 +278,8 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
             res.curve.append([step, avg])
             rt.say(f"Step {step}/{plan.steps}: loss {avg:.6g} ({time.perf_counter() - t_run:.1f} s)")
         if evals.due(step):
-            t0 += evals.run(rep, res, step, t_run)       # not part of the timed iteration
+            t_eval = evals.run(rep, res, step, t_run)    # not part of the timed iteration
+            t0 += t_eval
         if step == next_check and step < plan.steps:
             now = time.perf_counter()
             mine = next_interval(every, step - last_check[0], now - last_check[1],
@@ -236,20 +293,17 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
             every = int(every)           # rank 0's proposal: every rank agrees at the same steps
             next_check, last_check = step + every, (step, now)
         if timed:
-            t_iter, in_iter = t_iter + time.perf_counter() - t0, in_iter + 1
+            now = time.perf_counter()
+            res.book_times.append(now - t1 - t_eval)
+            t_iter, in_iter = t_iter + now - t0, in_iter + 1
             if in_iter == plan.per_iter:
                 res.iter_times.append(t_iter)
                 t_iter, in_iter = 0.0, 0
         if opts.checkpoint_every and step % opts.checkpoint_every == 0 and step < plan.steps:
+            tc = time.perf_counter()
             save_checkpoint(rep, ckpt_dir, step, opts)
-    res.wall = time.perf_counter() - t_run
-    if evals.target and res.target is None and not res.stopped:
-        metric, value = evals.target
-        res.target = {"metric": metric, "value": value, "reached": False, "steps": plan.steps}
-    if counters is not None:
-        # every timed step exchanges once, and so does every probe that timed the exchange alone
-        res.net = {"host": rt.layout.host, "hostname": socket.gethostname(), **counters.moved(),
-                   "exchanges": len(res.step_times) + len(res.probe_exch_times)}
+            res.ckpt_time += time.perf_counter() - tc
+    _finish(rep, res, evals, counters, t_run)
     return res
 
 
@@ -326,10 +380,35 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
         out["evals"] = loop.evals
     if loop.target:
         out["target"] = loop.target
+    out["ranks"] = hvd.allgather_object(rank_phases(rt.rank, rt.layout.host, loop))
     out["digests"] = hvd.allgather_object(rep.digest())
     out["hosts"] = hvd.allgather_object(rt.layout.host)
     out["net"] = hvd.allgather_object(loop.net)
     return out
+
+
+def spread(values) -> dict:
+    """min, median, p95 and max of a phase's per-step times (n: how many)."""
+    vals = sorted(float(v) for v in values)
+    if not vals:
+        return {"n": 0}
+    return {"n": len(vals), "min": vals[0], "median": statistics.median(vals),
+            "p95": vals[min(len(vals) - 1, max(0, math.ceil(0.95 * len(vals)) - 1))],
+            "max": vals[-1]}
+
+
+def rank_phases(rank: int, host: str, loop: LoopResult) -> dict:
+    """This rank's phases per timed step, summarised (records stay small): input, the step call,
+    the bookkeeping after it; from the probes, compute alone, the exchange alone and the wait for
+    the slowest rank before it; and the time spent writing checkpoints."""
+    def med(values):
+        return statistics.median(values) if values else None
+    return {"rank": rank, "host": host, "input": spread(loop.input_times),
+            "step": spread(loop.step_times), "book": spread(loop.book_times),
+            "compute_s": med(loop.probe_times),
+            "compute_min_s": min(loop.probe_times) if loop.probe_times else None,
+            "exchange_s": med(loop.probe_exch_times),
+            "wait_s": med(loop.probe_waits), "ckpt_s": loop.ckpt_time}
 
 
 def slowest_rank_iterations(hvd, tf, iters) -> list:

@@ -1,0 +1,168 @@
+"""Where the efficiency goes: stragglers named, and the efficiency loss of each point split into
+what the ranks' own phase timings measured.
+
+Every rank of ``hpcdl train`` records its phases per timed step (``metrics.ranks``: input, the
+step call, the bookkeeping after it; from the probes, compute alone, the exchange alone and the
+wait for the slowest rank). Per point, with P the per-step time of the throughput (per-rank batch
+/ per-rank throughput) and r the per-rank batch over the baseline's (the smallest run of the
+axis), the measured efficiency loss 1 − E = (P − r·P₀)/P is split into, each over P:
+
+- compute slowdown: the typical rank's compute alone − r × the baseline's (ranks sharing cores);
+  the typical rank is the lower median over ranks (of two, the faster);
+- stragglers: the slowest rank's compute + input − the typical rank's (what the others wait);
+- input: the typical rank's input − r × the baseline's;
+- fixed: the bookkeeping per step beyond the baseline's (the loss and stop agreements);
+- exchange not hidden: what the typical rank's step holds beyond its compute, the wait for
+  stragglers and the baseline's update and overhead. It is the one part not timed apart, so it
+  is bounded by the exchange timed alone: below 0 or above it, the difference goes to
+- unexplained: the measured loss minus the parts above.
+
+A straggler is a rank whose compute or input takes at least ``RATIO`` times the median of the
+other ranks', costs them at least ``LOST_SHARE`` of the step, and is slower consistently: even its
+fastest probe (or step's input) is slower than the other ranks' median, which a rank merely
+unlucky in a few probes on a shared machine is not. Numpy-free standard library.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Dict, List, Optional, Sequence
+
+RATIO = 1.15          # a rank this much slower than the others' median in a phase ...
+LOST_SHARE = 0.05     # ... that costs the others at least this share of the step is named
+PARTS = ("compute", "stragglers", "input", "fixed", "exchange")
+LABELS = {"compute": "compute slowdown", "stragglers": "waiting for stragglers",
+          "input": "input pipeline", "fixed": "fixed per-step overhead",
+          "exchange": "exchange not hidden", "unexplained": "unexplained"}
+
+
+def _get(rec, *keys):
+    for k in keys:
+        if not isinstance(rec, dict) or k not in rec:
+            return None
+        rec = rec[k]
+    return rec
+
+
+def _phase(r: dict, name: str) -> Optional[float]:
+    if name in ("compute", "exchange", "wait"):
+        return r.get(f"{name}_s")
+    return _get(r, name, "median")
+
+
+def _fastest(r: dict, name: str) -> Optional[float]:
+    """A rank's fastest probe (compute) or step (input): its best case."""
+    return r.get("compute_min_s") if name == "compute" else _get(r, name, "min")
+
+
+def per_step(rec: dict) -> Optional[float]:
+    """P: the per-step time the record's throughput stands for (per-rank batch / per-rank rate)."""
+    rate = _get(rec, "metrics", "throughput_per_rank", "mean")
+    batch = _get(rec, "params", "batch_size")
+    return batch / rate if rate and batch else None
+
+
+def phases(rec: dict) -> Optional[dict]:
+    """The point's phases in one record: the typical rank's (the lower median over ranks, so
+    that of two ranks it is the one not slowed by the other) and the slowest rank's."""
+    ranks = _get(rec, "metrics", "ranks")
+    P = per_step(rec)
+    if not ranks or P is None:
+        return None
+    out = {"P": P}
+    for name in ("input", "step", "book", "compute", "exchange", "wait"):
+        vals = [v for v in (_phase(r, name) for r in ranks) if v is not None]
+        out[name] = statistics.median_low(vals) if vals else None
+    busy = [(_phase(r, "compute") or 0.0) + (_phase(r, "input") or 0.0) for r in ranks]
+    out["busy_med"], out["busy_max"] = statistics.median_low(busy), max(busy)
+    return out
+
+
+def stragglers(rec: dict, ratio: float = RATIO, lost_share: float = LOST_SHARE) -> List[dict]:
+    """The ranks the others wait for, each with its host, the phase that makes it slow, how much
+    slower than the other ranks' median, and the time per step the others lose."""
+    ranks = _get(rec, "metrics", "ranks") or []
+    P = per_step(rec)
+    if len(ranks) < 2 or P is None:
+        return []
+    named = []
+    for r in ranks:
+        others = [o for o in ranks if o is not r]
+        worst = None
+        for name in ("compute", "input"):
+            mine = _phase(r, name)
+            theirs = [v for v in (_phase(o, name) for o in others) if v is not None]
+            if mine is None or not theirs:
+                continue
+            med = statistics.median(theirs)
+            lost = mine - med
+            best = _fastest(r, name)
+            steady = best is None or best > med
+            if med > 0 and mine >= ratio * med and lost >= lost_share * P and steady:
+                if worst is None or lost > worst["lost_s"]:
+                    worst = {"rank": r.get("rank"), "host": r.get("host"), "phase": name,
+                             "ratio": mine / med, "lost_s": lost, "lost_share": lost / P}
+        if worst:
+            named.append(worst)
+    return sorted(named, key=lambda s: -s["lost_s"])
+
+
+def describe(s: dict) -> str:
+    return (f"rank {s['rank']} on {s['host']}: {s['phase']} {s['ratio']:.2f}× the other ranks' "
+            f"median; they wait {s['lost_s'] * 1e3:.3g} ms per step ({s['lost_share'] * 100:.0f}%)")
+
+
+def _median(values) -> Optional[float]:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def point_budget(recs: Sequence[dict], base: Sequence[dict]) -> Optional[dict]:
+    """The budget of one point (its repeats' medians) against the baseline point's records."""
+    ph = [p for p in map(phases, recs) if p]
+    b = [p for p in map(phases, base) if p]
+    if not ph or not b:
+        return None
+    med = {k: _median(p[k] for p in ph) for k in ph[0]}
+    med0 = {k: _median(p[k] for p in b) for k in b[0]}
+    if med["compute"] is None or med0["compute"] is None:
+        return {"why": "compute not probed (probes = 0): the budget needs the compute alone"}
+    r = _get(recs[0], "params", "batch_size") / _get(base[0], "params", "batch_size")
+    P, P0 = med["P"], med0["P"]
+    fixed0 = med0["step"] - med0["compute"]          # update and overhead of the baseline step
+    secs = {"compute": med["compute"] - r * med0["compute"],
+            "stragglers": med["busy_max"] - med["busy_med"],
+            "input": (med["input"] or 0.0) - r * (med0["input"] or 0.0),
+            "fixed": (med["book"] or 0.0) - (med0["book"] or 0.0)}
+    exposed = med["step"] - med["compute"] - secs["stragglers"] - fixed0
+    bound = med["exchange"] if med["exchange"] is not None else 0.0
+    secs["exchange"] = min(max(exposed, 0.0), bound)
+    loss = P - r * P0
+    secs["unexplained"] = loss - sum(secs[k] for k in PARTS)
+    return {"loss": loss / P, "shares": {k: v / P for k, v in secs.items()}, "seconds": secs,
+            "per_step_s": P, "exchange_alone_s": med["exchange"], "exposed_s": exposed,
+            "wait_s": med["wait"], "repeats": len(ph)}
+
+
+def analyse(recs: Sequence[dict], key_of, rows) -> List[dict]:
+    """The budget and the stragglers of every row (a configuration), against the smallest run
+    of its axis; ``key_of(rec)`` gives the (axis, nodes, ranks) a record belongs to."""
+    by: Dict[tuple, List[dict]] = {}
+    for rec in recs:
+        by.setdefault(key_of(rec), []).append(rec)
+    out = []
+    for row in rows:
+        sel = [r for r in rows if r.axis == row.axis]
+        base = min(sel, key=lambda r: r.ranks)
+        mine = by.get((row.axis, row.nodes, row.ranks), [])
+        named = {}
+        for rec in mine:
+            for s in stragglers(rec):
+                named.setdefault((s["rank"], s["host"], s["phase"]), []).append(s)
+        entry = {"axis": row.axis, "nodes": row.nodes, "ranks": row.ranks,
+                 "efficiency": row.efficiency,
+                 "stragglers": [{**max(v, key=lambda s: s["lost_s"]), "repeats": len(v),
+                                 "of": len(mine)} for v in named.values()]}
+        if row is not base:
+            entry["budget"] = point_budget(mine, by.get((base.axis, base.nodes, base.ranks), []))
+        out.append(entry)
+    return out

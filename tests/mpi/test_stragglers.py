@@ -1,0 +1,29 @@
+"""A straggler on purpose (HPCDL_SLOW) on two real ranks: the record names that rank, its host
+and the phase that makes it slow; a run without one names nobody."""
+import pytest
+
+from hpcdl import budget
+from hpcdl_testing import check, mpirun, read_records
+
+ARGS = ["--workload", "expmlp", "--steps", "200", "--warmup", "20", "--probes", "8",
+        "--num-batches-per-iter", "10"]
+
+
+@pytest.mark.parametrize("phase", ["compute", "input", None])
+def test_the_slow_rank_is_named_with_its_host_and_phase(tmp_path, phase):
+    env = {"HPCDL_THREADS": "1", **({"HPCDL_SLOW": f"rank=1,phase={phase},delay_ms=6"}
+                                    if phase else {})}
+    check(mpirun(2, ["train", *ARGS, "--results", str(tmp_path / "runs.jsonl")], env=env))
+    (rec,) = read_records(tmp_path / "runs.jsonl")
+    ranks = rec["metrics"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["step"]["n"] == r["input"]["n"] == r["book"]["n"] >= 30 for r in ranks)
+    named = budget.stragglers(rec)
+    if phase is None:
+        assert named == [], named
+        return
+    (s,) = named
+    assert (s["rank"], s["host"], s["phase"]) == (1, ranks[1]["host"], phase)
+    assert 0.004 <= s["lost_s"] <= 0.010, s                # the 6 ms it was told to lose
+    if phase == "compute":
+        assert ranks[0]["wait_s"] > 0.004                   # rank 0 waits for it at the probes
