@@ -164,5 +164,17 @@ def analyse(recs: Sequence[dict], key_of, rows) -> List[dict]:
                                  "of": len(mine)} for v in named.values()]}
         if row is not base:
             entry["budget"] = point_budget(mine, by.get((base.axis, base.nodes, base.ranks), []))
+        tl = timeline_medians(mine)
+        if tl:
+            entry["timeline_ms"] = tl
         out.append(entry)
     return out
+
+
+def timeline_medians(recs: Sequence[dict]) -> Dict[str, float]:
+    """Horovod's timeline of a point (``metrics.timeline``, ms per step per activity), the
+    median over its repeats."""
+    per = [_get(r, "metrics", "timeline", "ms_per_step") for r in recs]
+    per = [p for p in per if p]
+    names = sorted({n for p in per for n in p})
+    return {n: statistics.median(p.get(n, 0.0) for p in per) for n in names}

@@ -68,15 +68,17 @@ def setting(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[str]
     return value if value not in (None, "") else None
 
 
-def apply_rank_defaults(environ=None) -> dict:
+def apply_rank_defaults(environ=None, timeline: bool = False) -> dict:
     """Put RANK_DEFAULTS into ``environ`` (os.environ) where unset; return what was set.
 
     Call before MPI_Init (hvd.init(), the first mpi4py import): Open MPI reads its OMPI_MCA_*
     parameters, and Horovod its HOROVOD_* settings, from the process environment then.
+    ``timeline``: HOROVOD_TIMELINE=DYNAMIC too, so that hvd.start_timeline() may record it.
     """
     env = os.environ if environ is None else environ
     done = {}
-    for key, value in RANK_DEFAULTS.items():
+    wanted = dict(RANK_DEFAULTS, **({"HOROVOD_TIMELINE": "DYNAMIC"} if timeline else {}))
+    for key, value in wanted.items():
         if key not in env:
             env[key] = value
             done[key] = value

@@ -215,7 +215,31 @@ def _tables(res: analysis.StudyAnalysis) -> List[Table]:
         tables.append(_budget_table(res))
     if res.remedies:
         tables.append(_remedies_table(res))
+    if any(b.get("timeline_ms") for b in res.budget):
+        tables.append(_timeline_table(res))
     return tables
+
+
+def _timeline_table(res) -> Table:
+    """Horovod's own view of each point beside the budget's exchange not hidden."""
+    shown = [b for b in res.budget if b.get("timeline_ms")]
+    totals: Dict[str, float] = {}
+    for b in shown:
+        for name, ms in b["timeline_ms"].items():
+            totals[name] = totals.get(name, 0.0) + ms
+    names = sorted(totals, key=lambda n: -totals[n])[:8]
+    t = Table("horovod-timeline", "Horovod's timeline, ms per step",
+              ["axis", "nodes", "ranks"] + names + ["budget: exchange not hidden (ms)"],
+              meta={"method": "per activity, the union of its intervals over the tensors' rows, "
+                              "per timed step; median over repeats"})
+    for b in shown:
+        secs = (b.get("budget") or {}).get("seconds") or {}
+        ex = secs.get("exchange")
+        t.add([b["axis"], b["nodes"], b["ranks"]]
+              + [_f(b["timeline_ms"].get(n), 3) for n in names] + [_f(None if ex is None else ex * 1e3, 3)],
+              {"axis": b["axis"], "nodes": b["nodes"], "ranks": b["ranks"], **b["timeline_ms"],
+               "budget_exchange_ms": None if ex is None else ex * 1e3})
+    return t
 
 
 def _budget_table(res) -> Table:
@@ -547,6 +571,14 @@ def _budget_markdown(res, by_name) -> List[str]:
               + ("none named." if not named else ""), ""]
     lines += [f"- {b['axis']}, {b['nodes']} node(s): {describe(s)}, in {s['repeats']} of "
               f"{s['of']} run(s)" for b, s in named] + ([""] if named else [])
+    tl = by_name.get("horovod-timeline")
+    if tl is not None:
+        lines += ["**Horovod's timeline** (`[run] timeline = true`): its own view of the timed "
+                  "steps, to cross-check the budget. NEGOTIATE_ALLREDUCE is the ranks agreeing "
+                  "on which tensors are ready (long when one rank arrives late), ALLREDUCE the "
+                  "collective with its copies in and out of the fusion buffer; each activity is "
+                  "the wall time during which at least one tensor was in it.", "",
+                  tl.markdown(), "", f"CSV: `{tl.name}.csv`", ""]
     r = by_name.get("model-remedies")
     if r is not None:
         lines += ["**What to try** (MODEL, not measurement): for the largest point of each axis "

@@ -114,7 +114,7 @@ _STUDY_KEYS = ("name", "description", "scaling", "repeats")
 _LAYOUT_KEYS = ("ranks", "nodes", "ranks_per_node")
 _AXES_KEYS = ("backend", "compression", "exchange", "network", "lr_scaling")
 LR_RULES = ("linear", "none")
-_RUN_KEYS = ("timeout", "threads_per_rank", "env", "mpirun_args", "tag")
+_RUN_KEYS = ("timeout", "threads_per_rank", "env", "mpirun_args", "tag", "timeline")
 SLURM_KEYS = ("partition", "account", "qos", "constraint", "time", "cpus_per_task",
               "gpus_per_node", "ntasks_per_node", "mem", "signal_lead", "mpi", "modules",
               "setup", "extra")
@@ -171,6 +171,7 @@ class Point:
     network: str = ""          # the cluster box's link rate this point needs ("": any machine)
     lr_rule: str = ""          # [axes] lr_scaling: this point's learning-rate rule ("": no axis)
     script: Tuple[str, ...] = ()   # [workload] command, placeholders unexpanded (else hpcdl train)
+    timeline: bool = False         # [run] timeline: Horovod's timeline, summarised in the record
 
     @property
     def ranks(self) -> int:
@@ -208,6 +209,8 @@ class Point:
             args += [(_WORKLOAD_KEYS.get(key) or _TARGET_FLAGS[key])[1], str(value)]
         if self.lr_rule:
             args += ["--lr-scaling", self.lr_rule]
+        if self.timeline:
+            args += ["--timeline", str(Path(results_path).parent / "timelines" / f"{self.id}.json")]
         args += ["--study", self.study,
                  "--point", json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))]
         if self.declared:
@@ -255,6 +258,7 @@ class Study:
     target: str = ""                 # [target]: "accuracy:0.91"; each repeat is then a seed
     command: List[str] = field(default_factory=list)   # [workload] command: the user's script
     scrape: Dict[str, str] = field(default_factory=dict)  # [scrape]: figure name -> pattern
+    timeline: bool = False           # [run] timeline = true: Horovod's timeline per point
     sha256: str = ""                 # of the study file's bytes
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -292,7 +296,8 @@ class Study:
                         per_rank = self.batch // ranks if self.scaling == "strong" else self.batch
                         out.append(Point(self.name, nodes, rpn, rep, backend, comp, per_rank,
                                          self.workload, tuple(sorted(params.items())),
-                                         declared, net, rule, tuple(self.command)))
+                                         declared, net, rule, tuple(self.command),
+                                         self.timeline))
         return out
 
     @property
@@ -377,6 +382,10 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
         v.fail("axes.lr_scaling", "and workload.lr_scaling both set the learning-rate rule: keep "
                                   "one")
     timeout, env, mpirun_args = _run_section(v, raw)
+    timeline = bool(v.get(v.table(raw, "run"), "run.timeline", bool, default=False))
+    if timeline and command:
+        v.fail("run.timeline", "records hpcdl train's Horovod timeline; workload.command runs "
+                               "your script (set HOROVOD_TIMELINE in run.env for it)")
     slurm = _slurm_section(v, raw, layouts, by_nodes)
     model = v.table(raw, "model")
     v.only(model, "model", _MODEL_KEYS)
@@ -389,7 +398,7 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
                  fit=v.get(model, "model.fit", str, default=""),
                  calibrate_nodes_max=_calibrate_key(v, model), target=target, command=command,
-                 scrape=scrape, raw=raw)
+                 scrape=scrape, timeline=timeline, raw=raw)
 
 
 def _calibrate_key(v, model) -> int:
@@ -661,9 +670,10 @@ class _Validator:
         types = typ if isinstance(typ, tuple) else (typ,)
         if float in types and int not in types and isinstance(val, int) and not isinstance(val, bool):
             val = float(val)
-        if isinstance(val, bool) or not isinstance(val, types):
+        if (isinstance(val, bool) and bool not in types) or not isinstance(val, types):
             names = " or ".join({int: "an integer", float: "a number", str: "a string",
-                                 list: "a list", dict: "a table"}.get(t, t.__name__) for t in types)
+                                 list: "a list", dict: "a table",
+                                 bool: "true or false"}.get(t, t.__name__) for t in types)
             self.fail(dotted, f"must be {names}, got {val!r}")
         if minimum is not None and val < minimum:
             self.fail(dotted, f"must be >= {minimum}, got {val}")

@@ -132,6 +132,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the study's declarations stored in the record (JSON: scaling, study file "
                         "and hash, calibration); 'hpcdl study' passes it")
     r.add_argument("--tag", default=None, help="free text stored in the record")
+    r.add_argument("--timeline", default=None, metavar="PATH",
+                   help="Horovod's timeline of the timed steps to PATH (rank 0), summarised in "
+                        "the record: ms per step negotiating, in the allreduce, copying to and "
+                        "from the fusion buffer")
     r.add_argument("--checkpoint-dir", default=None, help="where rank 0 writes checkpoints")
     r.add_argument("--checkpoint-every", type=_nonneg_int, default=0, help="checkpoint every K steps (0 = only on stop)")
     r.add_argument("--keep-checkpoints", type=_positive_int, default=2, help="checkpoints kept (2)")
@@ -176,7 +180,7 @@ def run(opts) -> int:
     after the first step, scale the learning rate with the global batch."""
     validate(opts)
     from . import trainer, trainloop, workloads
-    rt = trainer.start()
+    rt = trainer.start(timeline=bool(opts.timeline))
     results = _results_path(opts)
     if rt.root and results != "-":
         from . import records
@@ -296,8 +300,8 @@ def _record(rep, opts, f, resumed) -> dict:
     rt, plan, wl = rep.rt, rep.plan, rep.wl
     metrics = {k: f[k] for k in ("step_time", "split", "wall_time_s", "loss_curve", "final_loss",
                                  "first_loss") if k in f}
-    metrics.update({k: f[k] for k in ("test_loss", "test_accuracy", "evals", "target", "ranks")
-                    if k in f})
+    metrics.update({k: f[k] for k in ("test_loss", "test_accuracy", "evals", "target", "ranks",
+                                      "timeline") if k in f})
     metrics["throughput"] = {**f["throughput"], "unit": f"{wl.unit}/s"}
     metrics["throughput_per_rank"] = {**f["throughput_per_rank"], "unit": f"{wl.unit}/s"}
     hvd = rt.hvd

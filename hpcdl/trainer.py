@@ -49,11 +49,12 @@ class Runtime:
             print(msg, flush=True)
 
 
-def start() -> Runtime:
-    """Threads and rank defaults before anything starts, then TensorFlow, ``hvd.init()``, the GPU."""
+def start(timeline: bool = False) -> Runtime:
+    """Threads and rank defaults before anything starts, then TensorFlow, ``hvd.init()``, the GPU.
+    ``timeline``: Horovod may record its timeline (started and stopped around the timed steps)."""
     layout = cluster.discover()
     threads = cluster.configure_threads(layout)
-    cluster.apply_rank_defaults()
+    cluster.apply_rank_defaults(timeline=timeline)
     check_horovod()
     import tensorflow as tf
     cluster.apply_tf_threads(tf, threads)

@@ -110,6 +110,7 @@ class LoopResult:
     input_times: List[float] = field(default_factory=list)       # each timed step's input
     book_times: List[float] = field(default_factory=list)        # each timed step's bookkeeping
     ckpt_time: float = 0.0                                        # s writing checkpoints
+    timeline: Optional[str] = None     # Horovod's timeline of the timed steps (--timeline)
     curve: List[list] = field(default_factory=list)
     first_loss: Optional[float] = None
     last_loss: object = None
@@ -205,8 +206,21 @@ def _input_and_probe(rep: Replica, res: LoopResult, step: int, probe: bool, slow
     return x, y, t_in, probe_s
 
 
-def _finish(rep: Replica, res: LoopResult, evals: "Evaluations", counters, t_run: float) -> None:
+def _start_timing(rep: Replica, node: Optional[dict], timeline: Optional[str]):
+    """At the first timed step: the box node's interface counters (None off the box), and
+    Horovod's timeline when asked for (rank 0 writes it)."""
+    if timeline:
+        if rep.rt.root:
+            Path(timeline).parent.mkdir(parents=True, exist_ok=True)
+        rep.rt.hvd.start_timeline(str(timeline))
+    return box.Counters(node["iface"]) if node else None
+
+
+def _finish(rep: Replica, res: LoopResult, evals: "Evaluations", counters, t_run: float,
+            timeline: Optional[str]) -> None:
     res.wall = time.perf_counter() - t_run
+    if timeline:
+        rep.rt.hvd.stop_timeline()
     if evals.target and res.target is None and not res.stopped:
         metric, value = evals.target
         res.target = {"metric": metric, "value": value, "reached": False,
@@ -241,7 +255,7 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     late = slow[1] if slow and slow[0] == "compute" else 0.0      # counts in this rank's step
     every = opts.stop_check_every
     next_check, last_check = start_step + every, (start_step, time.perf_counter())
-    res = LoopResult(step=start_step)
+    res = LoopResult(step=start_step, timeline=opts.timeline)
     t_run = time.perf_counter()
     t_iter, in_iter = 0.0, 0
     node = box.node_facts(rt.layout.host)
@@ -249,8 +263,8 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     evals = Evaluations(opts, plan.global_batch, plan.steps)
     while res.step < plan.steps and res.target is None:
         step = res.step
-        if node and step == first_timed:
-            counters = box.Counters(node["iface"])
+        if step == first_timed:
+            counters = _start_timing(rep, node, opts.timeline)
         if fault is not None and step == fault[0]:
             inject_fault(fault[1], step, rt.layout)
         t0 = time.perf_counter()
@@ -303,7 +317,7 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
             tc = time.perf_counter()
             save_checkpoint(rep, ckpt_dir, step, opts)
             res.ckpt_time += time.perf_counter() - tc
-    _finish(rep, res, evals, counters, t_run)
+    _finish(rep, res, evals, counters, t_run, res.timeline)
     return res
 
 
@@ -381,6 +395,11 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
     if loop.target:
         out["target"] = loop.target
     out["ranks"] = hvd.allgather_object(rank_phases(rt.rank, rt.layout.host, loop))
+    if loop.timeline and rt.root:
+        from . import timeline
+        time.sleep(0.5)                  # Horovod's writer thread flushes the stopped timeline
+        tl = timeline.summarize(loop.timeline, len(loop.step_times))
+        out["timeline"] = tl or {"file": str(loop.timeline), "why": "no readable timeline"}
     out["digests"] = hvd.allgather_object(rep.digest())
     out["hosts"] = hvd.allgather_object(rt.layout.host)
     out["net"] = hvd.allgather_object(loop.net)

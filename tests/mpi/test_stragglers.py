@@ -27,3 +27,16 @@ def test_the_slow_rank_is_named_with_its_host_and_phase(tmp_path, phase):
     assert 0.004 <= s["lost_s"] <= 0.010, s                # the 6 ms it was told to lose
     if phase == "compute":
         assert ranks[0]["wait_s"] > 0.004                   # rank 0 waits for it at the probes
+
+
+def test_horovods_timeline_of_the_timed_steps_is_summarised_in_the_record(tmp_path):
+    tl = tmp_path / "timelines" / "run.json"
+    check(mpirun(2, ["train", *ARGS, "--timeline", str(tl), "--results",
+                     str(tmp_path / "runs.jsonl")], env={"HPCDL_THREADS": "1"}))
+    (rec,) = read_records(tmp_path / "runs.jsonl")
+    t = rec["metrics"]["timeline"]
+    assert t["file"] == str(tl) and tl.is_file() and t["steps"] >= 30
+    ms = t["ms_per_step"]
+    assert ms["NEGOTIATE_ALLREDUCE"] > 0 and ms["ALLREDUCE"] > 0, ms
+    step_ms = rec["metrics"]["step_time"]["median"] * 1e3
+    assert ms["ALLREDUCE"] < 3 * step_ms                     # per step, not a run's total

@@ -217,3 +217,27 @@ def test_the_command_job_script_matches_golden_requeues_and_records_whatever_the
     assert "export HPCDL_RESULTS=/opt/hpcdl/results/mine/points/n2-r2-script-none-rep0.jsonl" in step.text
     assert ('-m hpcdl.launch.command "$SPEC" --exit-status "$rc"' in step.text
             and step.text.rstrip().endswith('exit "$rc"'))
+
+
+def test_a_study_asks_for_horovods_timeline_per_point_but_not_for_a_command(tmp_path):
+    own = textwrap.dedent("""\
+        [study]
+        name = "tl"
+        scaling = "weak"
+        [workload]
+        name = "expmlp"
+        batch_size = 10
+        [layout]
+        ranks = [2]
+        [run]
+        timeline = true
+        """)
+    st = load(tmp_path, own, "tl.toml")
+    (p,) = st.points()
+    args = p.train_args(str(tmp_path / "results" / "tl" / "runs.jsonl"))
+    i = args.index("--timeline")
+    assert args[i + 1] == str(tmp_path / "results" / "tl" / "timelines" / f"{p.id}.json")
+    with pytest.raises(study.StudyError, match="run.timeline: must be true or false"):
+        load(tmp_path, own.replace("timeline = true", 'timeline = "yes"'), "tl.toml")
+    with pytest.raises(study.StudyError, match="run.timeline: records hpcdl train's"):
+        load(tmp_path, STUDY + "\n[run]\ntimeline = true\n")

@@ -1,0 +1,42 @@
+"""Horovod's timeline summarised: activities per step, fused tensors counted once, a timeline
+still being written read up to its last whole event."""
+import json
+
+import pytest
+
+from hpcdl import timeline
+
+
+def _events():
+    ev = []
+    for pid in (1, 2):          # two tensors fused into one allreduce: the same spans on each row
+        ev += [{"name": "NEGOTIATE_ALLREDUCE", "ph": "B", "ts": 0 + pid * 100, "pid": pid},
+               {"ph": "E", "ts": 400, "pid": pid},
+               {"name": "ALLREDUCE", "ph": "B", "ts": 500, "pid": pid},
+               {"name": "MEMCPY_IN_FUSION_BUFFER", "ph": "B", "ts": 500, "pid": pid},
+               {"ph": "E", "ts": 600, "pid": pid},
+               {"name": "MPI_ALLREDUCE", "ph": "B", "ts": 600, "pid": pid},
+               {"ph": "E", "ts": 1600, "pid": pid},
+               {"ph": "E", "ts": 1700, "pid": pid}]
+    return [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "grad_0"}}] + ev
+
+
+def test_each_activity_is_the_union_of_its_spans_over_the_tensors_per_step(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_events()))
+    s = timeline.summarize(path, steps=2)
+    ms = s["ms_per_step"]
+    assert ms["NEGOTIATE_ALLREDUCE"] == pytest.approx(0.300 / 2)   # 100..400 µs, rows overlap
+    assert ms["MPI_ALLREDUCE"] == pytest.approx(1.0 / 2)            # one fused allreduce, once
+    assert ms["ALLREDUCE"] == pytest.approx(1.2 / 2)
+    assert ms["MEMCPY_IN_FUSION_BUFFER"] == pytest.approx(0.1 / 2)
+
+
+def test_a_timeline_still_being_written_is_read_up_to_its_last_whole_event(tmp_path):
+    text = json.dumps(_events())
+    torn = text[:text.rfind('{"ph": "E", "ts": 1700, "pid": 2}')] + '{"ph": "E", "ts": 17'
+    path = tmp_path / "t.json"
+    path.write_text(torn)
+    ms = timeline.summarize(path, steps=1)["ms_per_step"]
+    assert ms["MPI_ALLREDUCE"] == pytest.approx(1.0) and "NEGOTIATE_ALLREDUCE" in ms
+    assert timeline.summarize(tmp_path / "missing.json", 1) is None
