@@ -167,6 +167,16 @@ def analyse(recs: Sequence[dict], key_of, rows) -> List[dict]:
         tl = timeline_medians(mine)
         if tl:
             entry["timeline_ms"] = tl
+            negs = [_get(r, "metrics", "timeline", "negotiation") for r in mine]
+            negs = [n for n in negs if n]
+            if negs:
+                last: Dict[str, int] = {}
+                for n in negs:
+                    for rank, k in n["last_ready"].items():
+                        last[rank] = last.get(rank, 0) + k
+                entry["negotiation"] = {
+                    "ready_spread_ms_median": statistics.median(
+                        n["ready_spread_ms_median"] for n in negs), "last_ready": last}
         out.append(entry)
     return out
 

@@ -27,7 +27,8 @@ SETTINGS = {
     "HPCDL_RESULTS": "results file that 'hpcdl train' (and the Keras ScalingRecorder) appends "
                      "its record to",
     "HPCDL_SLOW": "a straggler on purpose: rank=R,phase=compute|input,delay_ms=D makes rank R "
-                  "spend D ms more per step in that phase (tests, studies of stragglers)",
+                  "(rank=*: every rank) spend D ms more per step in that phase (tests, studies "
+                  "of stragglers and slow input)",
     "HPCDL_STUDY": "study name that the Keras ScalingRecorder stores in its record",
     "HPCDL_POINT": "study point (JSON) that the Keras ScalingRecorder stores in its record",
     "HPCDL_DECLARED": "the study's declarations (JSON) that the Keras ScalingRecorder stores",

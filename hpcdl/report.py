@@ -229,16 +229,26 @@ def _timeline_table(res) -> Table:
             totals[name] = totals.get(name, 0.0) + ms
     names = sorted(totals, key=lambda n: -totals[n])[:8]
     t = Table("horovod-timeline", "Horovod's timeline, ms per step",
-              ["axis", "nodes", "ranks"] + names + ["budget: exchange not hidden (ms)"],
+              ["axis", "nodes", "ranks"] + names + ["budget: exchange not hidden (ms)",
+                                                    "ranks ready apart (ms, median)",
+                                                    "ready last (rank: negotiations)"],
               meta={"method": "per activity, the union of its intervals over the tensors' rows, "
                               "per timed step; median over repeats"})
     for b in shown:
         secs = (b.get("budget") or {}).get("seconds") or {}
         ex = secs.get("exchange")
+        neg = b.get("negotiation") or {}
+        last = ", ".join(f"{r}: {n}" for r, n in sorted((neg.get("last_ready") or {}).items(),
+                                                         key=lambda kv: -kv[1])[:3]) or "-"
         t.add([b["axis"], b["nodes"], b["ranks"]]
-              + [_f(b["timeline_ms"].get(n), 3) for n in names] + [_f(None if ex is None else ex * 1e3, 3)],
-              {"axis": b["axis"], "nodes": b["nodes"], "ranks": b["ranks"], **b["timeline_ms"],
-               "budget_exchange_ms": None if ex is None else ex * 1e3})
+              + [_f(b["timeline_ms"].get(n), 3) for n in names]
+              + [_f(None if ex is None else ex * 1e3, 3), _f(neg.get("ready_spread_ms_median"), 3),
+                 last],
+              {"axis": b["axis"], "nodes": b["nodes"], "ranks": b["ranks"],
+               **{n: b["timeline_ms"].get(n) for n in sorted(totals)},
+               "budget_exchange_ms": None if ex is None else ex * 1e3,
+               "ready_spread_ms_median": neg.get("ready_spread_ms_median"),
+               "last_ready": last})
     return t
 
 

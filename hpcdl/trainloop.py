@@ -169,20 +169,22 @@ def reached(target, ev: dict) -> bool:
 
 
 def slow_from_env(rank: int):
-    """``HPCDL_SLOW=rank=R,phase=compute|input,delay_ms=D``: rank R spends D ms more per step in
-    that phase (tests and studies of a straggler on purpose); None for other ranks or unset."""
+    """``HPCDL_SLOW=rank=R,phase=compute|input,delay_ms=D``: rank R (every rank: ``rank=*``)
+    spends D ms more per step in that phase (tests and studies of a straggler, or of a slow
+    input pipeline, on purpose); None for other ranks or unset."""
     spec = cluster.setting("HPCDL_SLOW")
     if not spec:
         return None
     try:
         kv = dict(part.split("=", 1) for part in spec.split(","))
-        which, phase, delay = int(kv["rank"]), kv.get("phase", "compute"), float(kv["delay_ms"])
+        which = None if kv["rank"] == "*" else int(kv["rank"])
+        phase, delay = kv.get("phase", "compute"), float(kv["delay_ms"])
     except (KeyError, ValueError) as exc:
         raise UserError(f"HPCDL_SLOW={spec!r}: want rank=R,phase=compute|input,delay_ms=D "
                         f"({exc})") from None
     if phase not in ("compute", "input") or delay < 0:
         raise UserError(f"HPCDL_SLOW={spec!r}: phase must be compute or input, delay_ms >= 0")
-    return (phase, delay / 1e3) if which == rank else None
+    return (phase, delay / 1e3) if which in (None, rank) else None
 
 
 def _input_and_probe(rep: Replica, res: LoopResult, step: int, probe: bool, slow) -> tuple:

@@ -40,3 +40,16 @@ def test_horovods_timeline_of_the_timed_steps_is_summarised_in_the_record(tmp_pa
     assert ms["NEGOTIATE_ALLREDUCE"] > 0 and ms["ALLREDUCE"] > 0, ms
     step_ms = rec["metrics"]["step_time"]["median"] * 1e3
     assert ms["ALLREDUCE"] < 3 * step_ms                     # per step, not a run's total
+
+
+def test_a_slow_input_pipeline_on_every_rank_puts_the_loss_on_input_and_names_nobody(tmp_path):
+    from hpcdl import analysis
+    runs = tmp_path / "runs.jsonl"
+    check(mpirun(1, ["train", *ARGS, "--results", str(runs)], env={"HPCDL_THREADS": "1"}))
+    check(mpirun(2, ["train", *ARGS, "--results", str(runs)],
+                 env={"HPCDL_THREADS": "1", "HPCDL_SLOW": "rank=*,phase=input,delay_ms=8"}))
+    res = analysis.analyse(read_records(runs), "input", scaling="weak")
+    (two,) = [b for b in res.budget if b["ranks"] == 2]
+    shares = two["budget"]["shares"]
+    assert max(budget.PARTS, key=shares.get) == "input", shares
+    assert shares["input"] >= 0.3 and two["stragglers"] == []

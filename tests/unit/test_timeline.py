@@ -11,6 +11,8 @@ def _events():
     ev = []
     for pid in (1, 2):          # two tensors fused into one allreduce: the same spans on each row
         ev += [{"name": "NEGOTIATE_ALLREDUCE", "ph": "B", "ts": 0 + pid * 100, "pid": pid},
+               {"ph": "X", "name": "1", "ts": 0 + pid * 100, "pid": pid, "dur": 0},   # ready
+               {"ph": "X", "name": "0", "ts": 390, "pid": pid, "dur": 0},            # last
                {"ph": "E", "ts": 400, "pid": pid},
                {"name": "ALLREDUCE", "ph": "B", "ts": 500, "pid": pid},
                {"name": "MEMCPY_IN_FUSION_BUFFER", "ph": "B", "ts": 500, "pid": pid},
@@ -30,6 +32,10 @@ def test_each_activity_is_the_union_of_its_spans_over_the_tensors_per_step(tmp_p
     assert ms["MPI_ALLREDUCE"] == pytest.approx(1.0 / 2)            # one fused allreduce, once
     assert ms["ALLREDUCE"] == pytest.approx(1.2 / 2)
     assert ms["MEMCPY_IN_FUSION_BUFFER"] == pytest.approx(0.1 / 2)
+    assert "1" not in ms and "0" not in ms             # the ranks' ready marks are no activity
+    neg = s["negotiation"]
+    assert neg["count"] == 2 and neg["last_ready"] == {"0": 2}
+    assert neg["ready_spread_ms_median"] == pytest.approx(0.290)   # 100..390 and 200..390
 
 
 def test_a_timeline_still_being_written_is_read_up_to_its_last_whole_event(tmp_path):
