@@ -633,6 +633,10 @@ def remedies(rows: Sequence[Row], models: Dict[str, StepModel], spent: List[dict
                     ("fp16 gradients (half the bytes)", b, n / 2, None),
                     ("twice the batch per rank", 2 * b, n, None),
                     *((f"network: {net.name}", b, n, net) for net in PRESETS.values()))]
+            if any(o["efficiency"] > 1 for o in row["options"]):
+                row["note"] = (f"above 100%: the model's one rank alone computes {m.single:.2f}x "
+                               "as long as a rank among several (single), so the baseline it "
+                               "divides by is slow; check the baseline run's notes")
         out.append(row)
     return out
 

@@ -596,6 +596,8 @@ def _budget_markdown(res, by_name) -> List[str]:
                   "model predicts with each remedy it can evaluate. A loss the model has no term "
                   "for (compute slowdown, stragglers, input) gets no number.", "",
                   r.markdown(), "", f"CSV: `{r.name}.csv`", ""]
+        lines += [f"- {x['axis']}: {x['note']}." for x in res.remedies if x.get("note")]
+        lines += [""] if any(x.get("note") for x in res.remedies) else []
     return lines
 
 
