@@ -15,11 +15,12 @@ import argparse
 import math
 from pathlib import Path
 
-from . import box, cluster
+from . import asyncps, box, cluster
 from .comm import BACKENDS, COMPRESSIONS
 from .errors import EXIT_INTERRUPTED, Interrupted, UserError
 
 DEFAULT_RESULTS = "results/runs.jsonl"
+TRAIN_BACKENDS = BACKENDS + (asyncps.NAME,)     # the exchanges and the asynchronous server
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -71,6 +72,18 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _slow_rank(text: str):
+    """``--slow-rank R:FACTOR``: rank R computes FACTOR (>= 1) times as long."""
+    rank, _, factor = text.partition(":")
+    try:
+        r, f = int(rank), float(factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected RANK:FACTOR such as 1:2, got '{text}'")
+    if r < 0 or not f >= 1 or math.isinf(f):
+        raise argparse.ArgumentTypeError(f"expected a rank >= 0 and a factor >= 1, got '{text}'")
+    return r, f
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``hpcdl train`` (defaults of None fall back to the workload's own)."""
     w = p.add_argument_group("workload")
@@ -99,8 +112,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ramp the lr linearly from its unscaled value over this many steps")
     t.add_argument("--seed", type=int, default=0, help="seed of the model and the data order")
     t.add_argument("--backend", default="horovod",
-                   help=f"gradient exchange: {', '.join(BACKENDS)}")
+                   help=f"gradient exchange: {', '.join(TRAIN_BACKENDS)} ({asyncps.NAME}: "
+                        "asynchronous parameter server at rank 0)")
     t.add_argument("--compression", default="none", help=f"gradient compression: {', '.join(COMPRESSIONS)}")
+    t.add_argument("--staleness", type=asyncps.staleness_arg, default=None, metavar="S",
+                   help=f"{asyncps.NAME}: a worker more than S updates ahead of the slowest waits "
+                        "(stale-synchronous parallel); 0: the server averages one push of every "
+                        "worker per update (the synchronous parameter server); inf (default): "
+                        "no bound, Downpour SGD")
+    t.add_argument("--ps-dedicated", action="store_true",
+                   help=f"{asyncps.NAME}: rank 0 only serves the parameters (default: it trains too, "
+                        "its server in a thread)")
 
     m = p.add_argument_group("measurement")
     m.add_argument("--warmup", type=_nonneg_int, default=None,
@@ -118,6 +140,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="accuracy:V or loss:V on the held-out set: training ends at the first "
                         "evaluation that reaches it, and the record has the steps, samples and "
                         "time it took, or that --steps did not reach it")
+    m.add_argument("--slow-rank", type=_slow_rank, default=None, metavar="R:FACTOR",
+                   help="a straggler on purpose: rank R's compute takes FACTOR times as long "
+                        "(it sleeps FACTOR-1 times its compute time per step)")
     m.add_argument("--probes", type=_nonneg_int, default=5,
                    help="steps preceded by a probe of the compute alone and, on several ranks, "
                         "the exchange alone, outside the timing (horovod none/fp16; 0 = off)")
@@ -153,8 +178,10 @@ def validate(opts) -> None:
     """Check the options that need no TensorFlow; raise UserError naming what to fix."""
     from .workloads import resolve
     resolve(opts.workload)
-    if opts.backend not in BACKENDS:
-        raise UserError(f"unknown --backend '{opts.backend}': choose one of {', '.join(BACKENDS)}")
+    if opts.backend not in TRAIN_BACKENDS:
+        raise UserError(f"unknown --backend '{opts.backend}': choose one of "
+                        f"{', '.join(TRAIN_BACKENDS)}")
+    _validate_async(opts)
     if opts.compression not in COMPRESSIONS:
         raise UserError(f"unknown --compression '{opts.compression}': choose one of "
                         f"{', '.join(COMPRESSIONS)}")
@@ -170,6 +197,22 @@ def validate(opts) -> None:
             and not Path(data).is_file():
         raise UserError(f"--data {data}: no such file; give the path of the standard mnist.npz "
                         "(or HPCDL_DATA), or use --data mnist-5k or --data sklearn-digits")
+
+
+def _validate_async(opts) -> None:
+    if opts.backend != asyncps.NAME:
+        if opts.staleness is not None or opts.ps_dedicated:
+            raise UserError(f"--staleness and --ps-dedicated are options of --backend "
+                            f"{asyncps.NAME}")
+        return
+    if opts.compression != "none":
+        raise UserError(f"--backend {asyncps.NAME} pushes and pulls float32: --compression "
+                        f"{opts.compression} is not offered with it")
+    for given, name in ((opts.checkpoint_dir, "--checkpoint-dir"), (opts.resume, "--resume"),
+                        (opts.timeline, "--timeline")):
+        if given:
+            raise UserError(f"{name} is not offered with --backend {asyncps.NAME} yet (its "
+                            "server's state is rank 0's alone); use a synchronous backend")
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -188,6 +231,8 @@ def run(opts) -> int:
     rt.tf.keras.utils.set_random_seed(opts.seed)
     wl = workloads.load(opts.workload, opts)
     _check_evaluation(wl, opts)
+    if opts.backend == asyncps.NAME:
+        return _run_async(opts, rt, wl, results)
     plan = trainer.make_plan(opts, wl, rt.size)
     rep = trainer.Replica(rt, wl, plan, opts)
     ckpt_dir = Path(opts.checkpoint_dir) if opts.checkpoint_dir else None
@@ -205,6 +250,35 @@ def run(opts) -> int:
     if rt.root:
         _print_results(wl, rt.size, figures)
         record = _record(rep, opts, figures, resumed)
+        if results != "-":
+            from . import records
+            records.append(results, record)
+            print(f"Record appended to {results}")
+    return 0
+
+
+def _run_async(opts, rt, wl, results) -> int:
+    """Train through the asynchronous parameter server (:mod:`hpcdl.asyncps`)."""
+    from . import trainer, trainloop
+    workers = asyncps.workers_of(rt.size, opts.ps_dedicated)
+    plan = trainer.make_plan(opts, wl, len(workers))
+    index = workers.index(rt.rank) if rt.rank in workers else 0
+    rep = trainer.Replica(rt, wl, plan, opts, shard=(index, len(workers)))
+    watch = trainloop.StopWatch(opts.max_time, _stop_file(None))
+    watch.install()
+    rt.say(_header(rt, wl, plan, opts))
+    loop = asyncps.run(rep, opts, watch, workers, opts.staleness)
+    if loop.stopped:
+        msg = (f"Stopped after {loop.step} updates ({loop.stopped}); {asyncps.NAME} writes no "
+               "checkpoint, progress not saved")
+        rt.say(msg)
+        raise Interrupted(msg, None)
+    figures = asyncps.summarize(rep, loop, workers, opts.staleness, opts.ps_dedicated)
+    if opts.save_weights and (rt.root or "{rank}" in opts.save_weights):
+        _save_weights(rep, opts.save_weights.replace("{rank}", str(rt.rank)))
+    if rt.root:
+        _print_results(wl, len(workers), figures)
+        record = _record(rep, opts, figures, None)
         if results != "-":
             from . import records
             records.append(results, record)
@@ -235,6 +309,10 @@ def _header(rt, wl, plan, opts) -> str:
             f"batch={plan.batch}/rank global_batch={plan.global_batch} steps={plan.steps} "
             f"lr={plan.lr:g} backend={opts.backend} compression={opts.compression} "
             f"threads/rank={rt.threads}" + (f" gpu={rt.gpu}" if rt.gpu is not None else ""))
+    if opts.backend == asyncps.NAME:
+        text += (f"\nParameter server at rank 0{' (dedicated)' if opts.ps_dedicated else ''}, "
+                 f"staleness bound {asyncps.staleness_label(opts.staleness)}, "
+                 f"{plan.steps} steps per worker")
     if wl.synthetic is not None:
         text += (f"\nModel: {wl.info['model']}, image size {wl.info['image_size']}, "
                  f"batch size {plan.batch} per rank, {wl.info['params']:,} parameters")
@@ -282,6 +360,12 @@ def _print_results(wl, size, f) -> None:
         print(f"Test accuracy: {f['test_accuracy']:.4f}")
     if f.get("target"):
         print(target_text(f["target"]))
+    a = f.get("async")
+    if a:
+        st = a["staleness"]
+        print(f"Updates: {a['updates']} ({a['updates_per_s']:.1f}/s) of {a['samples_per_update']} "
+              f"samples; staleness mean {st.get('mean', 0):.2f}, p95 {st.get('p95', 0)}, "
+              f"max {st.get('max', 0)}")
     same = len(set(f["digests"])) == 1
     print(f"Replicas identical: {'yes' if same else 'NO'} ({f['digests'][0][:12]})")
 
@@ -301,7 +385,7 @@ def _record(rep, opts, f, resumed) -> dict:
     metrics = {k: f[k] for k in ("step_time", "split", "wall_time_s", "loss_curve", "final_loss",
                                  "first_loss") if k in f}
     metrics.update({k: f[k] for k in ("test_loss", "test_accuracy", "evals", "target", "ranks",
-                                      "timeline") if k in f})
+                                      "timeline", "async") if k in f})
     metrics["throughput"] = {**f["throughput"], "unit": f"{wl.unit}/s"}
     metrics["throughput_per_rank"] = {**f["throughput_per_rank"], "unit": f"{wl.unit}/s"}
     hvd = rt.hvd
@@ -315,7 +399,11 @@ def _record(rep, opts, f, resumed) -> dict:
                    "lr": plan.lr, "base_lr": plan.base_lr, "lr_scaling": opts.lr_scaling,
                    "lr_warmup_steps": opts.lr_warmup_steps, "seed": opts.seed,
                    "backend": opts.backend, "compression": opts.compression,
+                   **({"staleness": asyncps.staleness_label(opts.staleness),
+                       "ps_dedicated": opts.ps_dedicated} if opts.backend == asyncps.NAME else {}),
                    "eval_every": opts.eval_every,
+                   "slow_rank": (f"{opts.slow_rank[0]}:{opts.slow_rank[1]:g}"
+                                 if opts.slow_rank else None),
                    "target": list(opts.target) if opts.target else None,
                    "threads_per_rank": rt.threads, **_workload_params(wl, opts)},
         "layout": {"size": rt.size, "nodes": rt.layout.num_nodes,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import cluster
+from .asyncps import NAME as ASYNC
 from .errors import UserError
 
 
@@ -132,7 +133,7 @@ class Replica:
     as one flat buffer with its ``allreduce_mean`` and applies the result, timing each part.
     """
 
-    def __init__(self, rt: Runtime, wl, plan: Plan, opts):
+    def __init__(self, rt: Runtime, wl, plan: Plan, opts, shard=None):
         import numpy as np
         from . import comm
         from .data import Sharder
@@ -146,13 +147,16 @@ class Replica:
         self.opt = wl.make_optimizer(lr)
         self.opt.build(self.variables)
         self.sharder, self.dataset, self.it = None, None, None
+        index, count = shard or (rt.rank, rt.size)     # this rank's shard of how many
         if isinstance(wl.train, tuple):       # numpy arrays: sharded by index (hpcdl.data)
-            self.sharder = Sharder(len(wl.train[0]), plan.batch, rt.rank, rt.size, opts.seed)
+            self.sharder = Sharder(len(wl.train[0]), plan.batch, index, count, opts.seed)
         elif wl.train is not None:            # a tf.data dataset
-            self.dataset = wl.train.repeat().shard(rt.size, rt.rank).batch(plan.batch,
-                                                                           drop_remainder=True)
-        self.exchange = comm.get_backend(opts.backend, opts.compression)
-        self.in_graph = self.exchange.in_graph
+            self.dataset = wl.train.repeat().shard(count, index).batch(plan.batch,
+                                                                       drop_remainder=True)
+        # hpcdl.asyncps's workers push and pull through their server, not through a backend
+        self.exchange = None if opts.backend == ASYNC else comm.get_backend(opts.backend,
+                                                                             opts.compression)
+        self.in_graph = bool(self.exchange and self.exchange.in_graph)
         self._build_functions()
 
     def _build_functions(self):
@@ -178,7 +182,8 @@ class Replica:
             opt.apply_gradients(zip(grads, variables))
 
         self.compute_grads, self._graph_step, self._apply = compute_grads, graph_step, apply_grads
-        self._exchange_only = tf.function(lambda grads: exchange.average(grads))
+        self._exchange_only = tf.function(lambda grads: exchange.average(grads)) \
+            if exchange is not None else None
 
     def step(self, x, y):
         """One training step: (loss tensor, compute s, exchange s); the times are None in-graph."""

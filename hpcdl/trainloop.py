@@ -187,6 +187,32 @@ def slow_from_env(rank: int):
     return (phase, delay / 1e3) if which in (None, rank) else None
 
 
+def straggler(rep: Replica, slow_rank):
+    """The delay this rank adds on purpose: ``--slow-rank R:FACTOR`` makes rank R's compute
+    FACTOR times as long (it sleeps FACTOR - 1 times its own compute time of a step, timed here
+    on its first batch, the median of ten after one untimed), else ``HPCDL_SLOW``; as
+    :func:`slow_from_env` gives it."""
+    rt = rep.rt
+    if slow_rank is None:
+        return slow_from_env(rt.rank)
+    which, factor = slow_rank
+    if which >= rt.size:
+        raise UserError(f"--slow-rank {which}:{factor:g}: there are only {rt.size} ranks")
+    if which != rt.rank or factor == 1:
+        return None
+    x, y = rep.batch(0)
+    times = []
+    for i in range(11):
+        t0 = time.perf_counter()
+        _, grads = rep.compute_grads(x, y)
+        _ = grads[-1].numpy()
+        times.append(time.perf_counter() - t0)
+    delay = (factor - 1) * statistics.median(times[1:])
+    cluster.log(f"--slow-rank: compute {statistics.median(times[1:]) * 1e3:.3f} ms per step, "
+                f"{delay * 1e3:.3f} ms added ({factor:g}x)", rt.layout)
+    return "compute", delay
+
+
 def _input_and_probe(rep: Replica, res: LoopResult, step: int, probe: bool, slow) -> tuple:
     """(x, y, input s, probe s) of a step: its batch (and the time it took), the probe when this
     is a probe step, and a straggler's delays on purpose (``slow``: HPCDL_SLOW, or None)."""
@@ -253,7 +279,7 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     first_timed = max(plan.warmup, start_step + (1 if resumed else 0))
     probes = probe_steps(plan, first_timed, opts.probes if rep.in_graph else 0)
     fault = fault_from_env(rt.rank)
-    slow = slow_from_env(rt.rank)
+    slow = straggler(rep, opts.slow_rank)
     late = slow[1] if slow and slow[0] == "compute" else 0.0      # counts in this rank's step
     every = opts.stop_check_every
     next_check, last_check = start_step + every, (start_step, time.perf_counter())

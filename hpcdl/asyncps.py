@@ -1,0 +1,496 @@
+"""Asynchronous data parallelism through a parameter server: Downpour SGD and bounded staleness.
+
+``hpcdl train --backend ps-async --staleness S``. Rank 0 holds the parameters in a server thread
+(or, with ``--ps-dedicated``, as its only work); the workers (every rank, or every rank but 0)
+compute gradients on their shard against the parameters they last pulled, push them, and pull
+the parameters the server then holds. A push is applied as it arrives, on its own, with the
+learning rate of one worker's batch (the linear rule of the sync run's global batch, divided
+by the workers): DistBelief's Downpour SGD when nothing bounds the staleness. With S a worker
+that has pushed more than S updates beyond the slowest worker still running waits for its
+parameters until that one catches up (stale-synchronous parallel, Ho et al. 2013). With S = 0
+the server waits for one push of every worker, adds them in rank order, divides by their
+number and applies that as one update with the sync run's learning rate: the synchronous
+parameter server, giving the weights ``--backend ps`` gives.
+
+The staleness of an update is the number of updates the server applied between the worker's
+pull and the arrival of its push. Nothing here busy-waits: the server polls for pushes with
+``Iprobe`` and a sleep that grows to a millisecond while idle, and a worker waiting for its
+parameters polls its receive the same way, so that on a node with few cores the server thread,
+the workers and TensorFlow's threads are not starved by a spinning MPI call. The server thread
+needs MPI_THREAD_MULTIPLE (Horovod asks for it at ``hvd.init()``); a dedicated server does not.
+
+Training ends when every worker has made its steps, or when the server stops it: a target
+reached in an evaluation of the server's parameters, or a worker asking to stop (a signal, a
+stop file, the time limit), after which each worker gets "stop" in place of its parameters.
+A dead worker or server ends the job through the launcher, as for the other backends.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from .errors import UserError
+
+NAME = "ps-async"
+SERVER = 0
+_TAG_PUSH, _TAG_HDR, _TAG_PARAMS = 21, 22, 23
+_IDLE_MIN, _IDLE_MAX = 2e-5, 1e-3       # s: the sleep between polls grows from, and to
+
+
+def staleness_arg(text: str) -> Optional[int]:
+    """``--staleness``: an integer >= 0, or ``inf``/``none`` for no bound (Downpour)."""
+    if text.lower() in ("inf", "none", "downpour"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        import argparse
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or inf, got '{text}'")
+    return value
+
+
+def staleness_label(bound: Optional[int]) -> str:
+    return "inf" if bound is None else str(bound)
+
+
+def workers_of(size: int, dedicated: bool) -> List[int]:
+    """The ranks that train: all of them, or all but the server."""
+    if dedicated and size < 2:
+        raise UserError("--ps-dedicated needs at least 2 ranks: one server and one worker")
+    return list(range(1 if dedicated else 0, size))
+
+
+def poll(test, idle_min: float = _IDLE_MIN, idle_max: float = _IDLE_MAX):
+    """Call ``test()`` until it returns something true, sleeping between calls from ``idle_min``
+    growing to ``idle_max`` (no spinning core); return that value."""
+    delay = idle_min
+    while True:
+        got = test()
+        if got:
+            return got
+        time.sleep(delay)
+        delay = min(2 * delay, idle_max)
+
+
+# --- the server -------------------------------------------------------------------------------------
+
+@dataclass
+class ServerLog:
+    """What the server measured: per update its staleness, per worker its pushes and held time."""
+
+    staleness: List[int] = field(default_factory=list)
+    updates: int = 0
+    pushes: Dict[int, int] = field(default_factory=dict)
+    held_s: Dict[int, float] = field(default_factory=dict)     # replies held by the bound
+    lead_max: int = 0      # the most pushes a worker answered was ahead of the slowest running
+    curve: List[list] = field(default_factory=list)            # [updates, mean loss, wall s]
+    evals: List[dict] = field(default_factory=list)
+    eval_time: float = 0.0
+    target: Optional[dict] = None
+    stopped: Optional[str] = None
+    wall: float = 0.0
+    apply_s: float = 0.0
+    error: Optional[BaseException] = None
+
+
+class Server:
+    """The parameters, their optimizer and the rule of when a push is applied and answered."""
+
+    def __init__(self, rep, opts, comm, workers: List[int], bound: Optional[int], steps: int):
+        import numpy as np
+        tf = rep.rt.tf
+        self.np, self.tf, self.rep, self.comm = np, tf, rep, comm
+        self.workers, self.bound, self.steps = workers, bound, steps
+        self.model = tf.keras.models.clone_model(rep.model)
+        self.model.set_weights(rep.model.get_weights())
+        self.variables = self.model.trainable_variables
+        self.shapes = [tuple(v.shape) for v in self.variables]
+        self.sizes = [int(np.prod(s)) for s in self.shapes]
+        self.n = sum(self.sizes)
+        plan = rep.plan
+        # S = 0: one update per global batch, the sync run's rate; else one per worker's batch.
+        lr = plan.lr if bound == 0 else plan.lr * plan.batch / plan.global_batch
+        self.opt = rep.wl.make_optimizer(lr)
+        self.opt.build(self.variables)
+        opt, variables = self.opt, self.variables
+
+        @tf.function
+        def apply(grads):
+            opt.apply_gradients(zip(grads, variables))
+        self._apply = apply
+        self.log = ServerLog(pushes={w: 0 for w in workers}, held_s={w: 0.0 for w in workers})
+        self.clock = 0                                  # updates applied
+        self.pulled = {w: 0 for w in workers}           # the clock each worker last pulled
+        self.active = set(workers)                      # workers that have steps left
+        self.stop_reason: Optional[str] = None
+        self.log_every = opts.log_every
+        self.evals = None                               # set by run(): trainloop.Evaluations
+        self.fault = None                # a dedicated server's HPCDL_FAULT: (update, kind)
+        self._losses: List[float] = []
+
+    # parameters
+    def params(self):
+        return self.np.concatenate([v.numpy().ravel() for v in self.variables]).astype(
+            self.np.float32, copy=False)
+
+    def apply(self, flat) -> None:
+        tf, out, off = self.tf, [], 0
+        for v, shape, size in zip(self.variables, self.shapes, self.sizes):
+            out.append(tf.constant(flat[off:off + size].reshape(shape), dtype=v.dtype))
+            off += size
+        t0 = time.perf_counter()
+        self._apply(out)
+        self.log.apply_s += time.perf_counter() - t0
+
+    # the loop
+    def serve(self, t_run: float, say) -> None:
+        """Receive pushes until every worker is done or stopped; answer each as the bound allows."""
+        np, comm, MPI = self.np, self.comm, _mpi()
+        buf = np.empty(self.n + 2, dtype=np.float32)    # gradient, loss, stop request
+        pending: Dict[int, np.ndarray] = {}             # S = 0: this round's pushes
+        held: Dict[int, float] = {}                     # worker -> since when its reply waits
+        status = MPI.Status()
+        while self.active or held or pending:
+            poll(lambda: comm.Iprobe(source=MPI.ANY_SOURCE, tag=_TAG_PUSH, status=status))
+            src = status.Get_source()
+            comm.Recv(buf, source=src, tag=_TAG_PUSH)
+            stopping = self.stop_reason
+            self.log.pushes[src] += 1
+            self._losses.append(float(buf[self.n]))
+            if buf[self.n + 1] and self.stop_reason is None:
+                self.stop_reason = "a worker asked to stop"
+            if self.log.pushes[src] >= self.steps:
+                self.active.discard(src)
+            if self.bound == 0:
+                # every worker makes the same steps, so every round completes, a stop too
+                pending[src] = buf[:self.n].copy()
+                if len(pending) < len(self.workers):
+                    continue
+                acc = None
+                for w in sorted(pending):                # rank order, as --backend ps adds
+                    acc = pending[w].copy() if acc is None else np.add(acc, pending[w], out=acc)
+                acc /= np.float32(len(pending))
+                self._update(acc, [0] * len(pending), t_run, say)
+                answer, pending = sorted(pending), {}
+            else:
+                if stopping is None:                      # nothing is applied after a stop
+                    self.log.staleness.append(self.clock - self.pulled[src])
+                    self._update(buf[:self.n], None, t_run, say)
+                answer = [src]
+            now = time.perf_counter()
+            for w in answer:
+                held[w] = now
+            for w in self._releasable(held):
+                since = held.pop(w)
+                if w not in answer:                  # held by the bound since its push came
+                    self.log.held_s[w] += time.perf_counter() - since
+                self._reply(w)
+        self.log.wall = time.perf_counter() - t_run
+
+    def _releasable(self, held: Dict[int, float]) -> List[int]:
+        """The held workers that may go on: all when stopping, else those within the bound of
+        the slowest worker still running (a worker that has made its steps bounds no one)."""
+        if self.stop_reason or self.bound in (None, 0) or not self.active:
+            return list(held)
+        slowest = min(self.log.pushes[w] for w in self.active)
+        return [w for w in held if self.log.pushes[w] - slowest <= self.bound]
+
+    def _update(self, grad, stale, t_run, say) -> None:
+        if stale is not None:
+            self.log.staleness.extend(stale)
+        self.apply(grad)
+        self.clock += 1
+        self.log.updates = self.clock
+        if self.fault is not None and self.clock == self.fault[0]:
+            from .trainloop import inject_fault
+            inject_fault(self.fault[1], self.clock, self.rep.rt.layout)
+        if self.clock % self.log_every == 0 or not self.active:
+            loss = statistics.fmean(self._losses) if self._losses else float("nan")
+            self._losses = []
+            self.log.curve.append([self.clock, loss, time.perf_counter() - t_run])
+            say(f"Update {self.clock}: loss {loss:.6g} ({time.perf_counter() - t_run:.1f} s)")
+        if self.evals is not None and self.evals.due(self.clock):
+            self._evaluate(t_run)
+
+    def _evaluate(self, t_run) -> None:
+        from .trainloop import reached
+        t0 = time.perf_counter()
+        ev = {"step": self.clock, "samples": self.clock * self.evals.batch, "wall_s": t0 - t_run,
+              "time_s": t0 - t_run - self.log.eval_time,
+              **evaluate_alone(self.rep, self.model)}
+        self.log.evals.append(ev)
+        self.log.eval_time += time.perf_counter() - t0
+        target = self.evals.target
+        if target and self.log.target is None and reached(target, ev):
+            self.log.target = {"metric": target[0], "value": target[1], "reached": True,
+                               "steps": self.clock, "samples": ev["samples"],
+                               "time_s": ev["time_s"]}
+            self.stop_reason = self.stop_reason or "target reached"
+
+    def _reply(self, w: int) -> None:
+        np = self.np
+        stop = self.stop_reason is not None
+        self.comm.Send(np.array([self.clock, 1 if stop else 0], dtype=np.int64), dest=w,
+                       tag=_TAG_HDR)
+        if stop:
+            self.active.discard(w)
+        else:
+            mine = self.log.pushes[w]
+            slowest = min((self.log.pushes[v] for v in self.active), default=mine)
+            self.log.lead_max = max(self.log.lead_max, mine - slowest)
+            self.pulled[w] = self.clock
+        # the parameters go with a stop too: the worker has posted its receive for them
+        self.comm.Send(self.params(), dest=w, tag=_TAG_PARAMS)
+
+
+def _mpi():
+    from mpi4py import MPI
+    return MPI
+
+
+def evaluate_alone(rep, model) -> dict:
+    """The held-out loss (and accuracy) of ``model`` over the whole test set, on this rank."""
+    wl, tf, np = rep.wl, rep.rt.tf, rep.np
+    if wl.test is None:
+        return {}
+    xt, yt = wl.test
+    pred = model(tf.constant(xt), training=False)
+    out = {"test_loss": float(tf.reduce_mean(wl.loss(yt, pred)))}
+    if wl.accuracy:
+        out["test_accuracy"] = float(np.mean(np.argmax(pred.numpy(), axis=1) == yt))
+    return out
+
+
+# --- the workers and the run ------------------------------------------------------------------------
+
+@dataclass
+class WorkerLog:
+    """What one worker measured per step after warm-up: input, compute, waiting for parameters."""
+
+    steps: int = 0
+    input_times: List[float] = field(default_factory=list)
+    comp_times: List[float] = field(default_factory=list)
+    wait_times: List[float] = field(default_factory=list)
+    step_times: List[float] = field(default_factory=list)
+    iter_times: List[float] = field(default_factory=list)
+    first_loss: Optional[float] = None
+    stopped: bool = False
+
+
+def check_threads(comm) -> None:
+    MPI = _mpi()
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        raise UserError("--backend ps-async runs its server in a thread beside rank 0's worker, "
+                        "which needs MPI_THREAD_MULTIPLE, and this MPI gives "
+                        f"level {MPI.Query_thread()}: use --ps-dedicated (rank 0 serves only), "
+                        "or an MPI built with thread support")
+
+
+def work(rep, comm, n: int, watch, slow_s: float, fault, warmup: int, per_iter: int,
+         server_alive=lambda: None) -> WorkerLog:
+    """This worker's steps: batch, gradients, push, pull; ends early when told to stop.
+    ``server_alive()`` raises when rank 0's server thread has failed (else its reply never
+    comes)."""
+    from .trainloop import inject_fault
+    np, plan = rep.np, rep.plan
+    MPI = _mpi()
+    push = np.empty(n + 2, dtype=np.float32)
+    hdr = np.empty(2, dtype=np.int64)
+    params = np.empty(n, dtype=np.float32)
+    log, t_iter, in_iter = WorkerLog(), 0.0, 0
+    for step in range(plan.steps):
+        if fault is not None and step == fault[0]:
+            inject_fault(fault[1], step, rep.rt.layout)
+        t0 = time.perf_counter()
+        x, y = rep.batch(step)
+        t1 = time.perf_counter()
+        loss, grads = rep.compute_grads(x, y)
+        off = 0
+        for g in grads:
+            a = g.numpy().ravel()
+            push[off:off + a.size] = a
+            off += a.size
+        if slow_s:
+            time.sleep(slow_s)
+        push[n], push[n + 1] = float(loss), 1.0 if watch.reason() else 0.0
+        t2 = time.perf_counter()
+        reqs = [comm.Irecv(hdr, source=SERVER, tag=_TAG_HDR),
+                comm.Irecv(params, source=SERVER, tag=_TAG_PARAMS),
+                comm.Isend(push, dest=SERVER, tag=_TAG_PUSH)]
+        poll(lambda: server_alive() or MPI.Request.Testall(reqs))
+        if log.first_loss is None:
+            log.first_loss = float(loss)
+        log.steps = step + 1
+        if hdr[1]:
+            log.stopped = True
+            break
+        off = 0
+        for v in rep.variables:
+            size = int(np.prod(v.shape))
+            v.assign(params[off:off + size].reshape(v.shape))
+            off += size
+        t3 = time.perf_counter()
+        if step >= warmup:
+            log.input_times.append(t1 - t0)
+            log.comp_times.append(t2 - t1)
+            log.wait_times.append(t3 - t2)
+            log.step_times.append(t3 - t1)
+            t_iter, in_iter = t_iter + t3 - t0, in_iter + 1
+            if in_iter == per_iter:
+                log.iter_times.append(t_iter)
+                t_iter, in_iter = 0.0, 0
+    return log
+
+
+@dataclass
+class AsyncResult:
+    worker: Optional[WorkerLog]
+    server: Optional[ServerLog]
+    stopped: Optional[str]
+    wall: float
+    step: int
+
+
+def run(rep, opts, watch, workers: List[int], bound: Optional[int]) -> AsyncResult:
+    """Serve (rank 0) and work (the workers) until training ends; then every rank holds the
+    server's parameters. Collective: every rank calls it."""
+    from .trainloop import Evaluations, fault_from_env, straggler
+    rt, plan = rep.rt, rep.plan
+    MPI = _mpi()
+    comm = MPI.COMM_WORLD.Dup()
+    serving, working = rt.rank == SERVER, rt.rank in workers
+    if serving and working:
+        check_threads(comm)
+    rep.broadcast_state()                   # every worker starts from rank 0's weights
+    n = sum(int(rep.np.prod(v.shape)) for v in rep.variables)
+    server, thread = None, None
+    t_run = time.perf_counter()
+    if serving:
+        server = Server(rep, opts, comm, workers, bound, plan.steps)
+        per_update = plan.global_batch if bound == 0 else plan.batch
+        updates = plan.steps if bound == 0 else plan.steps * len(workers)
+        server.evals = Evaluations(opts, per_update, updates)
+        say = rt.say
+
+        def body():
+            try:
+                server.serve(t_run, say)
+            except BaseException as exc:      # noqa: BLE001 - reported by the main thread
+                server.log.error = exc
+        if not working:
+            server.fault = fault_from_env(rt.rank)
+        if working:
+            thread = threading.Thread(target=body, name="hpcdl-ps-server", daemon=True)
+            thread.start()
+        else:
+            body()
+    wlog = None
+    if working:
+        slow = straggler(rep, opts.slow_rank)
+        late = slow[1] if slow else 0.0        # an input delay counts here as compute does
+        def server_alive():
+            if server is not None and server.log.error is not None:
+                raise RuntimeError(f"the parameter server thread failed: "
+                                   f"{server.log.error!r}") from server.log.error
+        wlog = work(rep, comm, n, watch, late, fault_from_env(rt.rank), plan.warmup,
+                    plan.per_iter, server_alive)
+    if thread is not None:
+        poll(lambda: not thread.is_alive(), _IDLE_MAX, 0.05)
+    if server is not None and server.log.error is not None:
+        raise server.log.error
+    wall = time.perf_counter() - t_run
+    stopped = None
+    if serving:
+        target = server.evals.target
+        if target and server.log.target is None and not server.stop_reason:
+            server.log.target = {"metric": target[0], "value": target[1], "reached": False,
+                                 "steps": server.clock}
+        if server.stop_reason and server.stop_reason != "target reached":
+            stopped = server.stop_reason
+        for v_model, v_server in zip(rep.model.variables, server.model.variables):
+            v_model.assign(v_server)
+    stopped = rt.hvd.broadcast_object(stopped, root_rank=0, name="hpcdl.async.stop")
+    rep.broadcast_state()                   # the server's parameters, on every rank
+    step = server.clock if serving else 0
+    comm.Free()
+    return AsyncResult(wlog, server.log if serving else None, stopped, wall, step)
+
+
+def summarize(rep, res: AsyncResult, workers: List[int], bound: Optional[int],
+              dedicated: bool) -> dict:
+    """The run's figures (a collective): throughput from every worker's timed iterations,
+    staleness and updates from the server, the held-out metric of the server's parameters."""
+    from .trainloop import iteration_rates, summarize_values
+    rt, plan, hvd = rep.rt, rep.plan, rep.rt.hvd
+    w = res.worker
+    mine = None
+    if w is not None:
+        rate = iteration_rates(plan.batch * plan.per_iter, w.iter_times)
+        mine = {"rank": rt.rank, "host": rt.layout.host, "steps": w.steps, "rate": rate,
+                "step": summarize_values(w.step_times), "input_s": _med(w.input_times),
+                "compute_s": _med(w.comp_times), "wait_s": _med(w.wait_times),
+                "wait_total_s": float(sum(w.wait_times)), "first_loss": w.first_loss}
+    every = [m for m in hvd.allgather_object(mine) if m is not None]
+    hosts = hvd.allgather_object(rt.layout.host)
+    out = rep.evaluate()
+    out["digests"] = hvd.allgather_object(rep.digest())
+    if not rt.root:
+        return out
+    log = res.server
+    slowest = min(every, key=lambda m: m["rate"].get("overall", math.inf))
+    total = {k: sum(m["rate"].get(k, 0.0) for m in every) for k in ("mean", "median", "overall")}
+    total.update(n=slowest["rate"].get("n", 0),
+                 ci95=math.sqrt(sum(m["rate"].get("ci95", 0.0) ** 2 for m in every)))
+    step = {k: max(m["step"].get(k, 0.0) for m in every)
+            for k in ("mean", "std", "ci95", "min", "median", "p99", "max")}
+    step["n"] = min(m["step"].get("n", 0) for m in every)
+    comp, wait = slowest["compute_s"], slowest["wait_s"]
+    split = {"method": "async", "compute_s": comp, "wait_s": wait}
+    if comp and step.get("median"):
+        split["text"] = (f"compute {comp / step['median'] * 100:.0f}% / push and pull "
+                         f"{(wait or 0) / step['median'] * 100:.0f}% (slowest worker)")
+    train_s = max(log.wall - log.eval_time, 1e-9)
+    out.update({
+        "throughput": total, "throughput_per_rank": slowest["rate"], "step_time": step,
+        "split": split, "wall_time_s": res.wall,
+        "final_loss": log.curve[-1][1] if log.curve else float("nan"),
+        "first_loss": every[0]["first_loss"], "loss_curve": log.curve, "hosts": hosts,
+        "net": [None] * rt.size,
+        "async": {"staleness_bound": bound, "dedicated": dedicated, "workers": len(workers),
+                  "updates": log.updates, "updates_per_s": log.updates / train_s,
+                  "samples_per_update": plan.global_batch if bound == 0 else plan.batch,
+                  "staleness": staleness_summary(log.staleness), "lead_max": log.lead_max,
+                  "apply_s": log.apply_s, "per_worker": [
+                      {**{k: m[k] for k in ("rank", "host", "steps", "compute_s", "wait_s",
+                                            "wait_total_s")},
+                       "held_s": log.held_s.get(m["rank"], 0.0),
+                       "pushes": log.pushes.get(m["rank"], 0),
+                       "throughput": m["rate"].get("overall")} for m in every]}})
+    if log.evals:
+        out["evals"] = log.evals
+    if log.target:
+        out["target"] = log.target
+    return out
+
+
+def staleness_summary(values: List[int]) -> dict:
+    """Histogram (staleness -> updates), mean, p95 and max of the applied updates' staleness."""
+    if not values:
+        return {"n": 0}
+    vals = sorted(values)
+    hist: Dict[str, int] = {}
+    for v in vals:
+        hist[str(v)] = hist.get(str(v), 0) + 1
+    p95 = vals[min(len(vals) - 1, max(0, math.ceil(0.95 * len(vals)) - 1))]
+    return {"n": len(vals), "mean": sum(vals) / len(vals), "p95": p95, "max": vals[-1],
+            "hist": hist}
+
+
+def _med(values):
+    return statistics.median(values) if values else None

@@ -1,0 +1,114 @@
+"""hpcdl train --backend ps-async: the asynchronous parameter server on real MPI ranks.
+
+Staleness 0 is the synchronous parameter server and ends with --backend ps's weights; a bound
+S keeps every worker within S pushes of the slowest (a straggler injected with HPCDL_SLOW);
+without a bound (Downpour) the fast workers run ahead; a target stops every worker; a killed
+worker or server ends the job.
+"""
+import re
+import time
+
+import numpy as np
+import pytest
+
+from hpcdl_testing import check, mpirun, read_records
+
+ARGS = ["train", "--workload", "expmlp", "--batch-size", "32", "--warmup", "5",
+        "--log-every", "20", "--seed", "5", "--probes", "0"]
+
+
+def _train(tmp_path, np_, extra, env=None, steps=100, name="run"):
+    weights = tmp_path / f"{name}.npz"
+    results = tmp_path / f"{name}.jsonl"
+    res = check(mpirun(np_, ARGS + ["--steps", str(steps), "--save-weights", str(weights),
+                                    "--results", str(results)] + extra, timeout=180, env=env))
+    assert "Replicas identical: yes" in res.stdout, res.stdout[-2000:]
+    with np.load(weights) as z:
+        arrays = [z[k] for k in sorted(z.files, key=lambda k: int(k[1:]))]
+    return arrays, read_records(results)[-1], res
+
+
+def test_staleness_zero_ends_with_the_synchronous_parameter_servers_weights(tmp_path):
+    ref, _, _ = _train(tmp_path, 2, ["--backend", "ps"], name="ps")
+    got, rec, res = _train(tmp_path, 2, ["--backend", "ps-async", "--staleness", "0"],
+                           name="async0")
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    a = rec["metrics"]["async"]
+    assert rec["params"]["backend"] == "ps-async" and rec["params"]["staleness"] == "0"
+    assert a["updates"] == 100 and a["samples_per_update"] == 64
+    assert a["staleness"]["max"] == 0 and a["lead_max"] == 0
+    assert [w["pushes"] for w in a["per_worker"]] == [100, 100]
+    assert "Update 100: loss" in res.stdout
+
+
+def test_downpour_is_not_the_synchronous_result_and_still_learns(tmp_path):
+    ref, ref_rec, _ = _train(tmp_path, 2, ["--backend", "ps"], name="ps")
+    got, rec, _ = _train(tmp_path, 2, ["--backend", "ps-async"], name="downpour")
+    a = rec["metrics"]["async"]
+    assert rec["params"]["staleness"] == "inf"
+    assert a["updates"] == 200 and a["samples_per_update"] == 32
+    assert sum(int(k) * v for k, v in a["staleness"]["hist"].items()) > 0   # some were stale
+    assert max(float(np.abs(x - y).max()) for x, y in zip(got, ref)) > 1e-4
+    assert rec["metrics"]["test_loss"] < rec["metrics"]["first_loss"] / 4, rec["metrics"]
+
+
+@pytest.mark.parametrize("bound", [1, 3])
+def test_a_bound_keeps_every_worker_within_s_pushes_of_a_straggler(tmp_path, bound):
+    slow = {"HPCDL_SLOW": "rank=2,phase=compute,delay_ms=15"}
+    _, rec, _ = _train(tmp_path, 3, ["--backend", "ps-async", "--staleness", str(bound)],
+                       env=slow, steps=60, name=f"ssp{bound}")
+    a = rec["metrics"]["async"]
+    assert a["updates"] == 180
+    assert a["lead_max"] == bound, a          # reached (the straggler is slow) and never passed
+    held = {w["rank"]: w["held_s"] for w in a["per_worker"]}
+    assert held[2] == 0 and held[0] > 0.1 and held[1] > 0.1, held
+
+
+def test_without_a_bound_the_fast_workers_run_ahead_of_a_straggler(tmp_path):
+    slow = {"HPCDL_SLOW": "rank=2,phase=compute,delay_ms=15"}
+    _, rec, _ = _train(tmp_path, 3, ["--backend", "ps-async", "--ps-dedicated"], env=slow,
+                       steps=60, name="downpour")
+    a = rec["metrics"]["async"]
+    assert a["workers"] == 2 and rec["params"]["ps_dedicated"] is True
+    assert a["lead_max"] > 10 and all(w["held_s"] == 0 for w in a["per_worker"]), a
+
+
+def test_a_target_reached_on_the_servers_parameters_stops_every_worker(tmp_path):
+    _, rec, res = _train(tmp_path, 2, ["--backend", "ps-async", "--staleness", "2",
+                                       "--target", "loss:0.05"], steps=400, name="target")
+    t, a = rec["metrics"]["target"], rec["metrics"]["async"]
+    assert t["reached"] and t["steps"] < 800, t
+    assert a["updates"] == t["steps"], (a["updates"], t)
+    assert rec["metrics"]["evals"][-1]["test_loss"] <= 0.05
+    assert "Target loss <= 0.05 reached" in res.stdout
+
+
+@pytest.mark.parametrize("rank,extra", [(1, []), (0, ["--ps-dedicated"])])
+def test_a_killed_worker_or_server_ends_the_job(tmp_path, rank, extra):
+    res = mpirun(3, ARGS + ["--steps", "400", "--backend", "ps-async", "--results", "-"] + extra,
+                 timeout=180, env={"HPCDL_FAULT": f"rank={rank},step=50,kind=kill"})
+    ended = time.time()
+    m = re.search(r"HPCDL_FAULT: injecting 'kill' at step 50 \(t=([\d.]+)\)", res.stderr)
+    assert m and res.returncode != 0, res.stderr[-3000:]
+    assert ended - float(m.group(1)) < 60
+
+
+def test_options_of_the_asynchronous_server_are_checked(tmp_path):
+    res = mpirun(1, ARGS + ["--steps", "10", "--backend", "ps", "--staleness", "2"], timeout=60)
+    assert res.returncode != 0 and "--staleness and --ps-dedicated are options of" in res.stderr
+    res = mpirun(1, ARGS + ["--steps", "10", "--backend", "ps-async", "--ps-dedicated",
+                            "--results", "-"],
+                 timeout=60)
+    assert res.returncode != 0 and "--ps-dedicated needs at least 2 ranks" in res.stderr
+
+
+def test_slow_rank_makes_that_workers_compute_about_factor_times_as_long(tmp_path):
+    # a batch of 256: a step computes for milliseconds, not one, and its time is less noisy
+    _, rec, res = _train(tmp_path, 2, ["--backend", "ps-async", "--slow-rank", "1:3",
+                                       "--batch-size", "256"], steps=60, name="slow")
+    assert rec["params"]["slow_rank"] == "1:3"
+    assert re.search(r"\[1@\S+\] --slow-rank: compute [\d.]+ ms per step, [\d.]+ ms added \(3x\)",
+                     res.stderr), res.stderr[-2000:]
+    comp = {w["rank"]: w["compute_s"] for w in rec["metrics"]["async"]["per_worker"]}
+    assert 1.8 < comp[1] / comp[0] < 5.0, comp
