@@ -8,6 +8,10 @@ and appends one record to the results file. The pieces are in :mod:`hpcdl.traine
 
 This module's top level imports only the standard library and ``hpcdl.comm``'s names: TensorFlow
 and Horovod are imported inside :func:`run`, after the thread counts for this rank are exported.
+
+The module runs past 400 lines on purpose: the options, their checks and the run's three shapes
+(data parallel, the asynchronous parameter server of :mod:`hpcdl.asyncps`, the pipeline of
+:mod:`hpcdl.pipeline`) make the one record ``hpcdl train`` writes, and read best beside it.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import argparse
 import math
 from pathlib import Path
 
-from . import asyncps, box, cluster
+from . import asyncps, box, cluster, pipeline
 from .comm import BACKENDS, COMPRESSIONS
 from .errors import EXIT_INTERRUPTED, Interrupted, UserError
 
@@ -84,6 +88,33 @@ def _slow_rank(text: str):
     return r, f
 
 
+def _add_other_systems(p: argparse.ArgumentParser) -> None:
+    """Options of the asynchronous parameter server, of the pipeline, and a straggler."""
+    o = p.add_argument_group("asynchronous parameter server, model parallelism, stragglers")
+    o.add_argument("--staleness", type=asyncps.staleness_arg, default=None, metavar="S",
+                   help=f"{asyncps.NAME}: a worker more than S updates ahead of the slowest waits "
+                        "(stale-synchronous parallel); 0: the server averages one push of every "
+                        "worker per update (the synchronous parameter server); inf (default): "
+                        "no bound, Downpour SGD")
+    o.add_argument("--ps-dedicated", action="store_true",
+                   help=f"{asyncps.NAME}: rank 0 only serves the parameters (default: it trains too, "
+                        "its server in a thread)")
+    o.add_argument("--slow-rank", type=_slow_rank, default=None, metavar="R:FACTOR",
+                   help="a straggler on purpose: rank R's compute takes FACTOR times as long "
+                        "(it sleeps FACTOR-1 times its compute time per step)")
+    o.add_argument("--parallel", choices=pipeline.PARALLEL, default="data",
+                   help="data: every rank a replica (default); pipeline: the model's layers cut "
+                        "into --stages stages, one per rank, GPipe's micro-batches")
+    o.add_argument("--stages", type=_positive_int, default=None,
+                   help="pipeline: stages, one per rank (default: the ranks)")
+    o.add_argument("--micro-batches", type=_positive_int, default=4,
+                   help="pipeline: micro-batches per step, dividing the batch (4)")
+    o.add_argument("--cut", choices=("time", "layers"), default="time",
+                   help="pipeline: where the stages begin: time (default) times every stage a cut "
+                        "could make on a micro-batch and takes the cut whose slowest stage is "
+                        "fastest; layers: as many layers in each stage")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``hpcdl train`` (defaults of None fall back to the workload's own)."""
     w = p.add_argument_group("workload")
@@ -115,14 +146,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"gradient exchange: {', '.join(TRAIN_BACKENDS)} ({asyncps.NAME}: "
                         "asynchronous parameter server at rank 0)")
     t.add_argument("--compression", default="none", help=f"gradient compression: {', '.join(COMPRESSIONS)}")
-    t.add_argument("--staleness", type=asyncps.staleness_arg, default=None, metavar="S",
-                   help=f"{asyncps.NAME}: a worker more than S updates ahead of the slowest waits "
-                        "(stale-synchronous parallel); 0: the server averages one push of every "
-                        "worker per update (the synchronous parameter server); inf (default): "
-                        "no bound, Downpour SGD")
-    t.add_argument("--ps-dedicated", action="store_true",
-                   help=f"{asyncps.NAME}: rank 0 only serves the parameters (default: it trains too, "
-                        "its server in a thread)")
+    _add_other_systems(p)
 
     m = p.add_argument_group("measurement")
     m.add_argument("--warmup", type=_nonneg_int, default=None,
@@ -140,9 +164,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="accuracy:V or loss:V on the held-out set: training ends at the first "
                         "evaluation that reaches it, and the record has the steps, samples and "
                         "time it took, or that --steps did not reach it")
-    m.add_argument("--slow-rank", type=_slow_rank, default=None, metavar="R:FACTOR",
-                   help="a straggler on purpose: rank R's compute takes FACTOR times as long "
-                        "(it sleeps FACTOR-1 times its compute time per step)")
     m.add_argument("--probes", type=_nonneg_int, default=5,
                    help="steps preceded by a probe of the compute alone and, on several ranks, "
                         "the exchange alone, outside the timing (horovod none/fp16; 0 = off)")
@@ -182,6 +203,7 @@ def validate(opts) -> None:
         raise UserError(f"unknown --backend '{opts.backend}': choose one of "
                         f"{', '.join(TRAIN_BACKENDS)}")
     _validate_async(opts)
+    _validate_pipeline(opts)
     if opts.compression not in COMPRESSIONS:
         raise UserError(f"unknown --compression '{opts.compression}': choose one of "
                         f"{', '.join(COMPRESSIONS)}")
@@ -197,6 +219,20 @@ def validate(opts) -> None:
             and not Path(data).is_file():
         raise UserError(f"--data {data}: no such file; give the path of the standard mnist.npz "
                         "(or HPCDL_DATA), or use --data mnist-5k or --data sklearn-digits")
+
+
+def _validate_pipeline(opts) -> None:
+    if opts.parallel != "pipeline":
+        if opts.stages is not None:
+            raise UserError("--stages is an option of --parallel pipeline")
+        return
+    if opts.backend != "horovod" or opts.compression != "none":
+        raise UserError("--parallel pipeline sends activations between stages, not gradients: "
+                        "--backend and --compression do not apply (leave them out)")
+    for given, name in ((opts.checkpoint_dir, "--checkpoint-dir"), (opts.resume, "--resume"),
+                        (opts.timeline, "--timeline"), (opts.slow_rank, "--slow-rank")):
+        if given:
+            raise UserError(f"{name} is not offered with --parallel pipeline yet")
 
 
 def _validate_async(opts) -> None:
@@ -233,6 +269,8 @@ def run(opts) -> int:
     _check_evaluation(wl, opts)
     if opts.backend == asyncps.NAME:
         return _run_async(opts, rt, wl, results)
+    if opts.parallel == "pipeline":
+        return _run_pipeline(opts, rt, wl, results)
     plan = trainer.make_plan(opts, wl, rt.size)
     rep = trainer.Replica(rt, wl, plan, opts)
     ckpt_dir = Path(opts.checkpoint_dir) if opts.checkpoint_dir else None
@@ -264,6 +302,7 @@ def _run_async(opts, rt, wl, results) -> int:
     plan = trainer.make_plan(opts, wl, len(workers))
     index = workers.index(rt.rank) if rt.rank in workers else 0
     rep = trainer.Replica(rt, wl, plan, opts, shard=(index, len(workers)))
+    rep.seek(0)
     watch = trainloop.StopWatch(opts.max_time, _stop_file(None))
     watch.install()
     rt.say(_header(rt, wl, plan, opts))
@@ -278,6 +317,34 @@ def _run_async(opts, rt, wl, results) -> int:
         _save_weights(rep, opts.save_weights.replace("{rank}", str(rt.rank)))
     if rt.root:
         _print_results(wl, len(workers), figures)
+        record = _record(rep, opts, figures, None)
+        if results != "-":
+            from . import records
+            records.append(results, record)
+            print(f"Record appended to {results}")
+    return 0
+
+
+def _run_pipeline(opts, rt, wl, results) -> int:
+    """Train the model cut into stages, one per rank (:mod:`hpcdl.pipeline`)."""
+    from . import trainer, trainloop
+    stages = opts.stages or rt.size
+    plan = trainer.make_plan(opts, wl, 1)           # one model, one batch per step
+    rep = trainer.Replica(rt, wl, plan, opts, shard=(0, 1))
+    rep.seek(0)
+    watch = trainloop.StopWatch(opts.max_time, _stop_file(None))
+    watch.install()
+    rt.say(_header(rt, wl, plan, opts))
+    stage, loop = pipeline.run(rep, opts, watch, stages, opts.micro_batches)
+    if loop.stopped:
+        msg = f"Stopped at step {loop.step}/{plan.steps} ({loop.stopped}); progress not saved"
+        rt.say(msg)
+        raise Interrupted(msg, None)
+    figures = pipeline.summarize(rep, stage, loop)
+    if opts.save_weights and rt.root:
+        _save_weights(rep, opts.save_weights.replace("{rank}", str(rt.rank)))
+    if rt.root:
+        _print_results(wl, rt.size, figures)
         record = _record(rep, opts, figures, None)
         if results != "-":
             from . import records
@@ -309,6 +376,9 @@ def _header(rt, wl, plan, opts) -> str:
             f"batch={plan.batch}/rank global_batch={plan.global_batch} steps={plan.steps} "
             f"lr={plan.lr:g} backend={opts.backend} compression={opts.compression} "
             f"threads/rank={rt.threads}" + (f" gpu={rt.gpu}" if rt.gpu is not None else ""))
+    if opts.parallel == "pipeline":
+        text += (f"\nPipeline: {opts.stages or rt.size} stages, one per rank, "
+                 f"{opts.micro_batches} micro-batches of {plan.batch // opts.micro_batches}")
     if opts.backend == asyncps.NAME:
         text += (f"\nParameter server at rank 0{' (dedicated)' if opts.ps_dedicated else ''}, "
                  f"staleness bound {asyncps.staleness_label(opts.staleness)}, "
@@ -366,6 +436,15 @@ def _print_results(wl, size, f) -> None:
         print(f"Updates: {a['updates']} ({a['updates_per_s']:.1f}/s) of {a['samples_per_update']} "
               f"samples; staleness mean {st.get('mean', 0):.2f}, p95 {st.get('p95', 0)}, "
               f"max {st.get('max', 0)}")
+    pipe = f.get("pipeline")
+    if pipe:
+        bytes_ = pipe["bytes_per_step"]
+        print(f"Pipeline: bubble {pipe['bubble'] * 100:.1f}% measured, "
+              f"{pipe['bubble_theory'] * 100:.1f}% (K-1)/(M+K-1); {bytes_:,} bytes of "
+              f"activations per step, {pipe['ring_bytes_per_rank_at_k']:,.0f} per rank for a "
+              f"ring allreduce of the gradients")
+        print(f"Model digest: {f['digests'][0][:12]}")
+        return
     same = len(set(f["digests"])) == 1
     print(f"Replicas identical: {'yes' if same else 'NO'} ({f['digests'][0][:12]})")
 
@@ -385,7 +464,7 @@ def _record(rep, opts, f, resumed) -> dict:
     metrics = {k: f[k] for k in ("step_time", "split", "wall_time_s", "loss_curve", "final_loss",
                                  "first_loss") if k in f}
     metrics.update({k: f[k] for k in ("test_loss", "test_accuracy", "evals", "target", "ranks",
-                                      "timeline", "async") if k in f})
+                                      "timeline", "async", "pipeline") if k in f})
     metrics["throughput"] = {**f["throughput"], "unit": f"{wl.unit}/s"}
     metrics["throughput_per_rank"] = {**f["throughput_per_rank"], "unit": f"{wl.unit}/s"}
     hvd = rt.hvd
@@ -399,6 +478,10 @@ def _record(rep, opts, f, resumed) -> dict:
                    "lr": plan.lr, "base_lr": plan.base_lr, "lr_scaling": opts.lr_scaling,
                    "lr_warmup_steps": opts.lr_warmup_steps, "seed": opts.seed,
                    "backend": opts.backend, "compression": opts.compression,
+                   "parallel": opts.parallel,
+                   **({"stages": opts.stages or rt.size, "micro_batches": opts.micro_batches,
+                       "cut": opts.cut}
+                      if opts.parallel == "pipeline" else {}),
                    **({"staleness": asyncps.staleness_label(opts.staleness),
                        "ps_dedicated": opts.ps_dedicated} if opts.backend == asyncps.NAME else {}),
                    "eval_every": opts.eval_every,
@@ -410,7 +493,7 @@ def _record(rep, opts, f, resumed) -> dict:
                    "ranks_per_node": rt.layout.local_size, "hosts": sorted(set(f["hosts"]))},
         "metrics": metrics,
         "gradient_bytes": rep.gradient_bytes(),
-        "replicas_identical": len(set(f["digests"])) == 1,
+        "replicas_identical": len(set(f["digests"])) == 1 if "pipeline" not in f else None,
         "weights_digest": f["digests"][0],
         "resumed_from": resumed,
         "box": box.record_section(f["hosts"], f["net"], opts.backend, opts.compression,

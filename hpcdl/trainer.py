@@ -236,6 +236,12 @@ class Replica:
             return next(self.it)
         return self.wl.synthetic
 
+    def sample_batch(self):
+        """A batch to time things on that leaves the data's position where it is."""
+        if self.dataset is not None:
+            return next(iter(self.dataset))
+        return self.batch(0)
+
     def seek(self, step: int) -> None:
         """Position the data at ``step`` (index-sharded data needs nothing: it is a function of it)."""
         if self.dataset is not None:

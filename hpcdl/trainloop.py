@@ -200,7 +200,7 @@ def straggler(rep: Replica, slow_rank):
         raise UserError(f"--slow-rank {which}:{factor:g}: there are only {rt.size} ranks")
     if which != rt.rank or factor == 1:
         return None
-    x, y = rep.batch(0)
+    x, y = rep.sample_batch()
     times = []
     for i in range(11):
         t0 = time.perf_counter()

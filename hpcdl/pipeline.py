@@ -1,0 +1,459 @@
+"""Model parallelism: a Keras Sequential model cut into K stages on K ranks, GPipe's schedule.
+
+``hpcdl train --parallel pipeline --stages K --micro-batches M``. Every rank builds the whole
+model from the same seed and keeps its stage: a contiguous run of layers. Where the stages
+begin is chosen by time (``--cut time``, the default): rank 0 times one micro-batch through
+every run of layers that could be a stage, as that stage would run it, and takes the cut whose
+slowest stage is fastest; ``--cut layers`` gives every stage as many layers. Each step
+takes one batch (every stage reads the same one: rank 0 its inputs, the last rank its labels),
+splits it into M micro-batches and runs them through the stages: each stage sends its
+activations forward, the last computes the loss of each micro-batch as it arrives and sends
+the gradient of its input back; when a stage has run every micro-batch forward it runs them
+backward (recomputing its forward, as GPipe rematerialises), adds their gradients and applies
+them with its own optimizer: a synchronous flush per step, so the loss is the one process's on
+the same batch (the mean over micro-batches of their mean losses), up to the order of float
+additions. There is no data parallelism beside it (hybrid data x pipeline is out of scope).
+
+Measured per step and stage: the time computing (forward, backward, the update) and the rest,
+waiting for a neighbour or its bytes; the bubble is the mean over stages of the rest's share of
+the step, beside GPipe's (K - 1) / (M + K - 1) for equal stages. The bytes a step sends are the
+activations forward and their gradients backward at every cut, against the 2(p - 1)/p x n a
+ring allreduce of the same model's n gradient bytes sends per rank when data parallel.
+Beside GPipe's figure, the record has the bubble that schedule gives for the stages' timed
+costs, (M - 1) x the slowest + each once, which unequal stages raise.
+
+The module runs past 400 lines on purpose: the cut, the stage's step and the figures made of
+it share the stages' functions and their timing, and read best together.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from .errors import UserError
+
+PARALLEL = ("data", "pipeline")
+_TAG_ACT, _TAG_GRAD = 31, 32
+
+
+def cut(n_layers: int, stages: int) -> List[Tuple[int, int]]:
+    """Contiguous [start, end) layer ranges of ``stages`` stages, as equal in count as they go."""
+    if stages > n_layers:
+        raise UserError(f"--stages {stages}: the model has {n_layers} layer(s), so at most "
+                        f"{n_layers} stage(s)")
+    base, extra = divmod(n_layers, stages)
+    out, start = [], 0
+    for k in range(stages):
+        end = start + base + (1 if k < extra else 0)
+        out.append((start, end))
+        start = end
+    return out
+
+
+def stage_functions(tf, layers, loss_fn, micro: int):
+    """(fwd, bwd, last) of a stage of ``layers``: its forward; its backward, recomputing the
+    forward, the gradients of its variables and its input from its output's; and, for the last
+    stage, the micro-batch's loss (its mean over 1/micro of the batch) with those gradients."""
+    variables = [v for layer in layers for v in layer.trainable_variables]
+
+    def forward(h):
+        for layer in layers:
+            h = layer(h, training=True)
+        return h
+
+    @tf.function
+    def fwd(a):
+        return forward(a)
+
+    @tf.function
+    def bwd(a, g_out):
+        with tf.GradientTape() as tape:
+            tape.watch(a)
+            out = forward(a)
+        return tape.gradient(out, variables + [a], output_gradients=g_out)
+
+    @tf.function
+    def last(a, y):
+        with tf.GradientTape() as tape:
+            tape.watch(a)
+            loss = tf.reduce_mean(loss_fn(y, forward(a))) / micro
+        return (loss,) + tuple(tape.gradient(loss, variables + [a]))
+    return fwd, bwd, last
+
+
+def balanced_cut(costs: dict, n_layers: int, stages: int) -> List[Tuple[int, int]]:
+    """The contiguous cut whose slowest stage is fastest, from ``costs[(a, b)]``: the seconds a
+    micro-batch takes through layers [a, b) as a stage there (the last stage's own way)."""
+    inf = float("inf")
+    # best[k][b]: (slowest stage, cut) of the first b layers in k stages
+    best = [[(inf, None)] * (n_layers + 1) for _ in range(stages + 1)]
+    best[0][0] = (0.0, [])
+    for k in range(1, stages + 1):
+        for b in range(k, n_layers + 1):
+            if k == stages and b != n_layers:
+                continue
+            for a in range(k - 1, b):
+                prev, ranges = best[k - 1][a]
+                if ranges is None or (a, b) not in costs:
+                    continue
+                worst = max(prev, costs[(a, b)])
+                if worst < best[k][b][0]:
+                    best[k][b] = (worst, ranges + [(a, b)])
+    return best[stages][n_layers][1]
+
+
+def time_stages(rep, stages: int, micro: int, repeats: int = 5) -> dict:
+    """``{(a, b): seconds}``: one micro-batch of the first batch through each run of layers that
+    a cut into ``stages`` can make a stage, forward and backward as that stage would run it
+    (median of ``repeats`` after one untimed)."""
+    import statistics
+    tf, model, loss = rep.rt.tf, rep.model, rep.wl.loss
+    layers, mb = model.layers, rep.plan.batch // micro
+    x, y = rep.sample_batch()
+    acts = [x[:mb]]
+    for layer in layers:
+        acts.append(layer(acts[-1], training=True))
+    n, out = len(layers), {}
+    for a in range(n):
+        for b in range(a + 1, n + 1):
+            if not _can_be_stage(a, b, n, stages):
+                continue
+            fwd, bwd, last = stage_functions(tf, layers[a:b], loss, micro)
+            h = tf.constant(acts[a])
+            if b == n:
+                def run():
+                    return [t.numpy() for t in last(h, y[:mb])]
+            else:
+                g = tf.ones_like(acts[b])
+
+                def run():
+                    fwd(h).numpy()
+                    return [t.numpy() for t in bwd(h, g)]
+            times = []
+            for _ in range(repeats + 1):
+                t0 = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - t0)
+            out[(a, b)] = statistics.median(times[1:])
+    return out
+
+
+def _can_be_stage(a: int, b: int, n: int, stages: int) -> bool:
+    """Whether layers [a, b) of ``n`` are a stage of some cut into ``stages`` stages of at least
+    one layer each: the first starts at 0, the last ends at n, stage k has k layers before it
+    and stages - 1 - k after."""
+    for k in range(stages):
+        starts = a == 0 if k == 0 else a >= k
+        ends = b == n if k == stages - 1 else b <= n - (stages - 1 - k)
+        if starts and ends:
+            return True
+    return False
+
+
+def bubble_expected(costs: List[float], micro: int) -> float:
+    """The mean idle share of GPipe's schedule over stages of these per-micro-batch times: a
+    step takes (M - 1) x the slowest stage + all of them once (fill and drain)."""
+    step = (micro - 1) * max(costs) + sum(costs)
+    return sum(1 - micro * c / step for c in costs) / len(costs)
+
+
+def bubble_theory(stages: int, micro: int) -> float:
+    """GPipe's idle share of a step for equal stages: (K - 1) / (M + K - 1)."""
+    return (stages - 1) / (micro + stages - 1)
+
+
+@dataclass
+class PipeLog:
+    """What one stage measured."""
+
+    step_times: List[float] = field(default_factory=list)
+    busy_times: List[float] = field(default_factory=list)
+    iter_times: List[float] = field(default_factory=list)
+    curve: List[list] = field(default_factory=list)
+    evals: List[dict] = field(default_factory=list)
+    eval_time: float = 0.0
+    target: Optional[dict] = None
+    first_loss: Optional[float] = None
+    last_loss: float = float("nan")
+    step: int = 0
+    wall: float = 0.0
+    stopped: Optional[str] = None
+
+
+class Stage:
+    """This rank's layers, their optimizer and the step functions of one micro-batch."""
+
+    def __init__(self, rep, stages: int, micro: int, ranges: List[Tuple[int, int]]):
+        import numpy as np
+        rt, tf, model = rep.rt, rep.rt.tf, rep.model
+        self.rep, self.np, self.tf = rep, np, tf
+        self.k, self.K, self.M = rt.rank, stages, micro
+        layers = model.layers
+        self.ranges = ranges
+        a, b = self.ranges[self.k]
+        self.layers = layers[a:b]
+        self.first, self.last = self.k == 0, self.k == stages - 1
+        self.variables = [v for layer in self.layers for v in layer.trainable_variables]
+        self.opt = rep.wl.make_optimizer(rep.plan.lr)
+        self.opt.build(self.variables)
+        mb = rep.plan.batch // micro
+        self.micro_batch = mb
+        # the activation each cut carries, per micro-batch (shape without the batch axis)
+        self.out_shape = (mb,) + tuple(layers[b - 1].output.shape[1:])
+        self.in_shape = (mb,) + tuple(layers[a - 1].output.shape[1:]) if a else None
+        self.costs: Optional[List[float]] = None     # s per micro-batch, as the cut timed them
+        self.cut_bytes = [4 * int(np.prod(layers[e - 1].output.shape[1:]))
+                          for _, e in self.ranges[:-1]]          # per sample, at each cut
+        self.params = [sum(int(np.prod(v.shape)) for layer in layers[s:e]
+                           for v in layer.trainable_variables) for s, e in self.ranges]
+        self._functions()
+
+    def _functions(self):
+        tf, variables, opt = self.tf, self.variables, self.opt
+        self.fwd, self.bwd, self.last_fn = stage_functions(tf, self.layers, self.rep.wl.loss,
+                                                           self.M)
+
+        @tf.function
+        def apply(grads):
+            opt.apply_gradients(zip(grads, variables))
+        self.apply = apply
+
+    def step(self, comm, x, y, wait) -> Tuple[float, float]:
+        """One step of M micro-batches; (loss on the last stage else nan, seconds computing)."""
+        np, tf, M, mb = self.np, self.tf, self.M, self.micro_batch
+        busy, sends, saved = 0.0, [], []
+        acc = None
+        loss = 0.0
+        recv_act = np.empty(self.in_shape, np.float32) if not self.first else None
+        for m in range(M):
+            if self.first:
+                a = x[m * mb:(m + 1) * mb]
+            else:
+                wait(comm.Irecv(recv_act, source=self.k - 1, tag=_TAG_ACT))
+                a = tf.constant(recv_act)
+            t0 = time.perf_counter()
+            if self.last:
+                out = self.last_fn(a, y[m * mb:(m + 1) * mb])
+                loss += float(out[0])
+                grads, g_in = out[1:-1], out[-1]
+                acc = list(grads) if acc is None else [s + g for s, g in zip(acc, grads)]
+                g_in = g_in.numpy() if not self.first else None
+                busy += time.perf_counter() - t0
+                if g_in is not None:
+                    sends.append(comm.Isend(g_in, dest=self.k - 1, tag=_TAG_GRAD))
+            else:
+                h = self.fwd(a).numpy()
+                busy += time.perf_counter() - t0
+                saved.append(a)
+                sends.append(comm.Isend(h, dest=self.k + 1, tag=_TAG_ACT))
+        if not self.last:
+            g_out = np.empty(self.out_shape, np.float32)
+            for m in range(M):
+                wait(comm.Irecv(g_out, source=self.k + 1, tag=_TAG_GRAD))
+                t0 = time.perf_counter()
+                out = self.bwd(saved[m], tf.constant(g_out))
+                grads, g_in = out[:-1], out[-1]
+                acc = list(grads) if acc is None else [s + g for s, g in zip(acc, grads)]
+                g_in = g_in.numpy() if not self.first else None
+                busy += time.perf_counter() - t0
+                if g_in is not None:
+                    sends.append(comm.Isend(g_in, dest=self.k - 1, tag=_TAG_GRAD))
+        t0 = time.perf_counter()
+        if self.variables:
+            self.apply(acc)
+        busy += time.perf_counter() - t0
+        wait(*sends)
+        return (loss if self.last else float("nan")), busy
+
+    def bytes_per_step(self, batch: int) -> int:
+        """Bytes every cut carries in a step: activations forward, their gradients back."""
+        return 2 * batch * sum(self.cut_bytes)
+
+
+def _waiter(MPI):
+    from .asyncps import poll
+
+    def wait(*reqs):
+        # short sleeps: a stage's wait is the bubble being measured, so its poll must be fine
+        poll(lambda: MPI.Request.Testall(list(reqs)), 1e-5, 2e-4)
+    return wait
+
+
+def check(rep, stages: int, micro: int) -> None:
+    rt, tf, model = rep.rt, rep.rt.tf, rep.model
+    if rt.size != stages:
+        raise UserError(f"--parallel pipeline --stages {stages} needs {stages} ranks, one "
+                        f"per stage; this job has {rt.size}")
+    if not isinstance(model, tf.keras.Sequential):
+        raise UserError(f"--parallel pipeline cuts a Keras Sequential model; workload "
+                        f"{rep.wl.name}'s model is a {type(model).__name__}")
+    if rep.plan.batch % micro:
+        raise UserError(f"--micro-batches {micro} does not divide the batch of {rep.plan.batch}")
+    cut(len(model.layers), stages)          # enough layers
+
+
+def choose_cut(rep, stages: int, micro: int, how: str):
+    """(ranges, seconds per micro-batch of each stage or None): ``time``: rank 0 times every
+    stage a cut could make and takes the cut whose slowest stage is fastest; ``layers``: equal
+    layer counts. Every rank gets rank 0's (collective)."""
+    rt = rep.rt
+    found = None
+    if rt.root:
+        n = len(rep.model.layers)
+        if how == "time" and stages > 1:
+            costs = time_stages(rep, stages, micro)
+            ranges = balanced_cut(costs, n, stages)
+            found = (ranges, [costs[r] for r in ranges])
+        else:
+            found = (cut(n, stages), None)
+    ranges, costs = rt.hvd.broadcast_object(found, root_rank=0, name="hpcdl.pipe.cut")
+    return [tuple(r) for r in ranges], costs
+
+
+def run(rep, opts, watch, stages: int, micro: int) -> Tuple["Stage", PipeLog]:
+    """Train this stage for the plan's steps (collective over the stages)."""
+    from mpi4py import MPI
+
+    from .trainloop import Evaluations, fault_from_env, inject_fault, reached
+    rt, plan = rep.rt, rep.plan
+    check(rep, stages, micro)
+    ranges, costs = choose_cut(rep, stages, micro, opts.cut)
+    stage = Stage(rep, stages, micro, ranges)
+    stage.costs = costs
+    rt.say("Stages: " + "; ".join(
+        f"{k}: layers {a}-{b - 1}" + (f" ({costs[k] * 1e3:.3f} ms per micro-batch)" if costs
+                                      else "") for k, (a, b) in enumerate(ranges)))
+    comm, wait = MPI.COMM_WORLD.Dup(), _waiter(MPI)
+    fault = fault_from_env(rt.rank)
+    evals = Evaluations(opts, plan.batch, plan.steps)
+    log = PipeLog()
+    t_run = time.perf_counter()
+    t_iter, in_iter = 0.0, 0
+    while log.step < plan.steps and log.target is None:
+        step = log.step
+        if fault is not None and step == fault[0]:
+            inject_fault(fault[1], step, rt.layout)
+        t0 = time.perf_counter()
+        x, y = rep.batch(step)
+        ts = time.perf_counter()
+        loss, busy = stage.step(comm, x, y, wait)
+        t1 = time.perf_counter()
+        log.step = step = step + 1
+        if step > plan.warmup:
+            log.step_times.append(t1 - ts)
+            log.busy_times.append(busy)
+            t_iter, in_iter = t_iter + t1 - t0, in_iter + 1
+            if in_iter == plan.per_iter:
+                log.iter_times.append(t_iter)
+                t_iter, in_iter = 0.0, 0
+        if stage.last:
+            log.last_loss = loss
+            if log.first_loss is None:
+                log.first_loss = loss
+        if step % opts.log_every == 0 or step == plan.steps:
+            value = comm.bcast(loss if stage.last else None, root=stages - 1)
+            log.curve.append([step, value])
+            rt.say(f"Step {step}/{plan.steps}: loss {value:.6g} "
+                   f"({time.perf_counter() - t_run:.1f} s)")
+        if evals.due(step):
+            te = time.perf_counter()
+            ev = {"step": step, "samples": step * plan.batch, "wall_s": te - t_run,
+                  "time_s": te - t_run - log.eval_time, **evaluate(rep, stage)}
+            log.evals.append(ev)
+            log.eval_time += time.perf_counter() - te
+            if evals.target and reached(evals.target, ev):
+                log.target = {"metric": evals.target[0], "value": evals.target[1],
+                              "reached": True, "steps": step, "samples": ev["samples"],
+                              "time_s": ev["time_s"]}
+        if step % opts.stop_check_every == 0 and step < plan.steps:
+            if comm.allreduce(1 if watch.reason() else 0, op=MPI.MAX):
+                log.stopped = watch.reason() or "another stage asked to stop"
+                break
+    log.wall = time.perf_counter() - t_run
+    if evals.target and log.target is None and not log.stopped:
+        log.target = {"metric": evals.target[0], "value": evals.target[1], "reached": False,
+                      "steps": plan.steps}
+    comm.Free()
+    return stage, log
+
+
+def assemble(rep, stage: Stage) -> None:
+    """Every stage's weights into every rank's copy of the whole model (collective)."""
+    mine = [v.numpy() for layer in stage.layers for v in layer.variables]
+    every = rep.rt.hvd.allgather_object(mine)
+    for (a, b), arrays in zip(stage.ranges, every):
+        values = [v for layer in rep.model.layers[a:b] for v in layer.variables]
+        for v, arr in zip(values, arrays):
+            v.assign(arr)
+
+
+def evaluate(rep, stage: Stage) -> dict:
+    """The held-out metric of the whole model: its weights assembled, evaluated on rank 0,
+    the figures broadcast (collective)."""
+    from .asyncps import evaluate_alone
+    assemble(rep, stage)
+    out = evaluate_alone(rep, rep.model) if rep.rt.root else None
+    return rep.rt.hvd.broadcast_object(out, root_rank=0, name="hpcdl.pipe.eval")
+
+
+def summarize(rep, stage: Stage, log: PipeLog) -> dict:
+    """The run's figures (collective): throughput from the slowest stage's iterations, the
+    bubble per stage and its mean against theory, the bytes per step against data parallel."""
+    import statistics
+
+    from .trainloop import iteration_rates, summarize_values
+    rt, plan, hvd = rep.rt, rep.plan, rep.rt.hvd
+    mine = {"stage": stage.k, "host": rt.layout.host,
+            "layers": [layer.name for layer in stage.layers],
+            "params": stage.params[stage.k], "iters": log.iter_times,
+            "first_loss": log.first_loss,
+            "step": summarize_values(log.step_times),
+            "busy_s": statistics.median(log.busy_times) if log.busy_times else None,
+            "bubble": (1 - sum(log.busy_times) / sum(log.step_times)) if log.step_times
+            else None}
+    every = hvd.allgather_object(mine)
+    hosts = hvd.allgather_object(rt.layout.host)
+    out = evaluate(rep, stage)
+    out["digests"] = [rep.digest()]
+    if not rt.root:
+        return out
+    slowest = max(every, key=lambda m: sum(m["iters"]))
+    rate = iteration_rates(plan.batch * plan.per_iter, slowest["iters"])
+    step = {k: max(m["step"].get(k, 0.0) for m in every)
+            for k in ("mean", "std", "ci95", "min", "median", "p99", "max")}
+    step["n"] = min(m["step"].get("n", 0) for m in every)
+    bubbles = [m["bubble"] for m in every if m["bubble"] is not None]
+    measured = sum(bubbles) / len(bubbles) if bubbles else None
+    theory = bubble_theory(stage.K, stage.M)
+    expected = bubble_expected(stage.costs, stage.M) if stage.costs else None
+    grad_bytes = rep.gradient_bytes()
+    pipe_bytes = stage.bytes_per_step(plan.batch)
+    out.update({
+        "throughput": rate, "throughput_per_rank": {k: (v / rt.size if k != "n" else v)
+                                                    for k, v in rate.items()},
+        "step_time": step, "wall_time_s": log.wall,
+        "split": {"method": "pipeline", "bubble": measured, "bubble_theory": theory,
+                  "text": (f"bubble {measured * 100:.1f}% (GPipe's (K-1)/(M+K-1): "
+                           f"{theory * 100:.1f}%"
+                           + (f"; {expected * 100:.1f}% for these stages' timed costs"
+                              if expected is not None else "") + ")")
+                  if measured is not None else ""},
+        "final_loss": log.curve[-1][1] if log.curve else float("nan"),
+        "first_loss": every[-1]["first_loss"], "loss_curve": log.curve, "hosts": hosts,
+        "net": [None] * rt.size,
+        "pipeline": {"stages": stage.K, "micro_batches": stage.M,
+                     "micro_batch": stage.micro_batch, "bubble": measured,
+                     "bubble_theory": theory, "bubble_expected": expected,
+                     "cut": [list(r) for r in stage.ranges],
+                     "stage_costs_s": stage.costs, "per_stage": [
+                         {k: m[k] for k in ("stage", "host", "layers", "params", "busy_s",
+                                            "bubble")} for m in every],
+                     "bytes_per_step": pipe_bytes, "cut_bytes_per_sample": stage.cut_bytes,
+                     "gradient_bytes": grad_bytes,
+                     "ring_bytes_per_rank_at_k": 2 * (stage.K - 1) / stage.K * grad_bytes}})
+    if log.evals:
+        out["evals"] = log.evals
+    if log.target:
+        out["target"] = log.target
+    return out
