@@ -21,3 +21,30 @@ def test_more_stages_than_layers_is_refused_naming_both():
                                           (1, 4, 0.0)])
 def test_gpipe_bubble(k, m, expected):
     assert pipeline.bubble_theory(k, m) == pytest.approx(expected)
+
+
+def test_the_balanced_cut_minimises_the_slowest_stage():
+    # four layers; a stage's cost is the sum of its layers' (3, 1, 1, 3) here
+    layer = [3.0, 1.0, 1.0, 3.0]
+    n = len(layer)
+    costs = {(a, b): sum(layer[a:b]) for a in range(n) for b in range(a + 1, n + 1)
+             if pipeline._can_be_stage(a, b, n, 2)}
+    assert pipeline.balanced_cut(costs, n, 2) == [(0, 2), (2, 4)]
+    costs3 = {(a, b): sum(layer[a:b]) for a in range(n) for b in range(a + 1, n + 1)
+              if pipeline._can_be_stage(a, b, n, 3)}
+    assert pipeline.balanced_cut(costs3, n, 3) == [(0, 1), (1, 3), (3, 4)]
+
+
+def test_only_the_stages_a_cut_can_make_are_timed():
+    n = 4
+    two = {(a, b) for a in range(n) for b in range(a + 1, n + 1)
+           if pipeline._can_be_stage(a, b, n, 2)}
+    assert two == {(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4)}
+    assert not pipeline._can_be_stage(1, 3, 4, 2)          # a middle run needs a middle stage
+    assert pipeline._can_be_stage(1, 3, 4, 3) and not pipeline._can_be_stage(0, 4, 4, 2)
+
+
+def test_the_bubble_of_unequal_stages_exceeds_gpipes_and_equals_it_when_equal():
+    assert pipeline.bubble_expected([1.0, 1.0], 4) == pytest.approx(pipeline.bubble_theory(2, 4))
+    # stages of 1 and 2: a step of 3 x 2 + 3 = 9; idle 1 - 4/9 and 1 - 8/9
+    assert pipeline.bubble_expected([1.0, 2.0], 4) == pytest.approx(((5 / 9) + (1 / 9)) / 2)
