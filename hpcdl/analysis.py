@@ -63,19 +63,28 @@ def pooled(means: Sequence[float], stds: Sequence[float], ns: Sequence[int]):
 
 # --- records -> rows ----------------------------------------------------------------------------
 
-def record_axis(rec: dict) -> Tuple[str, str, str, str]:
-    """(backend, compression, box link rate, learning-rate rule) of a record: what keeps its
-    configurations apart beside the layout ("" where a study has no such axis)."""
+def record_axis(rec: dict) -> Tuple[str, str, str, str, str]:
+    """(backend, compression, box link rate, learning-rate rule, variant) of a record: what
+    keeps its configurations apart beside the layout ("" where a study has no such axis)."""
     params = rec.get("params") or {}
     return (params.get("backend", "horovod"), params.get("compression", "none"),
             _get(rec, "point", "network") or _get(rec, "box", "link_rate") or "",
-            _get(rec, "point", "lr_scaling") or "")
+            _get(rec, "point", "lr_scaling") or "", _get(rec, "point", "variant") or "")
 
 
-def axis_name(backend: str, compression: str, network: str = "", lr_rule: str = "") -> str:
-    """How a report names an axis: horovod/none, horovod/fp16@200mbit, ... lr:linear."""
-    return (f"{backend}/{compression}" + (f"@{network}" if network else "")
+def axis_name(backend: str, compression: str, network: str = "", lr_rule: str = "",
+              variant: str = "") -> str:
+    """How a report names an axis: horovod/none, horovod/fp16@200mbit, ... lr:linear; a study's
+    variant by its name."""
+    return ((variant or f"{backend}/{compression}") + (f"@{network}" if network else "")
             + (f" lr:{lr_rule}" if lr_rule else ""))
+
+
+def modelled(rec: dict) -> bool:
+    """Whether the allreduce cost model describes a record's step: not for the asynchronous
+    parameter server, nor for a pipeline (neither averages gradients over all ranks)."""
+    params = rec.get("params") or {}
+    return params.get("backend") != "ps-async" and params.get("parallel", "data") == "data"
 
 
 @dataclass
@@ -111,11 +120,14 @@ class Row:
     network: str = ""                # the cluster box's link rate ([axes] network), "" elsewhere
     lr_rule: str = ""                # the learning-rate rule ([axes] lr_scaling), "" elsewhere
     fitted: bool = True              # the model was calibrated on this row (else: predicted)
+    variant: str = ""                # the study's [variants] name, "" elsewhere
+    modelled: bool = True            # the allreduce model describes the step (see modelled())
     model_band: Optional[List[float]] = None   # 5-95% of the bootstrap's predicted step time
 
     @property
     def axis(self) -> str:
-        return axis_name(self.backend, self.compression, self.network, self.lr_rule)
+        return axis_name(self.backend, self.compression, self.network, self.lr_rule,
+                         self.variant)
 
     @property
     def wire_bytes(self) -> float:
@@ -166,11 +178,12 @@ def group_records(recs: Iterable[dict]) -> List[Row]:
         lay = rec.get("layout") or {}
         size, nodes = int(lay.get("size") or 1), int(lay.get("nodes") or 1)
         rpn = int(lay.get("ranks_per_node") or max(1, size // nodes))
-        backend, comp, net, lr_rule = record_axis(rec)
-        key = (backend, comp, nodes, rpn, size, net, lr_rule)
+        backend, comp, net, lr_rule, variant = record_axis(rec)
+        key = (backend, comp, nodes, rpn, size, net, lr_rule, variant)
         groups.setdefault(key, []).append(rec)
     rows = [_row(key, rs) for key, rs in groups.items()]
-    rows.sort(key=lambda r: (_rate(r.network), r.backend, r.compression, r.lr_rule, r.ranks,
+    rows.sort(key=lambda r: (_rate(r.network), r.variant, r.backend, r.compression, r.lr_rule,
+                             r.ranks,
                              r.nodes))
     add_scaling(rows)
     return rows
@@ -181,7 +194,7 @@ def _rate(network: str) -> float:
 
 
 def _row(key, rs) -> Row:
-    backend, comp, nodes, rpn, size, net, lr_rule = key
+    backend, comp, nodes, rpn, size, net, lr_rule, variant = key
     t = [_get(r, "metrics", "throughput") for r in rs]
     mean, std = pooled([x["mean"] for x in t], [x.get("std", 0.0) for x in t],
                        [x.get("n", 1) for x in t])
@@ -203,7 +216,7 @@ def _row(key, rs) -> Row:
                exchanges=[_exchange_alone(r) if size > 1 else None for r in rs],
                compute_s=compute, compute_share=share,
                gradient_bytes=int(rs[0].get("gradient_bytes") or 0), network=net,
-               lr_rule=lr_rule)
+               lr_rule=lr_rule, variant=variant, modelled=modelled(rs[0]))
 
 
 def add_scaling(rows: List[Row]) -> None:
@@ -497,6 +510,7 @@ class StudyAnalysis:
     convergence: List[dict] = field(default_factory=list)   # time to accuracy (convergence.py)
     budget: List[dict] = field(default_factory=list)        # where the efficiency goes (budget.py)
     remedies: List[dict] = field(default_factory=list)      # MODEL: what the standard remedies give
+    systems: List[dict] = field(default_factory=list)       # asynchronous and pipeline runs' own
 
     @property
     def axes(self) -> List[str]:
@@ -516,7 +530,7 @@ class StudyAnalysis:
                 "cores": self.cores,
                 "all_points_models": {k: m.as_dict() for k, m in self.all_points_models.items()},
                 "convergence": self.convergence, "budget": self.budget,
-                "remedies": self.remedies}
+                "remedies": self.remedies, "systems": self.systems}
 
 
 def declared_scaling(recs: Sequence[dict], given: Optional[str] = None):
@@ -550,9 +564,10 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
     cores = _get(recs[0], "manifest", "cpu_count")
     flag_rows(rows, cores)
     models = {}
-    # an axis whose records time no step (a script seen only from outside) has no model
+    # an axis whose records time no step (a script seen only from outside) has no model, nor
+    # one whose step is no allreduce (the asynchronous parameter server, a pipeline)
     timed = [a for a in axes(rows)
-             if any(math.isfinite(r.step_time) for r in rows if r.axis == a)]
+             if any(math.isfinite(r.step_time) and r.modelled for r in rows if r.axis == a)]
     for axis in timed:
         sel = [r for r in rows if r.axis == axis]
         algo = algorithm or costmodel.algorithm_for(sel[0].backend, sel[0].compression)
@@ -597,7 +612,54 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         all_points_models=everything,
         convergence=convergence.analyse(recs, lambda rec: axis_name(*record_axis(rec)),
                                         {(r.axis, r.ranks): r.speedup for r in rows}),
-        budget=spent, remedies=remedies(rows, models, spent, kind))
+        budget=spent, remedies=remedies(rows, models, spent, kind), systems=systems(recs))
+
+
+def systems(recs: Sequence[dict]) -> List[dict]:
+    """Per configuration of asynchronous or pipeline runs, their own figures pooled over the
+    repeats: updates per second, the staleness histogram and its mean, p95 and max, the largest
+    lead and the time held by the bound; the bubble against GPipe's and the bytes per step."""
+    groups: "OrderedDict[tuple, list]" = OrderedDict()
+    for rec in recs:
+        m = rec.get("metrics") or {}
+        if rec.get("status", "ok") != "ok" or not (m.get("async") or m.get("pipeline")):
+            continue
+        lay = rec.get("layout") or {}
+        groups.setdefault((axis_name(*record_axis(rec)), int(lay.get("size") or 1)),
+                          []).append(m)
+    out = []
+    for (axis, ranks), ms in sorted(groups.items()):
+        row = {"axis": axis, "ranks": ranks, "runs": len(ms)}
+        asy = [m["async"] for m in ms if m.get("async")]
+        if asy:
+            hist: Dict[str, int] = {}
+            for a in asy:
+                for k, n in (a["staleness"].get("hist") or {}).items():
+                    hist[k] = hist.get(k, 0) + int(n)
+            vals = sorted(int(k) for k, n in hist.items() for _ in range(n))
+            row.update(kind="async", staleness_bound=asy[0]["staleness_bound"],
+                       workers=asy[0]["workers"],
+                       updates_per_s=float(np.median([a["updates_per_s"] for a in asy])),
+                       staleness_hist=dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
+                       staleness_mean=float(np.mean(vals)) if vals else None,
+                       staleness_p95=vals[min(len(vals) - 1, max(0, math.ceil(0.95 * len(vals))
+                                                                 - 1))] if vals else None,
+                       staleness_max=vals[-1] if vals else None,
+                       lead_max=max(a.get("lead_max", 0) for a in asy),
+                       held_s=float(np.median([sum(w.get("held_s", 0.0) for w in a["per_worker"])
+                                               for a in asy])))
+        pipe = [m["pipeline"] for m in ms if m.get("pipeline")]
+        if pipe:
+            exp = [p["bubble_expected"] for p in pipe if p.get("bubble_expected") is not None]
+            row.update(kind="pipeline", stages=pipe[0]["stages"],
+                       micro_batches=pipe[0]["micro_batches"],
+                       bubble=float(np.median([p["bubble"] for p in pipe])),
+                       bubble_theory=pipe[0]["bubble_theory"],
+                       bubble_expected=float(np.median(exp)) if exp else None,
+                       bytes_per_step=int(np.median([p["bytes_per_step"] for p in pipe])),
+                       ring_bytes_per_rank=pipe[0]["ring_bytes_per_rank_at_k"])
+        out.append(row)
+    return out
 
 
 def _row_key(rec: dict) -> tuple:

@@ -217,7 +217,43 @@ def _tables(res: analysis.StudyAnalysis) -> List[Table]:
         tables.append(_remedies_table(res))
     if any(b.get("timeline_ms") for b in res.budget):
         tables.append(_timeline_table(res))
+    if res.systems:
+        tables.append(_systems_table(res))
     return tables
+
+
+def _systems_table(res) -> Table:
+    """The asynchronous parameter server's and the pipeline's own figures per configuration."""
+    t = Table("async-and-pipeline", "Asynchronous updates and pipelines",
+              ["axis", "ranks", "runs", "updates/s", "staleness mean / p95 / max",
+               "staleness histogram (staleness: updates)", "largest lead", "held (s)",
+               "bubble", "GPipe (K-1)/(M+K-1)", "for the timed stages", "activation bytes/step",
+               "ring bytes/rank"],
+              meta={"staleness": "updates the server applied between a worker's pull and its "
+                                 "push, over every applied update of every repeat",
+                    "largest lead": "the most pushes a worker was ahead of the slowest running "
+                                    "one when answered (at most the bound S)",
+                    "bubble": "each stage's time not computing over the step, averaged over "
+                              "stages (median over repeats)"})
+    for r in res.systems:
+        a, p = r.get("kind") == "async", r.get("kind") == "pipeline"
+        hist = ", ".join(f"{k}: {n}" for k, n in (r.get("staleness_hist") or {}).items())
+        t.add([r["axis"], r["ranks"], r["runs"],
+               _f(r.get("updates_per_s"), 1) if a else "-",
+               (f"{r['staleness_mean']:.2f} / {r['staleness_p95']} / {r['staleness_max']}"
+                if a and r.get("staleness_mean") is not None else "-"),
+               hist if a else "-", r.get("lead_max", "-") if a else "-",
+               _f(r.get("held_s"), 2) if a else "-",
+               _pct(r.get("bubble")) if p else "-", _pct(r.get("bubble_theory")) if p else "-",
+               _pct(r.get("bubble_expected")) if p else "-",
+               f"{r['bytes_per_step']:,}" if p else "-",
+               f"{r['ring_bytes_per_rank']:,.0f}" if p else "-"],
+              {k: (v if not isinstance(v, dict) else hist) for k, v in r.items()})
+    return t
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
 
 
 def _timeline_table(res) -> Table:
@@ -549,10 +585,28 @@ def _markdown(res, runs, recs, tables, pngs) -> str:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
     lines += _target_markdown(res, by_name)
     lines += _command_markdown(recs, by_name)
+    lines += _systems_markdown(by_name)
     lines += _model_markdown(res, by_name)
     lines += ["## Runs", ""] + _manifest_summary(recs) + [""]
     lines += ["Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""]
     return "\n".join(lines)
+
+
+def _systems_markdown(by_name) -> List[str]:
+    t = by_name.get("async-and-pipeline")
+    if t is None:
+        return []
+    return ["## Asynchronous updates and pipelines", "",
+            "The asynchronous parameter server's and the pipeline's own figures. Staleness: the "
+            "updates the server applied between a worker's pull and its push; the largest lead: "
+            "the most pushes a worker was ahead of the slowest running one when answered (a "
+            "bound S keeps it at S or below). The bubble: each stage's time not computing over "
+            "the step, averaged over stages, beside GPipe's (K−1)/(M+K−1) for equal stages and "
+            "the figure that schedule gives for the stages as the cut timed them. Activation "
+            "bytes: what a pipeline step sends across all cuts, forward and back; ring bytes: "
+            "what each rank sends in a ring allreduce of the same model's gradients when data "
+            "parallel. These runs have no allreduce model: the step is not one.", "",
+            t.markdown(), "", f"CSV: `{t.name}.csv`", ""]
 
 
 def _budget_markdown(res, by_name) -> List[str]:

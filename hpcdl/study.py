@@ -99,7 +99,17 @@ _WORKLOAD_KEYS: Dict[str, Tuple[type, str]] = {
 # Smallest allowed value of the [workload] keys (1 when not listed; None: any).
 _WORKLOAD_MIN = {"seed": None, "lr": None, "model": None, "data": None, "lr_scaling": None,
                  "warmup": 0, "num_warmup_batches": 0, "lr_warmup_steps": 0, "probes": 0}
-_SECTIONS = ("study", "workload", "layout", "axes", "run", "slurm", "model", "target", "scrape")
+_SECTIONS = ("study", "workload", "layout", "axes", "run", "slurm", "model", "target", "scrape",
+             "variants")
+# [variants] name = "hpcdl train options": the options a variant may set, and what each takes
+# (a tuple of allowed values, a type, or None for a flag without a value)
+VARIANT_OPTIONS: Dict[str, Any] = {
+    "--backend": None, "--compression": None,          # checked against the backends' names
+    "--staleness": str, "--ps-dedicated": None, "--slow-rank": str,
+    "--parallel": ("data", "pipeline"), "--stages": int, "--micro-batches": int,
+    "--cut": ("time", "layers"), "--lr-scaling": ("linear", "none"),
+}
+_VARIANT_FLAGS = ("--ps-dedicated",)
 # What a [workload] command may name: "{batch_size}" becomes this point's per-rank batch, etc.
 PLACEHOLDERS = ("batch_size", "global_batch", "ranks", "nodes", "repeat", "results")
 _PLACEHOLDER = re.compile(r"\{(\w*)\}")
@@ -172,6 +182,8 @@ class Point:
     lr_rule: str = ""          # [axes] lr_scaling: this point's learning-rate rule ("": no axis)
     script: Tuple[str, ...] = ()   # [workload] command, placeholders unexpanded (else hpcdl train)
     timeline: bool = False         # [run] timeline: Horovod's timeline, summarised in the record
+    variant: str = ""              # [variants]: this point's variant ("": no variants)
+    variant_args: Tuple[str, ...] = ()   # its hpcdl train options beyond backend and compression
 
     @property
     def ranks(self) -> int:
@@ -186,7 +198,8 @@ class Point:
         """Stable across runs and machines: what ``runs.jsonl`` is matched against."""
         return (f"n{self.nodes}-r{self.ranks_per_node}-{self.backend}-{self.compression}"
                 + (f"-{self.network}" if self.network else "")
-                + (f"-lr{self.lr_rule}" if self.lr_rule else "") + f"-rep{self.repeat}")
+                + (f"-lr{self.lr_rule}" if self.lr_rule else "")
+                + (f"-v{self.variant}" if self.variant else "") + f"-rep{self.repeat}")
 
     @property
     def group(self) -> str:
@@ -199,12 +212,14 @@ class Point:
                 "repeat": self.repeat, "backend": self.backend, "compression": self.compression,
                 "batch_size": self.batch_size, "global_batch": self.global_batch,
                 **({"network": self.network} if self.network else {}),
-                **({"lr_scaling": self.lr_rule} if self.lr_rule else {})}
+                **({"lr_scaling": self.lr_rule} if self.lr_rule else {}),
+                **({"variant": self.variant} if self.variant else {})}
 
     def train_args(self, results_path) -> List[str]:
         """The arguments that follow ``hpcdl train`` for this point (no leading 'train')."""
         args = ["--workload", self.workload, "--batch-size", str(self.batch_size),
-                "--backend", self.backend, "--compression", self.compression]
+                "--backend", self.backend, "--compression", self.compression,
+                *self.variant_args]
         for key, value in self.params:
             args += [(_WORKLOAD_KEYS.get(key) or _TARGET_FLAGS[key])[1], str(value)]
         if self.lr_rule:
@@ -247,6 +262,8 @@ class Study:
     networks: List[str] = field(default_factory=lambda: [""])   # [axes] network: box link rates
     lr_rules: List[str] = field(default_factory=lambda: [""])   # [axes] lr_scaling
     exchanges: List[Tuple[str, str]] = field(default_factory=list)  # [axes] exchange, else the product
+    # [variants]: (name, backend, compression, other options) of each; they replace the exchanges
+    variants: List[Tuple[str, str, str, Tuple[str, ...]]] = field(default_factory=list)
     timeout: float = DEFAULT_TIMEOUT
     env: Dict[str, str] = field(default_factory=dict)
     mpirun_args: List[str] = field(default_factory=list)
@@ -289,15 +306,16 @@ class Study:
             params = dict(self.params)
             if self.target:
                 params["seed"] = int(self.params.get("seed", 0)) + rep
+            variants = self.variants or [("", b, c, ()) for b, c in self.exchange_pairs]
             for net, rule in ((n, r) for n in self.networks for r in self.lr_rules):
-                for backend, comp in self.exchange_pairs:
+                for variant, backend, comp, extra in variants:
                     for nodes, rpn in self.layouts:
                         ranks = nodes * rpn
                         per_rank = self.batch // ranks if self.scaling == "strong" else self.batch
                         out.append(Point(self.name, nodes, rpn, rep, backend, comp, per_rank,
                                          self.workload, tuple(sorted(params.items())),
                                          declared, net, rule, tuple(self.command),
-                                         self.timeline))
+                                         self.timeline, variant, extra))
         return out
 
     @property
@@ -381,6 +399,10 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
     if "lr_scaling" in ax and "lr_scaling" in params:
         v.fail("axes.lr_scaling", "and workload.lr_scaling both set the learning-rate rule: keep "
                                   "one")
+    variants = _variants_section(v, raw, ax, command)
+    if variants:
+        backends = list(dict.fromkeys(b for _, b, _, _ in variants))
+        compressions = list(dict.fromkeys(c for _, _, c, _ in variants))
     timeout, env, mpirun_args = _run_section(v, raw)
     timeline = bool(v.get(v.table(raw, "run"), "run.timeline", bool, default=False))
     if timeline and command:
@@ -398,7 +420,7 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
                  fit=v.get(model, "model.fit", str, default=""),
                  calibrate_nodes_max=_calibrate_key(v, model), target=target, command=command,
-                 scrape=scrape, timeline=timeline, raw=raw)
+                 scrape=scrape, timeline=timeline, variants=variants, raw=raw)
 
 
 def _calibrate_key(v, model) -> int:
@@ -422,6 +444,56 @@ def _exchange_axis(v, ax, backends, compressions) -> List[Tuple[str, str]]:
     allowed = [b for b in backends] + [f"{b}+{c}" for b in backends for c in compressions]
     items = v.str_list(ax, "axes.exchange", allowed, default=None)
     return [tuple((x + "+none").split("+")[:2]) for x in items]
+
+
+def _variants_section(v, raw, ax, command) -> List[Tuple[str, str, str, Tuple[str, ...]]]:
+    """[variants] name = "hpcdl train options": named configurations compared on the same
+    workload and layouts (say ``downpour = "--backend ps-async"``, ``pipe = "--parallel
+    pipeline --micro-batches 4"``); each is an axis of the report. They replace axes.backend,
+    compression and exchange; only the options in VARIANT_OPTIONS may be given."""
+    import shlex
+    table = v.table(raw, "variants")
+    if not table:
+        return []
+    if command:
+        v.fail("[variants]", "sets hpcdl train options, and workload.command runs your own script")
+    for key in ("backend", "compression", "exchange"):
+        if key in ax:
+            v.fail(f"axes.{key}", "and [variants] both say how the points train: give the "
+                                  "backend and compression inside each variant")
+    from .asyncps import NAME as ASYNC
+    from .comm import BACKENDS, COMPRESSIONS
+    choices = {"--backend": BACKENDS + (ASYNC,), "--compression": COMPRESSIONS}
+    out = []
+    for name in table:
+        if not _NAME_RE.match(name):
+            v.fail(f"variants.{name}", "a variant's name must be letters, digits, '.', '_' or "
+                                       "'-' (it names its points)")
+        words = shlex.split(v.get(table, f"variants.{name}", str))
+        opts, rest, i = {"--backend": "horovod", "--compression": "none"}, [], 0
+        while i < len(words):
+            flag = words[i]
+            if flag not in VARIANT_OPTIONS:
+                v.fail(f"variants.{name}", f"'{flag}' is not an option a variant may set: "
+                                           f"{', '.join(VARIANT_OPTIONS)}")
+            if flag in _VARIANT_FLAGS:
+                rest.append(flag)
+                i += 1
+                continue
+            if i + 1 >= len(words):
+                v.fail(f"variants.{name}", f"{flag} needs a value")
+            value, kind = words[i + 1], choices.get(flag, VARIANT_OPTIONS[flag])
+            if isinstance(kind, tuple) and value not in kind:
+                v.fail(f"variants.{name}", f"{flag} {value}: choose one of {', '.join(kind)}")
+            if kind is int and not (value.isdigit() and int(value) > 0):
+                v.fail(f"variants.{name}", f"{flag} needs a positive integer, got '{value}'")
+            if flag in opts:
+                opts[flag] = value
+            else:
+                rest += [flag, value]
+            i += 2
+        out.append((name, opts["--backend"], opts["--compression"], tuple(rest)))
+    return out
 
 
 def _network_axis(v, ax) -> List[str]:

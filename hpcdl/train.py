@@ -77,15 +77,19 @@ def _positive_float(text: str) -> float:
 
 
 def _slow_rank(text: str):
-    """``--slow-rank R:FACTOR``: rank R computes FACTOR (>= 1) times as long."""
-    rank, _, factor = text.partition(":")
+    """``--slow-rank R:FACTOR``: rank R computes FACTOR (>= 1) times as long; ``R:Dms``: rank R
+    spends D more milliseconds per step. (rank, factor or None, seconds or None)."""
+    rank, _, value = text.partition(":")
+    ms = value.endswith("ms")
     try:
-        r, f = int(rank), float(factor)
+        r, f = int(rank), float(value[:-2] if ms else value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected RANK:FACTOR such as 1:2, got '{text}'")
-    if r < 0 or not f >= 1 or math.isinf(f):
-        raise argparse.ArgumentTypeError(f"expected a rank >= 0 and a factor >= 1, got '{text}'")
-    return r, f
+        raise argparse.ArgumentTypeError(f"expected RANK:FACTOR or RANK:MSms such as 1:2 or "
+                                         f"1:3ms, got '{text}'")
+    if r < 0 or math.isinf(f) or not (f >= 0 if ms else f >= 1):
+        raise argparse.ArgumentTypeError(f"expected a rank >= 0 and a factor >= 1 or a delay "
+                                         f">= 0 ms, got '{text}'")
+    return (r, None, f / 1e3) if ms else (r, f, None)
 
 
 def _add_other_systems(p: argparse.ArgumentParser) -> None:
@@ -101,7 +105,8 @@ def _add_other_systems(p: argparse.ArgumentParser) -> None:
                         "its server in a thread)")
     o.add_argument("--slow-rank", type=_slow_rank, default=None, metavar="R:FACTOR",
                    help="a straggler on purpose: rank R's compute takes FACTOR times as long "
-                        "(it sleeps FACTOR-1 times its compute time per step)")
+                        "(it sleeps FACTOR-1 times its compute time per step), or with R:Dms "
+                        "D milliseconds longer")
     o.add_argument("--parallel", choices=pipeline.PARALLEL, default="data",
                    help="data: every rank a replica (default); pipeline: the model's layers cut "
                         "into --stages stages, one per rank, GPipe's micro-batches")
@@ -485,8 +490,7 @@ def _record(rep, opts, f, resumed) -> dict:
                    **({"staleness": asyncps.staleness_label(opts.staleness),
                        "ps_dedicated": opts.ps_dedicated} if opts.backend == asyncps.NAME else {}),
                    "eval_every": opts.eval_every,
-                   "slow_rank": (f"{opts.slow_rank[0]}:{opts.slow_rank[1]:g}"
-                                 if opts.slow_rank else None),
+                   "slow_rank": _slow_label(opts.slow_rank),
                    "target": list(opts.target) if opts.target else None,
                    "threads_per_rank": rt.threads, **_workload_params(wl, opts)},
         "layout": {"size": rt.size, "nodes": rt.layout.num_nodes,
@@ -503,6 +507,13 @@ def _record(rep, opts, f, resumed) -> dict:
             "nccl": bool(hvd.nccl_built()), "mpi_enabled": bool(hvd.mpi_enabled()),
             "gloo_enabled": bool(hvd.gloo_enabled())}}),
     }
+
+
+def _slow_label(slow) -> "str | None":
+    if not slow:
+        return None
+    rank, factor, delay = slow
+    return f"{rank}:{factor:g}" if factor is not None else f"{rank}:{delay * 1e3:g}ms"
 
 
 def _workload_params(wl, opts) -> dict:

@@ -188,18 +188,20 @@ def slow_from_env(rank: int):
 
 
 def straggler(rep: Replica, slow_rank):
-    """The delay this rank adds on purpose: ``--slow-rank R:FACTOR`` makes rank R's compute
-    FACTOR times as long (it sleeps FACTOR - 1 times its own compute time of a step, timed here
+    """The delay this rank adds on purpose: ``--slow-rank R:Dms`` D ms per step, ``R:FACTOR``
+    makes rank R's compute FACTOR times as long (it sleeps FACTOR - 1 times its own compute time of a step, timed here
     on its first batch, the median of ten after one untimed), else ``HPCDL_SLOW``; as
     :func:`slow_from_env` gives it."""
     rt = rep.rt
     if slow_rank is None:
         return slow_from_env(rt.rank)
-    which, factor = slow_rank
+    which, factor, delay = slow_rank
     if which >= rt.size:
-        raise UserError(f"--slow-rank {which}:{factor:g}: there are only {rt.size} ranks")
-    if which != rt.rank or factor == 1:
+        raise UserError(f"--slow-rank {which}:…: there are only {rt.size} ranks")
+    if which != rt.rank or factor == 1 or delay == 0:
         return None
+    if delay is not None:
+        return "compute", delay
     x, y = rep.sample_batch()
     times = []
     for i in range(11):

@@ -375,3 +375,34 @@ def test_a_window_wider_than_the_compute_is_capped_and_the_notes_say_why():
     m = _calibrate(analysis.group_records(recs), fit={"alpha_s": 1e-6, "beta_s_per_byte": 1e-9})
     assert m.window == 1.0
     assert any("capped at 100%" in n for n in m.notes)
+
+
+def _variant_record(variant, backend, size, repeat, **metrics):
+    return {"kind": "train", "status": "ok", "study": "s", "declared": {"scaling": "weak"},
+            "params": {"backend": backend, "compression": "none", "batch_size": 100,
+                       "global_batch": 100 * size, "workload": "mnist"},
+            "layout": {"size": size, "nodes": 1, "ranks_per_node": size},
+            "point": {"id": f"n1-r{size}-{backend}-none-v{variant}-rep{repeat}",
+                      "variant": variant, "repeat": repeat},
+            "metrics": {"throughput": {"mean": 1000.0 * size, "std": 1.0, "n": 5},
+                        "step_time": {"median": 0.01}, **metrics}}
+
+
+def test_variants_are_axes_and_the_asynchronous_runs_have_no_allreduce_model():
+    from hpcdl import analysis
+    st = {"staleness_bound": 2, "workers": 2, "updates_per_s": 50.0, "lead_max": 2,
+          "per_worker": [{"held_s": 0.5}, {"held_s": 0.0}]}
+    recs = [_variant_record("ring", "horovod", n, k) for n in (1, 2) for k in (0, 1)]
+    recs += [_variant_record("ssp2", "ps-async", 2, k, **{"async": dict(
+        st, staleness={"hist": {"0": 3, "2": 1}} if k else {"hist": {"1": 4}})})
+        for k in (0, 1)]
+    recs += [_variant_record("ssp2", "ps-async", 1, 0, **{"async": dict(
+        st, staleness={"hist": {"0": 5}})})]
+    res = analysis.analyse(recs, "s")
+    assert res.axes == ["ring", "ssp2"]
+    assert "ring" in res.models and "ssp2" not in res.models
+    (two,) = [r for r in res.systems if r["ranks"] == 2]
+    assert two["axis"] == "ssp2" and two["kind"] == "async" and two["runs"] == 2
+    assert two["staleness_hist"] == {"0": 3, "1": 4, "2": 1}
+    assert two["staleness_max"] == 2 and two["staleness_mean"] == pytest.approx(6 / 8)
+    assert two["lead_max"] == 2 and two["held_s"] == pytest.approx(0.5)

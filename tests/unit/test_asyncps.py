@@ -47,8 +47,9 @@ def test_staleness_and_slow_rank_options():
     for bad in ("-1", "x", "1.5"):
         with pytest.raises(argparse.ArgumentTypeError):
             asyncps.staleness_arg(bad)
-    assert _slow_rank("1:2") == (1, 2.0) and _slow_rank("0:1.5") == (0, 1.5)
-    for bad in ("1", "a:2", "1:0.5", "-1:2", "1:inf"):
+    assert _slow_rank("1:2") == (1, 2.0, None) and _slow_rank("0:1.5") == (0, 1.5, None)
+    assert _slow_rank("1:3ms") == (1, None, 0.003)
+    for bad in ("1", "a:2", "1:0.5", "-1:2", "1:inf", "1:-2ms", "1:xms"):
         with pytest.raises(argparse.ArgumentTypeError):
             _slow_rank(bad)
 

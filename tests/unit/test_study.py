@@ -280,3 +280,54 @@ def test_the_learning_rate_rule_can_be_an_axis(tmp_path):
     with pytest.raises(study.StudyError, match="axes.lr_scaling"):
         study.load(write(tmp_path, text.replace("seed = 7\n", 'seed = 7\nlr_scaling = "none"\n')),
                    results_root=tmp_path / "r")
+
+
+VARIANTS = GOOD.replace('''[axes]
+backend = ["horovod"]
+compression = ["none", "fp16"]
+''', '''[variants]
+ring = "--backend horovod"
+ssp2 = "--backend ps-async --staleness 2 --slow-rank 1:3ms"
+pipe = "--parallel pipeline --micro-batches 4 --cut layers"
+ring-fp16 = "--compression fp16"
+''')
+
+
+def test_variants_are_named_configurations_each_point_trains_with(tmp_path):
+    st = study.load(write(tmp_path, VARIANTS))
+    pts = st.points()
+    assert len(pts) == 4 * 3 * 2 and len({p.id for p in pts}) == len(pts)
+    assert st.backends == ["horovod", "ps-async"] and st.compressions == ["none", "fp16"]
+    p = next(p for p in pts if p.variant == "ssp2" and p.ranks == 2 and p.repeat == 0)
+    assert p.id == "n1-r2-ps-async-none-vssp2-rep0"
+    args = p.train_args("out/runs.jsonl")
+    assert args[args.index("--backend") + 1] == "ps-async"
+    assert args[args.index("--staleness") + 1] == "2"
+    assert args[args.index("--slow-rank") + 1] == "1:3ms"
+    assert json.loads(args[args.index("--point") + 1])["variant"] == "ssp2"
+    f = next(p for p in pts if p.variant == "ring-fp16")
+    assert (f.backend, f.compression) == ("horovod", "fp16")
+    pipe = next(p for p in pts if p.variant == "pipe").train_args("x")
+    assert pipe[pipe.index("--parallel") + 1] == "pipeline" and "--cut" in pipe
+
+
+@pytest.mark.parametrize("text,msg", [
+    ('bad = "--steps 10"', "'--steps' is not an option a variant may set"),
+    ('bad = "--backend nccl"', "--backend nccl: choose one of horovod, mpi, ring, ps, ps-async"),
+    ('bad = "--micro-batches x"', "--micro-batches needs a positive integer"),
+    ('bad = "--staleness"', "--staleness needs a value"),
+    ('"a b" = "--backend ps"', "a variant's name must be letters"),
+])
+def test_a_bad_variant_is_refused_naming_it(tmp_path, text, msg):
+    bad = GOOD.replace('''[axes]
+backend = ["horovod"]
+compression = ["none", "fp16"]
+''', f"[variants]\n{text}\n")
+    with pytest.raises(study.StudyError, match=msg.replace("(", r"\(")):
+        study.load(write(tmp_path, bad))
+
+
+def test_variants_and_a_backend_axis_do_not_mix(tmp_path):
+    both = GOOD + '\n[variants]\nring = "--backend horovod"\n'
+    with pytest.raises(study.StudyError, match="axes.backend: and \\[variants\\] both say"):
+        study.load(write(tmp_path, both))
