@@ -248,8 +248,14 @@ def _systems_table(res) -> Table:
                _pct(r.get("bubble_expected")) if p else "-",
                f"{r['bytes_per_step']:,}" if p else "-",
                f"{r['ring_bytes_per_rank']:,.0f}" if p else "-"],
-              {k: (v if not isinstance(v, dict) else hist) for k, v in r.items()})
+              {k: (hist if k == "staleness_hist" else r.get(k)) for k in _SYSTEMS_KEYS})
     return t
+
+
+_SYSTEMS_KEYS = ("axis", "ranks", "runs", "kind", "workers", "staleness_bound", "updates_per_s",
+                 "staleness_mean", "staleness_p95", "staleness_max", "staleness_hist",
+                 "lead_max", "held_s", "stages", "micro_batches", "bubble", "bubble_theory",
+                 "bubble_expected", "bytes_per_step", "ring_bytes_per_rank")
 
 
 def _pct(x) -> str:

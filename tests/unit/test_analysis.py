@@ -406,3 +406,20 @@ def test_variants_are_axes_and_the_asynchronous_runs_have_no_allreduce_model():
     assert two["staleness_hist"] == {"0": 3, "1": 4, "2": 1}
     assert two["staleness_max"] == 2 and two["staleness_mean"] == pytest.approx(6 / 8)
     assert two["lead_max"] == 2 and two["held_s"] == pytest.approx(0.5)
+
+
+def test_the_report_tables_asynchronous_and_pipeline_runs_side_by_side(tmp_path):
+    from hpcdl import analysis, report
+    st = {"staleness_bound": None, "workers": 2, "updates_per_s": 50.0, "lead_max": 7,
+          "per_worker": [{"held_s": 0.0}], "staleness": {"hist": {"0": 2, "1": 2}}}
+    pipe = {"stages": 2, "micro_batches": 4, "bubble": 0.25, "bubble_theory": 0.2,
+            "bubble_expected": 0.22, "bytes_per_step": 1000, "ring_bytes_per_rank_at_k": 500.0}
+    recs = [_variant_record("downpour", "ps-async", 2, 0, **{"async": st}),
+            _variant_record("pipe", "horovod", 2, 0, pipeline=pipe)]
+    res = analysis.analyse(recs, "s")
+    (t,) = [t for t in report._tables(res) if t.name == "async-and-pipeline"]
+    text = t.csv_text()
+    assert "downpour" in text and "pipe" in text and "0: 2, 1: 2" in text
+    md = t.markdown()
+    assert "| downpour | 2 | 1 | 50.0 | 0.50 / 1 / 1 | 0: 2, 1: 2 | 7 |" in md
+    assert "| 25.0% | 20.0% | 22.0% | 1,000 | 500 |" in md
