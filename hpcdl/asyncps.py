@@ -135,7 +135,35 @@ class Server:
         self.log_every = opts.log_every
         self.evals = None                               # set by run(): trainloop.Evaluations
         self.fault = None                # a dedicated server's HPCDL_FAULT: (update, kind)
+        self.save = None                 # save(server) -> path: a checkpoint (run() sets it)
+        self.checkpoint_every = getattr(opts, "checkpoint_every", 0) or 0
         self._losses: List[float] = []
+
+    # state
+    def arrays(self) -> dict:
+        """The parameters and the optimizer's state, as a checkpoint holds a replica's."""
+        opt = self.opt.variables
+        out = {f"model/{i}": v.numpy() for i, v in enumerate(self.model.variables)}
+        out.update({f"opt/{i}": v.numpy() for i, v in enumerate(opt() if callable(opt) else opt)})
+        return out
+
+    def restore(self, arrays: dict, meta: dict) -> None:
+        """Take a checkpoint of this server: parameters, optimizer, clock, pushes per worker."""
+        opt = self.opt.variables
+        opt = list(opt() if callable(opt) else opt)
+        n_model = sum(1 for k in arrays if k.startswith("model/"))
+        if n_model != len(self.model.variables) or len(arrays) - n_model != len(opt):
+            raise UserError("the checkpoint does not fit this model and optimizer (was it "
+                            "written by another workload?)")
+        for i, v in enumerate(self.model.variables):
+            v.assign(arrays[f"model/{i}"])
+        for i, v in enumerate(opt):
+            v.assign(arrays[f"opt/{i}"])
+        self.clock = self.log.updates = int(meta["clock"])
+        for w in self.workers:
+            self.log.pushes[w] = int(meta["pushes"].get(str(w), 0))
+            self.pulled[w] = self.clock
+        self.active = {w for w in self.workers if self.log.pushes[w] < self.steps}
 
     # parameters
     def params(self):
@@ -213,6 +241,9 @@ class Server:
         if self.fault is not None and self.clock == self.fault[0]:
             from .trainloop import inject_fault
             inject_fault(self.fault[1], self.clock, self.rep.rt.layout)
+        if self.save and self.checkpoint_every and self.clock % self.checkpoint_every == 0 \
+                and self.active:
+            self.save(self)
         if self.clock % self.log_every == 0 or not self.active:
             loss = statistics.fmean(self._losses) if self._losses else float("nan")
             self._losses = []
@@ -296,7 +327,7 @@ def check_threads(comm) -> None:
 
 
 def work(rep, comm, n: int, watch, slow_s: float, fault, warmup: int, per_iter: int,
-         server_alive=lambda: None) -> WorkerLog:
+         server_alive=lambda: None, start: int = 0) -> WorkerLog:
     """This worker's steps: batch, gradients, push, pull; ends early when told to stop.
     ``server_alive()`` raises when rank 0's server thread has failed (else its reply never
     comes)."""
@@ -306,8 +337,9 @@ def work(rep, comm, n: int, watch, slow_s: float, fault, warmup: int, per_iter: 
     push = np.empty(n + 2, dtype=np.float32)
     hdr = np.empty(2, dtype=np.int64)
     params = np.empty(n, dtype=np.float32)
-    log, t_iter, in_iter = WorkerLog(), 0.0, 0
-    for step in range(plan.steps):
+    log, t_iter, in_iter = WorkerLog(steps=start), 0.0, 0
+    warmup = max(warmup, start + 1) if start else warmup
+    for step in range(start, plan.steps):
         if fault is not None and step == fault[0]:
             inject_fault(fault[1], step, rep.rt.layout)
         t0 = time.perf_counter()
@@ -358,71 +390,148 @@ class AsyncResult:
     stopped: Optional[str]
     wall: float
     step: int
+    checkpoint: Optional[str] = None     # written when training stopped early
 
 
-def run(rep, opts, watch, workers: List[int], bound: Optional[int]) -> AsyncResult:
+def run(rep, opts, watch, workers: List[int], bound: Optional[int], ckpt_dir=None,
+        found=None) -> AsyncResult:
     """Serve (rank 0) and work (the workers) until training ends; then every rank holds the
-    server's parameters. Collective: every rank calls it."""
-    from .trainloop import Evaluations, fault_from_env, straggler
+    server's parameters. ``found``: rank 0's checkpoint to resume, (path, header, arrays);
+    with ``ckpt_dir`` the server checkpoints every --checkpoint-every updates and when asked to
+    stop. Collective: every rank calls it."""
+    from .trainloop import fault_from_env, straggler
     rt, plan = rep.rt, rep.plan
     MPI = _mpi()
     comm = MPI.COMM_WORLD.Dup()
     serving, working = rt.rank == SERVER, rt.rank in workers
     if serving and working:
         check_threads(comm)
-    rep.broadcast_state()                   # every worker starts from rank 0's weights
-    n = sum(int(rep.np.prod(v.shape)) for v in rep.variables)
-    server, thread = None, None
+    server = _make_server(rep, opts, comm, workers, bound, ckpt_dir, found) if serving else None
+    rep.broadcast_state()                   # every worker starts from the server's weights
+    pushes = rt.hvd.broadcast_object(found[1]["meta"]["pushes"] if found else None,
+                                     root_rank=0, name="hpcdl.async.resume")
     t_run = time.perf_counter()
-    if serving:
-        server = Server(rep, opts, comm, workers, bound, plan.steps)
-        per_update = plan.global_batch if bound == 0 else plan.batch
-        updates = plan.steps if bound == 0 else plan.steps * len(workers)
-        server.evals = Evaluations(opts, per_update, updates)
-        say = rt.say
-
-        def body():
-            try:
-                server.serve(t_run, say)
-            except BaseException as exc:      # noqa: BLE001 - reported by the main thread
-                server.log.error = exc
-        if not working:
-            server.fault = fault_from_env(rt.rank)
-        if working:
-            thread = threading.Thread(target=body, name="hpcdl-ps-server", daemon=True)
-            thread.start()
-        else:
-            body()
+    thread = _serve(server, rt, t_run, in_thread=working) if serving else None
     wlog = None
     if working:
         slow = straggler(rep, opts.slow_rank)
         late = slow[1] if slow else 0.0        # an input delay counts here as compute does
+        start = int((pushes or {}).get(str(rt.rank), 0))
+        rep.seek(start)
+
         def server_alive():
             if server is not None and server.log.error is not None:
                 raise RuntimeError(f"the parameter server thread failed: "
                                    f"{server.log.error!r}") from server.log.error
-        wlog = work(rep, comm, n, watch, late, fault_from_env(rt.rank), plan.warmup,
-                    plan.per_iter, server_alive)
+        wlog = work(rep, comm, sum(int(rep.np.prod(v.shape)) for v in rep.variables), watch,
+                    late, fault_from_env(rt.rank), plan.warmup, plan.per_iter, server_alive,
+                    start)
     if thread is not None:
         poll(lambda: not thread.is_alive(), _IDLE_MAX, 0.05)
     if server is not None and server.log.error is not None:
         raise server.log.error
     wall = time.perf_counter() - t_run
-    stopped = None
+    stopped, path = _finish(server, opts, ckpt_dir) if serving else (None, None)
     if serving:
-        target = server.evals.target
-        if target and server.log.target is None and not server.stop_reason:
-            server.log.target = {"metric": target[0], "value": target[1], "reached": False,
-                                 "steps": server.clock}
-        if server.stop_reason and server.stop_reason != "target reached":
-            stopped = server.stop_reason
         for v_model, v_server in zip(rep.model.variables, server.model.variables):
             v_model.assign(v_server)
-    stopped = rt.hvd.broadcast_object(stopped, root_rank=0, name="hpcdl.async.stop")
+    stopped, path = rt.hvd.broadcast_object((stopped, path), root_rank=0, name="hpcdl.async.stop")
     rep.broadcast_state()                   # the server's parameters, on every rank
     step = server.clock if serving else 0
     comm.Free()
-    return AsyncResult(wlog, server.log if serving else None, stopped, wall, step)
+    return AsyncResult(wlog, server.log if serving else None, stopped, wall, step, path)
+
+
+def _make_server(rep, opts, comm, workers, bound, ckpt_dir, found) -> Server:
+    """Rank 0's server, restored from ``found``, its parameters copied into rank 0's replica."""
+    from .trainloop import Evaluations, fault_from_env
+    plan = rep.plan
+    server = Server(rep, opts, comm, workers, bound, plan.steps)
+    per_update = plan.global_batch if bound == 0 else plan.batch
+    updates = plan.steps if bound == 0 else plan.steps * len(workers)
+    server.evals = Evaluations(opts, per_update, updates)
+    if rep.rt.rank not in workers:
+        server.fault = fault_from_env(rep.rt.rank)
+    if ckpt_dir is not None:
+        server.save = lambda srv: save_checkpoint(srv, opts, ckpt_dir)
+    if found:
+        server.restore(found[2], found[1]["meta"])
+    for v_model, v_server in zip(rep.model.variables, server.model.variables):
+        v_model.assign(v_server)
+    return server
+
+
+def _serve(server: Server, rt, t_run: float, in_thread: bool):
+    """Serve in a thread beside rank 0's worker (returned), or here until training ends."""
+    def body():
+        try:
+            server.serve(t_run, rt.say)
+        except BaseException as exc:      # noqa: BLE001 - reported by the main thread
+            server.log.error = exc
+    if not in_thread:
+        body()
+        return None
+    thread = threading.Thread(target=body, name="hpcdl-ps-server", daemon=True)
+    thread.start()
+    return thread
+
+
+def _finish(server: Server, opts, ckpt_dir):
+    """(why training stopped early or None, the checkpoint written then or None); a target not
+    reached is recorded as such."""
+    target = server.evals.target
+    if target and server.log.target is None and not server.stop_reason:
+        server.log.target = {"metric": target[0], "value": target[1], "reached": False,
+                             "steps": server.clock}
+    if not server.stop_reason or server.stop_reason == "target reached":
+        return None, None
+    if ckpt_dir is None:
+        return server.stop_reason, None
+    from . import checkpoint
+    path = save_checkpoint(server, opts, ckpt_dir)
+    checkpoint.mark_interrupted(ckpt_dir, server.clock, server.stop_reason)
+    return server.stop_reason, str(path)
+
+
+def save_checkpoint(server: Server, opts, ckpt_dir):
+    """An atomic, verified checkpoint of the server: its parameters and optimizer, its clock
+    and each worker's pushes (where each worker's data continues)."""
+    from . import checkpoint
+    rep = server.rep
+    meta = {"workload": opts.workload, "seed": opts.seed, "size": rep.rt.size, "backend": NAME,
+            "staleness": staleness_label(server.bound), "batch_size": rep.plan.batch,
+            "clock": server.clock,
+            "pushes": {str(w): n for w, n in server.log.pushes.items()}}
+    return checkpoint.save(ckpt_dir, server.clock, server.arrays(), meta,
+                           keep=opts.keep_checkpoints)
+
+
+def find_checkpoint(rt, opts, ckpt_dir):
+    """Rank 0's checkpoint to resume as (path, header, arrays), None on the other ranks and
+    when there is none; every rank raises the same UserError for one that cannot be used."""
+    from . import checkpoint
+    from .cluster import log
+    if not opts.resume:
+        return None
+    found, error = None, None
+    if rt.root:
+        try:
+            found = (checkpoint.latest(ckpt_dir, warn=lambda m: log(m, rt.layout))
+                     if opts.resume == "latest" else
+                     (opts.resume,) + checkpoint.load(opts.resume))
+        except checkpoint.CheckpointError as exc:
+            error = str(exc)
+        meta = found[1].get("meta", {}) if found else {}
+        if found and meta.get("backend") != NAME:
+            error = (f"checkpoint {found[0]} was written by a synchronous run; --backend {NAME} "
+                     "resumes only its own (its server's clock and each worker's position)")
+    error = rt.hvd.broadcast_object(error, root_rank=0, name="hpcdl.async.ckpt")
+    if error:
+        raise UserError(error)
+    if rt.root:
+        rt.say(f"Resumed from {found[0]} at update {found[1]['step']}" if found else
+               f"No checkpoint in {ckpt_dir}: starting from update 0")
+    return found
 
 
 def summarize(rep, res: AsyncResult, workers: List[int], bound: Optional[int],

@@ -179,6 +179,7 @@ class PipeLog:
     step: int = 0
     wall: float = 0.0
     stopped: Optional[str] = None
+    checkpoint: Optional[str] = None      # written when training stopped early
 
 
 class Stage:
@@ -266,6 +267,20 @@ class Stage:
         wait(*sends)
         return (loss if self.last else float("nan")), busy
 
+    def state(self) -> dict:
+        """This stage's variables (v) and optimizer state (o), as arrays."""
+        opt = self.opt.variables
+        return {"v": [v.numpy() for v in self.variables],
+                "o": [v.numpy() for v in (opt() if callable(opt) else opt)]}
+
+    def restore(self, state: dict) -> None:
+        opt = self.opt.variables
+        opt = list(opt() if callable(opt) else opt)
+        if len(state["v"]) != len(self.variables) or len(state["o"]) != len(opt):
+            raise UserError("the checkpoint's stage does not fit this stage's layers")
+        for v, a in zip(self.variables + opt, state["v"] + state["o"]):
+            v.assign(a)
+
     def bytes_per_step(self, batch: int) -> int:
         """Bytes every cut carries in a step: activations forward, their gradients back."""
         return 2 * batch * sum(self.cut_bytes)
@@ -311,23 +326,44 @@ def choose_cut(rep, stages: int, micro: int, how: str):
     return [tuple(r) for r in ranges], costs
 
 
-def run(rep, opts, watch, stages: int, micro: int) -> Tuple["Stage", PipeLog]:
-    """Train this stage for the plan's steps (collective over the stages)."""
+def run(rep, opts, watch, stages: int, micro: int, ckpt_dir=None) -> Tuple["Stage", PipeLog]:
+    """Train this stage for the plan's steps, from a checkpoint with --resume (collective over
+    the stages); with ``ckpt_dir``, checkpoint every --checkpoint-every steps and on a stop."""
     from mpi4py import MPI
-
-    from .trainloop import Evaluations, fault_from_env, inject_fault, reached
-    rt, plan = rep.rt, rep.plan
+    rt = rep.rt
     check(rep, stages, micro)
-    ranges, costs = choose_cut(rep, stages, micro, opts.cut)
+    resumed = resume_state(rep, opts, ckpt_dir, stages)
+    ranges, costs = ((resumed["ranges"], None) if resumed else
+                     choose_cut(rep, stages, micro, opts.cut))
     stage = Stage(rep, stages, micro, ranges)
     stage.costs = costs
+    log = PipeLog()
+    if resumed:
+        stage.restore(resumed["state"])
+        log.step = resumed["step"]
+        rep.seek(log.step)
     rt.say("Stages: " + "; ".join(
         f"{k}: layers {a}-{b - 1}" + (f" ({costs[k] * 1e3:.3f} ms per micro-batch)" if costs
                                       else "") for k, (a, b) in enumerate(ranges)))
-    comm, wait = MPI.COMM_WORLD.Dup(), _waiter(MPI)
-    fault = fault_from_env(rt.rank)
+    comm = MPI.COMM_WORLD.Dup()
+    _loop(rep, stage, opts, watch, log, comm, MPI, ckpt_dir)
+    comm.Free()
+    if log.stopped and ckpt_dir is not None:
+        path = save(rep, stage, opts, ckpt_dir, log.step)
+        if rt.root:
+            from . import checkpoint
+            checkpoint.mark_interrupted(ckpt_dir, log.step, log.stopped)
+        log.checkpoint = rt.hvd.broadcast_object(path and str(path), root_rank=0,
+                                                 name="hpcdl.pipe.stop")
+    return stage, log
+
+
+def _loop(rep, stage: Stage, opts, watch, log: PipeLog, comm, MPI, ckpt_dir) -> None:
+    from .trainloop import Evaluations, fault_from_env, inject_fault
+    rt, plan = rep.rt, rep.plan
+    wait, fault = _waiter(MPI), fault_from_env(rt.rank)
     evals = Evaluations(opts, plan.batch, plan.steps)
-    log = PipeLog()
+    first_timed = max(plan.warmup, log.step + 1 if log.step else 0)
     t_run = time.perf_counter()
     t_iter, in_iter = 0.0, 0
     while log.step < plan.steps and log.target is None:
@@ -340,7 +376,7 @@ def run(rep, opts, watch, stages: int, micro: int) -> Tuple["Stage", PipeLog]:
         loss, busy = stage.step(comm, x, y, wait)
         t1 = time.perf_counter()
         log.step = step = step + 1
-        if step > plan.warmup:
+        if step > first_timed:
             log.step_times.append(t1 - ts)
             log.busy_times.append(busy)
             t_iter, in_iter = t_iter + t1 - t0, in_iter + 1
@@ -352,30 +388,88 @@ def run(rep, opts, watch, stages: int, micro: int) -> Tuple["Stage", PipeLog]:
             if log.first_loss is None:
                 log.first_loss = loss
         if step % opts.log_every == 0 or step == plan.steps:
-            value = comm.bcast(loss if stage.last else None, root=stages - 1)
+            value = comm.bcast(loss if stage.last else None, root=stage.K - 1)
             log.curve.append([step, value])
             rt.say(f"Step {step}/{plan.steps}: loss {value:.6g} "
                    f"({time.perf_counter() - t_run:.1f} s)")
         if evals.due(step):
-            te = time.perf_counter()
-            ev = {"step": step, "samples": step * plan.batch, "wall_s": te - t_run,
-                  "time_s": te - t_run - log.eval_time, **evaluate(rep, stage)}
-            log.evals.append(ev)
-            log.eval_time += time.perf_counter() - te
-            if evals.target and reached(evals.target, ev):
-                log.target = {"metric": evals.target[0], "value": evals.target[1],
-                              "reached": True, "steps": step, "samples": ev["samples"],
-                              "time_s": ev["time_s"]}
+            _evaluate(rep, stage, log, evals, step, t_run)
         if step % opts.stop_check_every == 0 and step < plan.steps:
             if comm.allreduce(1 if watch.reason() else 0, op=MPI.MAX):
                 log.stopped = watch.reason() or "another stage asked to stop"
                 break
+        if ckpt_dir is not None and opts.checkpoint_every and \
+                step % opts.checkpoint_every == 0 and step < plan.steps:
+            save(rep, stage, opts, ckpt_dir, step)
     log.wall = time.perf_counter() - t_run
     if evals.target and log.target is None and not log.stopped:
         log.target = {"metric": evals.target[0], "value": evals.target[1], "reached": False,
                       "steps": plan.steps}
-    comm.Free()
-    return stage, log
+
+
+def _evaluate(rep, stage, log, evals, step: int, t_run: float) -> None:
+    from .trainloop import reached
+    te = time.perf_counter()
+    ev = {"step": step, "samples": step * rep.plan.batch, "wall_s": te - t_run,
+          "time_s": te - t_run - log.eval_time, **evaluate(rep, stage)}
+    log.evals.append(ev)
+    log.eval_time += time.perf_counter() - te
+    if evals.target and reached(evals.target, ev):
+        log.target = {"metric": evals.target[0], "value": evals.target[1], "reached": True,
+                      "steps": step, "samples": ev["samples"], "time_s": ev["time_s"]}
+
+
+def save(rep, stage: Stage, opts, ckpt_dir, step: int):
+    """Every stage's variables and optimizer state in one checkpoint rank 0 writes, with the
+    cut (a resumed run keeps it); the path on rank 0, None elsewhere (collective)."""
+    from . import checkpoint
+    every = rep.rt.hvd.allgather_object(stage.state())
+    if not rep.rt.root:
+        return None
+    arrays = {f"s{k}/{kind}{i}": a for k, st in enumerate(every)
+              for kind in ("v", "o") for i, a in enumerate(st[kind])}
+    meta = {"parallel": "pipeline", "workload": opts.workload, "seed": opts.seed,
+            "stages": stage.K, "micro_batches": stage.M, "batch_size": rep.plan.batch,
+            "ranges": [list(r) for r in stage.ranges]}
+    return checkpoint.save(ckpt_dir, step, arrays, meta, keep=opts.keep_checkpoints)
+
+
+def resume_state(rep, opts, ckpt_dir, stages: int) -> Optional[dict]:
+    """With --resume: this stage's part of rank 0's checkpoint, the cut and the step, or None
+    where there is none (collective; every rank raises the same UserError for a bad one)."""
+    from . import checkpoint
+    from .cluster import log
+    rt = rep.rt
+    if not opts.resume:
+        return None
+    out, error = None, None
+    if rt.root:
+        try:
+            found = (checkpoint.latest(ckpt_dir, warn=lambda m: log(m, rt.layout))
+                     if opts.resume == "latest" else
+                     (opts.resume,) + checkpoint.load(opts.resume))
+        except checkpoint.CheckpointError as exc:
+            found, error = None, str(exc)
+        meta = found[1].get("meta", {}) if found else {}
+        if found and (meta.get("parallel") != "pipeline" or meta.get("stages") != stages):
+            error = (f"checkpoint {found[0]} was not written by a pipeline of {stages} stages: "
+                     "resume it as it was written")
+        elif found:
+            arrays = found[2]
+            out = {"path": str(found[0]), "step": found[1]["step"],
+                   "ranges": [tuple(r) for r in meta["ranges"]],
+                   "state": [{kind: [arrays[f"s{k}/{kind}{i}"] for i in range(
+                       sum(1 for n in arrays if n.startswith(f"s{k}/{kind}")))]
+                              for kind in ("v", "o")} for k in range(stages)]}
+    error = rt.hvd.broadcast_object(error, root_rank=0, name="hpcdl.pipe.ckpt")
+    if error:
+        raise UserError(error)
+    out = rt.hvd.broadcast_object(out, root_rank=0, name="hpcdl.pipe.resume")
+    rt.say(f"Resumed from {out['path']} at step {out['step']}" if out else
+           f"No checkpoint in {ckpt_dir}: starting from step 0")
+    if out:
+        out["state"] = out["state"][rt.rank]
+    return out
 
 
 def assemble(rep, stage: Stage) -> None:

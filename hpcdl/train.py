@@ -234,8 +234,7 @@ def _validate_pipeline(opts) -> None:
     if opts.backend != "horovod" or opts.compression != "none":
         raise UserError("--parallel pipeline sends activations between stages, not gradients: "
                         "--backend and --compression do not apply (leave them out)")
-    for given, name in ((opts.checkpoint_dir, "--checkpoint-dir"), (opts.resume, "--resume"),
-                        (opts.timeline, "--timeline"), (opts.slow_rank, "--slow-rank")):
+    for given, name in ((opts.timeline, "--timeline"), (opts.slow_rank, "--slow-rank")):
         if given:
             raise UserError(f"{name} is not offered with --parallel pipeline yet")
 
@@ -249,11 +248,9 @@ def _validate_async(opts) -> None:
     if opts.compression != "none":
         raise UserError(f"--backend {asyncps.NAME} pushes and pulls float32: --compression "
                         f"{opts.compression} is not offered with it")
-    for given, name in ((opts.checkpoint_dir, "--checkpoint-dir"), (opts.resume, "--resume"),
-                        (opts.timeline, "--timeline")):
-        if given:
-            raise UserError(f"{name} is not offered with --backend {asyncps.NAME} yet (its "
-                            "server's state is rank 0's alone); use a synchronous backend")
+    if opts.timeline:
+        raise UserError(f"--timeline records Horovod's allreduces, and --backend {asyncps.NAME} "
+                        "makes none while training")
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -308,21 +305,25 @@ def _run_async(opts, rt, wl, results) -> int:
     index = workers.index(rt.rank) if rt.rank in workers else 0
     rep = trainer.Replica(rt, wl, plan, opts, shard=(index, len(workers)))
     rep.seek(0)
-    watch = trainloop.StopWatch(opts.max_time, _stop_file(None))
+    ckpt_dir = Path(opts.checkpoint_dir) if opts.checkpoint_dir else None
+    watch = trainloop.StopWatch(opts.max_time, _stop_file(ckpt_dir))
     watch.install()
     rt.say(_header(rt, wl, plan, opts))
-    loop = asyncps.run(rep, opts, watch, workers, opts.staleness)
+    found = asyncps.find_checkpoint(rt, opts, ckpt_dir)
+    loop = asyncps.run(rep, opts, watch, workers, opts.staleness, ckpt_dir, found)
     if loop.stopped:
-        msg = (f"Stopped after {loop.step} updates ({loop.stopped}); {asyncps.NAME} writes no "
-               "checkpoint, progress not saved")
+        msg = (f"Stopped after {loop.step} updates ({loop.stopped}); "
+               + (f"checkpoint {loop.checkpoint}" if loop.checkpoint else
+                  "no --checkpoint-dir, progress not saved"))
         rt.say(msg)
-        raise Interrupted(msg, None)
+        raise Interrupted(msg, loop.checkpoint)
     figures = asyncps.summarize(rep, loop, workers, opts.staleness, opts.ps_dedicated)
     if opts.save_weights and (rt.root or "{rank}" in opts.save_weights):
         _save_weights(rep, opts.save_weights.replace("{rank}", str(rt.rank)))
     if rt.root:
         _print_results(wl, len(workers), figures)
-        record = _record(rep, opts, figures, None)
+        record = _record(rep, opts, figures, {"path": str(found[0]), "step": found[1]["step"]}
+                         if found else None)
         if results != "-":
             from . import records
             records.append(results, record)
@@ -337,14 +338,17 @@ def _run_pipeline(opts, rt, wl, results) -> int:
     plan = trainer.make_plan(opts, wl, 1)           # one model, one batch per step
     rep = trainer.Replica(rt, wl, plan, opts, shard=(0, 1))
     rep.seek(0)
-    watch = trainloop.StopWatch(opts.max_time, _stop_file(None))
+    ckpt_dir = Path(opts.checkpoint_dir) if opts.checkpoint_dir else None
+    watch = trainloop.StopWatch(opts.max_time, _stop_file(ckpt_dir))
     watch.install()
     rt.say(_header(rt, wl, plan, opts))
-    stage, loop = pipeline.run(rep, opts, watch, stages, opts.micro_batches)
+    stage, loop = pipeline.run(rep, opts, watch, stages, opts.micro_batches, ckpt_dir)
     if loop.stopped:
-        msg = f"Stopped at step {loop.step}/{plan.steps} ({loop.stopped}); progress not saved"
+        msg = (f"Stopped at step {loop.step}/{plan.steps} ({loop.stopped}); "
+               + (f"checkpoint {loop.checkpoint}" if loop.checkpoint else
+                  "no --checkpoint-dir, progress not saved"))
         rt.say(msg)
-        raise Interrupted(msg, None)
+        raise Interrupted(msg, loop.checkpoint)
     figures = pipeline.summarize(rep, stage, loop)
     if opts.save_weights and rt.root:
         _save_weights(rep, opts.save_weights.replace("{rank}", str(rt.rank)))

@@ -112,3 +112,36 @@ def test_slow_rank_makes_that_workers_compute_about_factor_times_as_long(tmp_pat
                      res.stderr), res.stderr[-2000:]
     comp = {w["rank"]: w["compute_s"] for w in rec["metrics"]["async"]["per_worker"]}
     assert 1.8 < comp[1] / comp[0] < 5.0, comp
+
+
+def test_a_killed_then_stopped_asynchronous_run_resumes_to_the_same_weights(tmp_path):
+    """Staleness 0 is deterministic: a run killed after a checkpoint, resumed, stopped by
+    --max-time (exit 75 with a checkpoint) and resumed again ends with the uninterrupted
+    run's weights."""
+    sync = ["--backend", "ps-async", "--staleness", "0"]
+    ref, _, _ = _train(tmp_path, 2, sync, steps=400, name="ref")
+    ck = ["--checkpoint-dir", str(tmp_path / "ckpt")]
+    res = mpirun(2, ARGS + ["--steps", "400", "--results", "-", "--checkpoint-every", "40"]
+                 + sync + ck, timeout=180, env={"HPCDL_FAULT": "rank=1,step=70,kind=kill"})
+    assert res.returncode != 0 and "injecting 'kill' at step 70" in res.stderr
+    res = mpirun(2, ARGS + ["--steps", "400", "--results", "-", "--resume", "--max-time", "0.3"]
+                 + sync + ck, timeout=180)
+    assert res.returncode == 75, res.stderr[-3000:]
+    assert re.search(r"Resumed from \S+ckpt-000000040\.hpcdl at update 40", res.stdout)
+    m = re.search(r"Stopped after (\d+) updates \(a worker asked to stop\); checkpoint (\S+)",
+                  res.stdout)
+    assert m and 40 < int(m.group(1)) < 400, res.stdout[-2000:]
+    assert (tmp_path / "ckpt" / "INTERRUPTED").read_text().startswith(m.group(1))
+    got, rec, res = _train(tmp_path, 2, sync + ck + ["--resume"], steps=400, name="resumed")
+    assert rec["resumed_from"]["step"] == int(m.group(1))
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_a_synchronous_checkpoint_is_not_resumed_by_the_asynchronous_server(tmp_path):
+    ck = ["--checkpoint-dir", str(tmp_path / "ckpt"), "--results", "-"]
+    check(mpirun(2, ARGS + ["--steps", "30", "--backend", "ps", "--checkpoint-every", "10"] + ck,
+                 timeout=120))
+    res = mpirun(2, ARGS + ["--steps", "30", "--backend", "ps-async", "--resume"] + ck,
+                 timeout=120)
+    assert res.returncode == 2 and "was written by a synchronous run" in res.stderr, res.stderr

@@ -89,3 +89,23 @@ def test_a_tf_data_workload_trains_in_a_pipeline_as_in_one_process(tmp_path):
                        "u2", env=env)
     np.testing.assert_allclose([v for _, v in two["metrics"]["loss_curve"]],
                                [v for _, v in one["metrics"]["loss_curve"]], rtol=1e-5)
+
+
+def test_a_killed_then_stopped_pipeline_resumes_to_the_same_weights(tmp_path):
+    pipe = ["--parallel", "pipeline", "--micro-batches", "4", "--steps", "400", "--cut",
+            "layers"]
+    ref, ref_w, _ = _train(tmp_path, 2, pipe, "ref")
+    ck = ["--checkpoint-dir", str(tmp_path / "ckpt"), "--results", "-"]
+    res = mpirun(2, ARGS + pipe + ck + ["--checkpoint-every", "40"], timeout=180,
+                 env={"HPCDL_FAULT": "rank=1,step=70,kind=kill"})
+    assert res.returncode != 0 and "injecting 'kill' at step 70" in res.stderr
+    res = mpirun(2, ARGS + pipe + ck + ["--resume", "--max-time", "0.3"], timeout=180)
+    assert res.returncode == 75, res.stderr[-3000:]
+    assert re.search(r"Resumed from \S+ckpt-000000040\.hpcdl at step 40", res.stdout)
+    m = re.search(r"Stopped at step (\d+)/400 \(.*?\); checkpoint (\S+)", res.stdout)
+    assert m and 40 < int(m.group(1)) < 400, res.stdout[-2000:]
+    rec, got_w, res = _train(tmp_path, 2, pipe + ["--checkpoint-dir", str(tmp_path / "ckpt"),
+                                                  "--resume"], "resumed")
+    assert rec["metrics"]["pipeline"]["cut"] == ref["metrics"]["pipeline"]["cut"]
+    for x, y in zip(got_w, ref_w):
+        np.testing.assert_allclose(x, y, rtol=0, atol=1e-6)
