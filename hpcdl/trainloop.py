@@ -188,10 +188,10 @@ def slow_from_env(rank: int):
 
 
 def straggler(rep: Replica, slow_rank):
-    """The delay this rank adds on purpose: ``--slow-rank R:Dms`` D ms per step, ``R:FACTOR``
-    makes rank R's compute FACTOR times as long (it sleeps FACTOR - 1 times its own compute time of a step, timed here
-    on its first batch, the median of ten after one untimed), else ``HPCDL_SLOW``; as
-    :func:`slow_from_env` gives it."""
+    """The delay this rank adds on purpose: ``--slow-rank R:Dms`` D ms per step; ``R:FACTOR``
+    makes rank R's compute FACTOR times as long (it sleeps FACTOR - 1 times its own compute
+    time of a step, timed here on its first batch, the median of ten after one untimed); else
+    ``HPCDL_SLOW``. As :func:`slow_from_env` gives it."""
     rt = rep.rt
     if slow_rank is None:
         return slow_from_env(rt.rank)
