@@ -515,12 +515,7 @@ def find_checkpoint(rt, opts, ckpt_dir):
         return None
     found, error = None, None
     if rt.root:
-        try:
-            found = (checkpoint.latest(ckpt_dir, warn=lambda m: log(m, rt.layout))
-                     if opts.resume == "latest" else
-                     (opts.resume,) + checkpoint.load(opts.resume))
-        except checkpoint.CheckpointError as exc:
-            error = str(exc)
+        found, error = checkpoint.find(opts.resume, ckpt_dir, warn=lambda m: log(m, rt.layout))
         meta = found[1].get("meta", {}) if found else {}
         if found and meta.get("backend") != NAME:
             error = (f"checkpoint {found[0]} was written by a synchronous run; --backend {NAME} "

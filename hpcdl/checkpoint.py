@@ -175,3 +175,16 @@ def latest(directory, warn=None) -> Optional[Tuple[Path, dict, Dict[str, np.ndar
             continue
         return path, header, arrays
     return None
+
+
+def find(resume: str, directory, warn=None) -> Tuple[Optional[tuple], Optional[str]]:
+    """The checkpoint ``--resume`` names, on the rank that reads it: ``(found, error)``.
+    ``found`` is (path, header, arrays), or None where ``"latest"`` finds none in ``directory``
+    yet; ``error`` is the message of a named checkpoint that does not verify (the caller
+    hands it to every rank, which all stop with it)."""
+    try:
+        if resume == "latest":
+            return latest(directory, warn=warn), None
+        return (Path(resume),) + load(resume), None
+    except CheckpointError as exc:
+        return None, str(exc)

@@ -444,12 +444,7 @@ def resume_state(rep, opts, ckpt_dir, stages: int) -> Optional[dict]:
         return None
     out, error = None, None
     if rt.root:
-        try:
-            found = (checkpoint.latest(ckpt_dir, warn=lambda m: log(m, rt.layout))
-                     if opts.resume == "latest" else
-                     (opts.resume,) + checkpoint.load(opts.resume))
-        except checkpoint.CheckpointError as exc:
-            found, error = None, str(exc)
+        found, error = checkpoint.find(opts.resume, ckpt_dir, warn=lambda m: log(m, rt.layout))
         meta = found[1].get("meta", {}) if found else {}
         if found and (meta.get("parallel") != "pipeline" or meta.get("stages") != stages):
             error = (f"checkpoint {found[0]} was not written by a pipeline of {stages} stages: "

@@ -337,19 +337,14 @@ def resume(rep: Replica, opts, ckpt_dir: Optional[Path]):
     rt = rep.rt
     if not opts.resume:
         return 0, None
-    found = None
+    found = error = None
     if rt.root:
-        if opts.resume == "latest":
-            found = checkpoint.latest(ckpt_dir, warn=lambda m: cluster.log(m, rt.layout))
-        else:
-            try:
-                found = (Path(opts.resume),) + checkpoint.load(opts.resume)
-            except checkpoint.CheckpointError as exc:
-                found = str(exc)
+        found, error = checkpoint.find(opts.resume, ckpt_dir,
+                                       warn=lambda m: cluster.log(m, rt.layout))
     info = rt.hvd.broadcast_object(
-        None if found is None else (found if isinstance(found, str) else
-                                    (str(found[0]), found[1]["step"],
-                                     found[1].get("meta", {}).get("rng"))), root_rank=0)
+        error or (None if found is None else
+                  (str(found[0]), found[1]["step"], found[1].get("meta", {}).get("rng"))),
+        root_rank=0)
     if isinstance(info, str):
         raise UserError(info)
     if info is None:

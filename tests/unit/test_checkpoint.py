@@ -96,6 +96,21 @@ def test_latest_is_none_when_nothing_verifies(tmp_path):
     assert checkpoint.latest(tmp_path / "absent") is None
 
 
+def test_find_gives_what_resume_names_or_why_it_cannot_be_used(tmp_path):
+    assert checkpoint.find("latest", tmp_path) == (None, None)          # nothing yet: start at 0
+    good = checkpoint.save(tmp_path, 10, _arrays(10))
+    bad = tmp_path / "other.hpcdl"
+    bad.write_bytes(good.read_bytes()[:-5])
+    for resume in ("latest", str(good)):
+        (path, header, arrays), error = checkpoint.find(resume, tmp_path)
+        assert error is None and path == good and header["step"] == 10
+        np.testing.assert_array_equal(arrays["model/0"], _arrays(10)["model/0"])
+    found, error = checkpoint.find(str(bad), tmp_path)                  # named: never skipped
+    assert found is None and str(bad) in error
+    found, error = checkpoint.find(str(tmp_path / "missing.hpcdl"), tmp_path)
+    assert found is None and "missing.hpcdl" in error
+
+
 def test_a_saver_killed_mid_write_leaves_the_previous_checkpoint_intact(tmp_path):
     """A real process dies in mid-write (the kernel stops it at a file size limit with SIGXFSZ):
     the new checkpoint never appears under its final name and the old ones survive."""
