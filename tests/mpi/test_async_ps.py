@@ -118,6 +118,7 @@ def test_slow_rank_makes_that_workers_compute_about_factor_times_as_long(tmp_pat
     # server thread, which slows its compute by a varying amount on 2 cores.
     comp = {w["rank"]: w["compute_s"] for w in rec["metrics"]["async"]["per_worker"]}
     assert comp[1] >= added / 1e3, (comp, own, added)
+    assert comp[1] / comp[0] < 5.0, comp          # and the delay is not applied over and over
 
 
 def test_a_killed_then_stopped_asynchronous_run_resumes_to_the_same_weights(tmp_path):
