@@ -49,7 +49,7 @@ def direct_cost(batches: int = 20_000, rounds: int = 7) -> float:
     """Seconds per batch that Keras' callback dispatch spends on the recorder: the median over
     rounds of (with the recorder - without any callback), each over ``batches`` batches."""
     import tensorflow as tf
-    from hpcdl.keras import ScalingRecorder
+    from hpcdl.train.keras import ScalingRecorder
     tf.get_logger().setLevel("ERROR")    # Keras warns that hooks are slow against no batch at all
     model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
     logs = {"loss": tf.constant(0.5), "accuracy": tf.constant(0.9)}

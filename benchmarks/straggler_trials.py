@@ -3,7 +3,7 @@
 
 Each trial runs ``hpcdl train`` on 2 ranks (the small CNN, 8 probes) once with a straggler injected
 (HPCDL_SLOW: one rank loses --delay-ms per step in compute or in input; the rank and the phase
-alternate over the trials) and once without, and checks what :func:`hpcdl.budget.stragglers`
+alternate over the trials) and once without, and checks what :func:`hpcdl.analysis.budget.stragglers`
 names: the right rank, host and phase in the first case, nobody in the second.
 
     python benchmarks/straggler_trials.py --trials 5 > results/straggler-trials.txt
@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpcdl import budget  # noqa: E402
+from hpcdl.analysis import budget  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
 
 # the small CNN, a step of about 11 ms on 2 ranks here (expmlp's 1 ms steps jitter by more

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 import horovod.tensorflow.keras as hvd
 
-from hpcdl.keras import ScalingRecorder      # hpcdl: the import
+from hpcdl.train.keras import ScalingRecorder      # hpcdl: the import
 
 
 def data(name, rank, size, seed=0):

@@ -1,12 +1,12 @@
-"""The cluster in a box (``scripts/cluster-box.sh``): what a rank on it records, and ``check``.
+"""The cluster in a box (``scripts/cluster-box.sh``): what a rank on it records, and its check's verdict.
 
 The script writes the box's settings to ``/run/hpcdl-box/box.json`` (``HPCDL_BOX`` names another
 file): node names, addresses, link rate, latency and CPU share. A rank whose node is one of the
 box's reads them (:func:`node_facts`) and counts the bytes its node's interface moved
 (:class:`Counters`), so a record says where it ran and what crossed the wire.
 
-``python -m hpcdl.box check`` (``scripts/cluster-box.sh check``) proves the box's isolation with
-real Slurm jobs and prints a table:
+``python -m hpcdl.bench.boxcheck check`` (``scripts/cluster-box.sh check``) proves the box's
+isolation with real Slurm jobs and prints a table:
 
 - compute: one compute-only probe (single-threaded numpy matrix products) on n1 alone, then on
   every node at once; each node's time must be within ``COMPUTE_SPREAD`` of the alone time;
@@ -19,29 +19,19 @@ the check failed or has not run on this box.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import shutil
-import socket
-import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Optional
 
+from . import costmodel
+from .cluster import setting
 from .costmodel import rate_bits
 from .errors import UserError
 
 BOX_FILE = "/run/hpcdl-box/box.json"
-COMPUTE_SPREAD = 0.10        # every node's probe within 10% of one node alone
-LINK_SHARE = 0.85            # every link carries at least 85% of its shaped rate
-MIB = 1 << 20
 
 
 def box_file(env=None) -> Path:
-    from .cluster import setting
     return Path(setting("HPCDL_BOX", env) or BOX_FILE)
 
 
@@ -92,7 +82,6 @@ def record_section(hosts: list, nets: list, backend: str, compression: str, grad
     """A run's ``box`` record: the box's settings, and per node the bytes its interface moved
     per exchange beside what the algorithm sends (``costmodel.node_bytes``), one rank per node.
     None when the run was not on the box. ``nets``: every rank's ``LoopResult.net``."""
-    from . import costmodel
     facts = node_facts(hosts[0]) if hosts else None
     if facts is None:
         return None
@@ -121,146 +110,11 @@ def record_section(hosts: list, nets: list, backend: str, compression: str, grad
     return out
 
 
-# --- the probes (run on the nodes by check) ---------------------------------------------------------
-
-def _probe(opts) -> int:
-    """Time ``--reps`` rounds of ``--work`` 256x256 matrix products on one thread; print JSON."""
-    import numpy as np
-    a = np.random.default_rng(0).random((256, 256))
-    times = []
-    for _ in range(opts.reps):
-        t0 = time.perf_counter()
-        b = a
-        for _ in range(opts.work):
-            b = a @ b
-            b /= b.max()
-        times.append(time.perf_counter() - t0)
-    print(json.dumps({"host": socket.gethostname(), "seconds": statistics.median(times),
-                      "times": times}), flush=True)
-    return 0
-
-
-def _ring(opts) -> int:
-    """Ring-allreduce ``--mib`` MiB ``--reps`` times with the ring backend; rank 0 prints JSON of
-    every node's time and interface bytes."""
-    import numpy as np
-    from mpi4py import MPI
-    from .comm import get_backend
-    comm = MPI.COMM_WORLD
-    ring = get_backend("ring")
-    host = socket.gethostname()
-    facts = node_facts(host) or {"iface": "eth0"}
-    flat = np.ones(opts.mib * MIB // 4, dtype=np.float32)
-    ring.allreduce_mean(flat)                          # warm-up: connections made, windows open
-    comm.Barrier()
-    ctr = Counters(facts["iface"])
-    t0 = time.perf_counter()
-    for _ in range(opts.reps):
-        ring.allreduce_mean(flat)
-    seconds = time.perf_counter() - t0
-    mine = {"host": host, "seconds": seconds, **ctr.moved()}
-    rows = comm.gather(mine, root=0)
-    if comm.rank == 0:
-        print(json.dumps({"ranks": comm.size, "bytes": flat.nbytes, "reps": opts.reps,
-                          "nodes": rows}), flush=True)
-    return 0
-
-
-# --- check -----------------------------------------------------------------------------------------
-
-def _srun(args, timeout, env=None) -> list:
-    """Run an srun step on the box; the JSON lines it printed."""
-    if not shutil.which("srun"):
-        raise UserError("srun is not installed: the box's check runs its probes as Slurm jobs")
-    cmd = ["srun", "--quiet", f"--time={max(1, int(timeout // 60) + 1)}"] + args
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise UserError(f"{' '.join(cmd)} did not end within {timeout:.0f} s") from None
-    if res.returncode != 0:
-        raise UserError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-2000:]}")
-    return [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
-
-
 def job_exports(box: dict) -> dict:
     """What a job on the box needs: Open MPI over TCP on the box's subnet (nodes share one
     machine, so shared memory would bypass the links)."""
     return {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": box["subnet"],
             "OMPI_MCA_oob_tcp_if_include": box["subnet"]}
-
-
-def _job_env(box):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               OMPI_MCA_mpi_yield_when_idle="1")
-    env.update(job_exports(box))
-    return env
-
-
-def run_check(box: dict, work: int = 0, reps: int = 3, mib: int = 0) -> dict:
-    """Both halves of the check on every node of ``box``; the verdict and its table."""
-    n = box["nodes_count"]
-    py = [sys.executable, "-m", "hpcdl.box"]
-    env = _job_env(box)
-    # about half a second of one core per round, so that the CFS period (100 ms) quantises little
-    work = work or 800
-    probe = py + ["probe", "--work", str(work), "--reps", str(reps)]
-    # n1 alone before and after every node together; the faster of the two stands for "alone"
-    # (noise on a shared machine only ever slows a probe down)
-    alone = [_srun(["-N1", "-n1", "-w", "n1"] + probe, 600, env)[0]]
-    together = _srun([f"-N{n}", f"-n{n}", "--ntasks-per-node=1"] + probe, 600, env)
-    alone.append(_srun(["-N1", "-n1", "-w", "n1"] + probe, 600, env)[0])
-    alone = min(alone, key=lambda r: r["seconds"])
-    rate = rate_bits(box["link_rate"])
-    link = None
-    if n > 1:
-        # about 2 s of link time per allreduce: 2(p-1)/p * bytes at the link's rate
-        mib = mib or max(8, int(2.0 * rate / 8 / (2 * (n - 1) / n) / MIB))
-        link = _srun([f"-N{n}", f"-n{n}", "--ntasks-per-node=1", "--mpi=pmix"] + py
-                     + ["ring", "--mib", str(mib), "--reps", str(reps)], 900, env)[0]
-    return verdict(box, alone, together, link)
-
-
-def verdict(box: dict, alone: dict, together: list, link: Optional[dict]) -> dict:
-    """Pass or fail, with a row per node, from the probes' JSON (pure: tested without a box)."""
-    rate = rate_bits(box["link_rate"])
-    rows, reasons = [], []
-    net = {r["host"]: r for r in (link or {}).get("nodes", [])}
-    for r in sorted(together, key=lambda r: int(r["host"].lstrip("n") or 0)):
-        row = {"node": r["host"], "compute_s": r["seconds"],
-               "compute_vs_alone": r["seconds"] / alone["seconds"]}
-        if abs(row["compute_vs_alone"] - 1) > COMPUTE_SPREAD:
-            reasons.append(f"{r['host']}: compute {row['compute_vs_alone']:.2f}x one node alone "
-                           f"(allowed 1 +- {COMPUTE_SPREAD:.2f})")
-        if r["host"] in net:
-            x = net[r["host"]]
-            row["tx_share"] = x["tx_bytes"] * 8 / x["seconds"] / rate
-            row["rx_share"] = x["rx_bytes"] * 8 / x["seconds"] / rate
-            for way in ("tx", "rx"):
-                if row[f"{way}_share"] < LINK_SHARE:
-                    reasons.append(f"{r['host']}: link {way} at {row[f'{way}_share']:.0%} of "
-                                   f"{box['link_rate']} (needs {LINK_SHARE:.0%})")
-        rows.append(row)
-    return {"box": box["box"], "passed": not reasons, "reasons": reasons, "rows": rows,
-            "alone_s": alone["seconds"], "link_rate": box["link_rate"],
-            "cpus_per_node": box["cpus_per_node"],
-            "ring": {k: link[k] for k in ("ranks", "bytes", "reps")} if link else None,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-
-
-def table(v: dict) -> str:
-    lines = [f"# box {v['box']}: {len(v['rows'])} nodes, {v['cpus_per_node']} cores each, links "
-             f"{v['link_rate']}; compute alone on n1 {v['alone_s']:.3f} s",
-             f"{'node':>5} {'compute(s)':>11} {'vs alone':>9} {'link tx':>8} {'link rx':>8}"]
-    for r in v["rows"]:
-        tx = f"{r['tx_share']:.0%}" if "tx_share" in r else "-"
-        rx = f"{r['rx_share']:.0%}" if "rx_share" in r else "-"
-        lines.append(f"{r['node']:>5} {r['compute_s']:>11.3f} {r['compute_vs_alone']:>9.3f} "
-                     f"{tx:>8} {rx:>8}")
-    lines.append(f"# needs: compute within 1 +- {COMPUTE_SPREAD:.2f} of alone, every link >= "
-                 f"{LINK_SHARE:.0%} of its rate both ways")
-    lines.append("check: passed" if v["passed"] else "check: FAILED\n" + "\n".join(
-        "  " + r for r in v["reasons"]))
-    return "\n".join(lines)
 
 
 def check_file(env=None) -> Path:
@@ -284,43 +138,3 @@ def require_checked(env=None) -> Optional[dict]:
         raise UserError("the cluster box failed its isolation check, so its figures would not "
                         "be a node's: " + "; ".join(v.get("reasons", [])))
     return v
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hpcdl.box", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("check", help="prove the box's isolation; print a table, write check.json")
-    c.add_argument("--work", type=int, default=0, help="matrix products per probe round")
-    c.add_argument("--reps", type=int, default=3)
-    c.add_argument("--mib", type=int, default=0, help="allreduce size (default: ~2 s of link)")
-    c.add_argument("--json", help="also write the verdict here")
-    p = sub.add_parser("probe")
-    p.add_argument("--work", type=int, default=800)
-    p.add_argument("--reps", type=int, default=3)
-    r = sub.add_parser("ring")
-    r.add_argument("--mib", type=int, default=16)
-    r.add_argument("--reps", type=int, default=3)
-    opts = ap.parse_args(argv)
-    if opts.cmd == "probe":
-        return _probe(opts)
-    if opts.cmd == "ring":
-        return _ring(opts)
-    box = load()
-    if box is None:
-        print(f"no box is up ({box_file()} is missing): scripts/cluster-box.sh up N", file=sys.stderr)
-        return 2
-    try:
-        v = run_check(box, opts.work, opts.reps, opts.mib)
-    except UserError as exc:
-        print(f"check: {exc}", file=sys.stderr)
-        return 1
-    text = json.dumps(v, indent=1)
-    check_file().write_text(text + "\n")
-    if opts.json:
-        Path(opts.json).write_text(text + "\n")
-    print(table(v))
-    return 0 if v["passed"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

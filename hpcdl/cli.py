@@ -20,9 +20,9 @@ from .errors import EXIT_FAILURE, EXIT_USAGE, UserError
 # (name, module, help). Each module defines add_arguments(parser) and main(opts) -> int;
 # a module may instead define register(subparsers) to add its own subcommand tree.
 COMMANDS = [
-    ("train", "hpcdl.train", "train a workload data-parallel (run under mpirun or srun)"),
+    ("train", "hpcdl.train.run", "train a workload data-parallel (run under mpirun or srun)"),
     ("bench", "hpcdl.bench", "communication benchmarks (allreduce sweep, alpha-beta-gamma fit)"),
-    ("study", "hpcdl.study_cli", "scaling studies: validate, run, submit, status, report"),
+    ("study", "hpcdl.study.cli", "scaling studies: validate, run, submit, status, report"),
     ("info", "hpcdl.info", "versions, Horovod build, MPI library and the detected rank layout"),
 ]
 

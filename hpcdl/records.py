@@ -18,8 +18,12 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional
+from . import __version__, cluster
+from .errors import UserError
 
 SCHEMA = "hpcdl.run/1"
+SECTIONS = ("gradient_bytes", "replicas_identical", "weights_digest", "resumed_from", "box",
+            "command")          # what a record may carry beside its common keys
 
 
 class TornRecordWarning(UserWarning):
@@ -28,6 +32,43 @@ class TornRecordWarning(UserWarning):
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def build(*, source: str, params: dict, layout: dict, metrics: dict, manifest: dict,
+          study=None, point=None, declared=None, tag=None, status: str = "ok",
+          **sections) -> dict:
+    """A run record, assembled in this one place whoever measured the run (``hpcdl train``, the
+    Keras recorder, a study point of the user's own command).
+
+    ``point`` and ``declared`` may be given as the JSON text ``hpcdl study`` passes on. Every
+    metric is kept as given; a metric that JSON cannot hold, a section not in :data:`SECTIONS`
+    or a missing throughput's mean are refused with ValueError, never dropped.
+    """
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise ValueError(f"unknown record section(s) {', '.join(unknown)}: add them to "
+                         "records.SECTIONS")
+    for name, value in metrics.items():
+        try:
+            json.dumps(value, default=_jsonable, allow_nan=True)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"metric {name!r} cannot be recorded: {exc}") from None
+    thr = metrics.get("throughput")
+    if thr is not None and "mean" not in thr:
+        raise ValueError("metric 'throughput' has no mean")
+    rec = {"schema": SCHEMA, "kind": "train", "status": status, "source": source,
+           "study": study, "point": json_or_text(point) if isinstance(point, str) else point,
+           "declared": json_or_text(declared) if isinstance(declared, str) else declared,
+           "tag": tag, "time": now_iso(), "params": params, "layout": layout,
+           "metrics": metrics, "manifest": manifest}
+    rec.update(sections)
+    return rec
+
+
+def layout_section(layout, hosts) -> dict:
+    """The record's ``layout``: ranks, nodes, ranks per node and the hosts they ran on."""
+    return {"size": layout.size, "nodes": layout.num_nodes, "ranks_per_node": layout.local_size,
+            "hosts": sorted(set(hosts))}
 
 
 def append(path, record: dict) -> Path:
@@ -160,7 +201,6 @@ def check_clean(path) -> None:
         return
     changes = code_changes()
     if changes:
-        from .errors import UserError
         raise UserError(f"{path} is in the repository's results/, which holds what committed code "
                         f"made, and hpcdl/ has uncommitted changes ({', '.join(changes[:3])}"
                         f"{', ...' if len(changes) > 3 else ''}): commit them first, or record "
@@ -206,13 +246,11 @@ def versions() -> dict:
 
 
 def _hpcdl_version() -> str:
-    from . import __version__
     return __version__
 
 
 def manifest(layout=None, hosts: Optional[Iterable[str]] = None, extra: Optional[dict] = None) -> dict:
     """Everything needed to trust a record later: code, versions, hosts, layout and settings."""
-    from . import cluster
     layout = layout or cluster.discover()
     env = cluster.launcher_env()
     man = {

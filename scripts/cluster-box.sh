@@ -496,7 +496,7 @@ case "${1:-}" in
     up) shift; up "$@" ;;
     down) down ;;
     status) status ;;
-    check) shift; exec "${HPCDL_PYTHON:-$ROOT/.venv/bin/python}" -m hpcdl.box check "$@" ;;
+    check) shift; exec "${HPCDL_PYTHON:-$ROOT/.venv/bin/python}" -m hpcdl.bench.boxcheck check "$@" ;;
     kill-node) kill_node "${2:?kill-node nI}" ;;
     revive-node) revive_node "${2:?revive-node nI}" ;;
     agent) shift; agent "$@" ;;

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 
 import numpy as np
+from .compression import get_codec
 
 __all__ = ["BACKENDS", "COMPRESSIONS", "Backend", "get_backend"]
 
@@ -40,7 +41,6 @@ class Backend:
     in_graph = False
 
     def __init__(self, compression: str = "none"):
-        from .compression import get_codec
         if compression not in COMPRESSIONS:
             raise ValueError(f"unknown compression '{compression}': choose one of "
                              f"{', '.join(COMPRESSIONS)}")

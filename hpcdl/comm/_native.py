@@ -150,31 +150,7 @@ def kernels():
     return _kernels
 
 
-def _bench(n: int = 1 << 24, reps: int = 5) -> None:
-    """Print GB/s (float32 bytes) of encode, decode and decode-add: F16C against numpy."""
-    import time
-    from .compression import FP16
-    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
-    for label, codec in (("F16C", FP16(native=True)), ("numpy", FP16(native=False))):
-        if label == "F16C" and codec.native is None:
-            continue
-        wire, out, acc = np.empty(2 * n, np.uint8), np.empty(n, np.float32), x.copy()
-        ops = {"encode": lambda: codec.encode(x, wire), "decode": lambda: codec.decode(wire, n, out),
-               "decode-add": lambda: codec.decode_add(wire, n, acc)}
-        rates = []
-        for name, fn in ops.items():
-            fn()
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                fn()
-            rates.append(f"{name} {x.nbytes * reps / (time.perf_counter() - t0) / 1e9:.1f}")
-        print(f"{label:>6}: " + ", ".join(rates) + f" GB/s ({n} float32)")
-
-
 if __name__ == "__main__":
-    if "--bench" in sys.argv:
-        _bench()
-        sys.exit(0)
     ok = build()
     if ok:
         usable = kernels() is not None

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Backend, _as_f32
+from . import _as_f32, Backend
+from .mpi import decode_mean
 
 
 class HorovodBackend(Backend):
@@ -63,7 +64,6 @@ class HorovodBackend(Backend):
             return fetch(call()).copy()
         if self.size == 1:
             return flat.copy()
-        from .mpi import decode_mean
         n = flat.size
         wire = self.codec.encode(flat)
         gathered = self.hvd.allgather(self.tf.constant(wire.reshape(1, -1)), name=f"hpcdl.ag8.{n}")

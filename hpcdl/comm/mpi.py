@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Backend, _as_f32
+from . import _as_f32, Backend
+from .compression import FP16
 
 
 def _mpi():
@@ -18,7 +19,6 @@ def _fp16_sum(MPI):
     """A commutative MPI op that adds IEEE half-precision values (MPI has no float16 type)."""
     global _FP16_SUM
     if _FP16_SUM is None:
-        from .compression import FP16
         codec = FP16()
 
         def add(inbuf, inoutbuf, datatype):

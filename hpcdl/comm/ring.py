@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import cluster
 from . import _as_f32
 from .compression import CHUNK
 from .mpi import MPIBackend
+from .. import cluster
 
 PIECE_BYTES = 1 << 20
 

@@ -2,7 +2,7 @@
 
 The launchers (``hpcdl study run`` here, a study's Slurm job there) start the command on every
 rank with the point's environment (:func:`environment`): the study, the point and where hpcdl's
-Keras callback (:class:`hpcdl.keras.ScalingRecorder`) may write. The rank output goes to a log.
+Keras callback (:class:`hpcdl.train.keras.ScalingRecorder`) may write. The rank output goes to a log.
 When the command has ended, :func:`finish` writes the point's one record into the study's
 results: the callback's record when the script has the callback, else a record of its own, each
 with the command's exit status, its wall time and the figures its output printed on lines that
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .. import records
+from .. import cluster, records
 from ..study import SCRIPT_BACKEND
 
 __all__ = ["Spec", "spec_for", "environment", "scrape", "finish", "WALL_UNIT"]
@@ -181,7 +181,6 @@ def record(spec: Spec, exit_status: int, wall: float, output: str,
         rec["declared"] = records.json_or_text(spec.declared)
         rec["command"] = block
         return rec
-    from .. import cluster
     hosts = hosts or [socket.gethostname()]
     p = spec.point
     layout = cluster.Layout(size=int(p["ranks"]), local_size=int(p["ranks_per_node"]),
@@ -189,18 +188,13 @@ def record(spec: Spec, exit_status: int, wall: float, output: str,
     metrics = {**_throughput(spec, scraped, wall), "wall_time_s": wall,
                "split": {"method": "none", "why": "a script without hpcdl's callback is seen from "
                          "outside: its wall time and what it prints, not its steps"}}
-    return {
-        "schema": records.SCHEMA, "kind": "train", "status": status, "source": "command",
-        "study": spec.study, "point": p, "declared": records.json_or_text(spec.declared),
-        "time": records.now_iso(),
-        "params": {"workload": spec.workload, "batch_size": p["batch_size"],
-                   "global_batch": p["global_batch"], "backend": SCRIPT_BACKEND,
-                   "compression": "none", "command": spec.argv},
-        "layout": {"size": layout.size, "nodes": layout.num_nodes,
-                   "ranks_per_node": layout.local_size, "hosts": sorted(set(hosts))},
-        "metrics": metrics, "command": block,
-        "manifest": records.manifest(layout, hosts=hosts, extra={"recorder": "none (command)"}),
-    }
+    return records.build(
+        source="command", status=status, study=spec.study, point=p, declared=spec.declared,
+        params={"workload": spec.workload, "batch_size": p["batch_size"],
+                "global_batch": p["global_batch"], "backend": SCRIPT_BACKEND,
+                "compression": "none", "command": spec.argv},
+        layout=records.layout_section(layout, hosts), metrics=metrics, command=block,
+        manifest=records.manifest(layout, hosts=hosts, extra={"recorder": "none (command)"}))
 
 
 def finish(spec: Spec, exit_status: int, wall: float, timed_out: bool = False,
@@ -241,7 +235,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--ended", type=float, required=True, help="epoch seconds")
     opts = p.parse_args(argv)
     spec = Spec.load(opts.spec)
-    from .. import cluster
     rec = finish(spec, opts.exit_status, opts.ended - opts.started,
                  hosts=job_hosts(cluster.scheduler_facts().get("nodelist")))
     for line in summary(rec):

@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import List, Mapping, Optional, Sequence, Tuple
 
+from .scheduler import sbatch
 from ..cluster import RANK_DEFAULTS
 from ..errors import UserError
 from ..study import parse_time
@@ -411,7 +412,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         Path(opts.output).write_text(text)
         Path(opts.output).chmod(0o755)
         if opts.submit:
-            from .scheduler import sbatch
             print(sbatch(opts.output, cwd=Path(opts.output).resolve().parent))
     except UserError as exc:
         sys.stderr.write(f"{p.prog}: error: {exc}\n")

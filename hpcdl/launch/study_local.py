@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from ..errors import EXIT_INTERRUPTED
 from . import command, local
+from .. import records
+from ..errors import EXIT_INTERRUPTED
 
 
 def _fmt(seconds: float) -> str:
@@ -39,7 +40,6 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
     if not dry_run:
         runs.parent.mkdir(parents=True, exist_ok=True)
         if study.command:            # this process writes the records, not hpcdl train's rank 0
-            from .. import records
             records.check_clean(runs)
     env = dict(os.environ)
     env.update(study.env)

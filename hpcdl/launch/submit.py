@@ -16,12 +16,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from . import command
+from .jobscript import (Job, parse_exports, render_report, render_study_command, render_study_step,
+                        Software)
+from .scheduler import ACTIVE_STATES, job_states, sbatch
+from .. import records
 from ..errors import UserError
 from ..study import recorded_point
-from . import command
-from .jobscript import (Job, Software, parse_exports, render_report, render_study_command,
-                        render_study_step)
-from .scheduler import ACTIVE_STATES, job_states, sbatch
 
 __all__ = ["plan_study", "submit_study", "study_status", "study_software", "StudyPlan", "Step"]
 
@@ -77,8 +78,8 @@ def study_software(study, extra_exports: Sequence[str] = (), setup: Optional[str
                    workdir=None) -> Software:
     """How the study's jobs find hpcdl: slurm.modules and slurm.setup (else the venv running
     now), with run.env, slurm.mpi and ``--export`` settings."""
-    s = _slurm_settings(study)
     from .. import box
+    s = _slurm_settings(study)
     settings = box.load()
     # on the cluster box, Open MPI talks over the nodes' links (the study's env may still override)
     exports: Dict[str, Optional[str]] = dict(box.job_exports(settings) if settings else {})
@@ -181,7 +182,6 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
     """Write the scripts, submit the steps and the report after them; return what was submitted."""
     out = out or sys.stdout
     if any(step.spec for step in plan.steps):   # the job scripts append the records themselves
-        from .. import records
         records.check_clean(plan.results_dir / "runs.jsonl")
     plan.jobs_dir.mkdir(parents=True, exist_ok=True)
     for step in plan.steps + [plan.report]:
@@ -261,7 +261,6 @@ def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
     """One row per point (latest submission of each) and one for the report."""
     results_dir = Path(results_dir)
     latest, report_id = _latest_jobs(results_dir / "jobs")
-    from .. import records
     recorded = {recorded_point(rec, study_name or rec.get("study"))
                 for rec in records.iter_records(results_dir / "runs.jsonl")} - {None}
     order = list(point_ids) if point_ids is not None else sorted(latest)

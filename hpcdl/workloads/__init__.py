@@ -10,39 +10,9 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import UserError
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from .base import Workload, WorkloadError
 
 BUILTIN = ("expmlp", "mnist", "cnn")
-
-
-class WorkloadError(UserError, ValueError):
-    """A workload cannot be found or built as asked (a user error: exit status 2)."""
-
-
-@dataclass
-class Workload:
-    name: str
-    model: Any                              # a Keras model, built
-    loss: Callable                          # loss(y_true, y_pred) -> scalar mean over the batch
-    make_optimizer: Callable[[float], Any]  # lr -> Keras optimizer
-    train: Any = None                       # (x, y) numpy arrays, or an unbatched tf.data dataset
-    test: Any = None                        # (x, y) numpy arrays, or None
-    synthetic: Any = None                   # (x, y) tensors of one per-rank batch (throughput)
-    lr: float = 1e-3                        # at ref_batch
-    ref_batch: int = 100                    # the global batch the lr is given for
-    batch_size: int = 100                   # default per-rank batch
-    steps: int = 1000                       # default number of steps
-    accuracy: bool = False                  # report classification accuracy
-    unit: str = "samples"                   # what throughput counts: samples or img
-    info: dict = field(default_factory=dict)
-
-    @property
-    def num_samples(self) -> Optional[int]:
-        if isinstance(self.train, tuple):
-            return len(self.train[0])
-        return None
 
 
 def resolve(name: str) -> str:

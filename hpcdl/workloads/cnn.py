@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-from . import Workload, WorkloadError
+from .base import Workload, WorkloadError
 
 APPLICATIONS = {
     "resnet50": "ResNet50",

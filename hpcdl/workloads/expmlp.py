@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Workload
+from .base import Workload
 
 X_RANGE = (-2.0, 2.0)
 NUM_TRAIN = 20_000

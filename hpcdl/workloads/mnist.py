@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .base import Workload, WorkloadError
 from .. import cluster
-from . import Workload, WorkloadError
 
 DIGITS = "sklearn-digits"
 MNIST5K = "mnist-5k"

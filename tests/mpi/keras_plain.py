@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from hpcdl.keras import ScalingRecorder
+from hpcdl.train.keras import ScalingRecorder
 
 
 def main(results, weights, recorder=True):

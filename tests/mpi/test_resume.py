@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from hpcdl import checkpoint
+from hpcdl.train import checkpoint
 from hpcdl.errors import EXIT_INTERRUPTED
 from hpcdl_testing import check, mpirun, read_records
 

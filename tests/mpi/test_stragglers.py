@@ -2,7 +2,7 @@
 and the phase that makes it slow; a run without one names nobody."""
 import pytest
 
-from hpcdl import budget
+from hpcdl.analysis import budget
 from hpcdl_testing import check, mpirun, read_records
 
 ARGS = ["--workload", "expmlp", "--steps", "200", "--warmup", "20", "--probes", "8",

@@ -409,7 +409,8 @@ def test_variants_are_axes_and_the_asynchronous_runs_have_no_allreduce_model():
 
 
 def test_the_report_tables_asynchronous_and_pipeline_runs_side_by_side(tmp_path):
-    from hpcdl import analysis, report
+    from hpcdl import analysis
+    from hpcdl.report import sections
     st = {"staleness_bound": None, "workers": 2, "updates_per_s": 50.0, "lead_max": 7,
           "per_worker": [{"held_s": 0.0}], "staleness": {"hist": {"0": 2, "1": 2}}}
     pipe = {"stages": 2, "micro_batches": 4, "bubble": 0.25, "bubble_theory": 0.2,
@@ -417,7 +418,7 @@ def test_the_report_tables_asynchronous_and_pipeline_runs_side_by_side(tmp_path)
     recs = [_variant_record("downpour", "ps-async", 2, 0, **{"async": st}),
             _variant_record("pipe", "horovod", 2, 0, pipeline=pipe)]
     res = analysis.analyse(recs, "s")
-    (t,) = [t for t in report._tables(res) if t.name == "async-and-pipeline"]
+    (t,) = sections.systems(sections.Context(res, recs, tmp_path / "runs.jsonl")).tables
     text = t.csv_text()
     assert "downpour" in text and "pipe" in text and "0: 2, 1: 2" in text
     md = t.markdown()

@@ -1,8 +1,12 @@
 """The house plan stays true: imports follow docs/architecture.md, and functions stay short."""
 import ast
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from hpcdl_testing import ROOT
 
@@ -89,6 +93,86 @@ def test_every_module_imports_only_what_its_room_allows():
             faults.append(f"{mod} imports {pkg}, which is neither the standard library nor a "
                           "package named in the plan")
     assert faults == [], "\n".join(faults)
+
+
+BASE = {"__init__", "__main__", "cli", "cluster", "costmodel", "errors", "records", "box", "info"}
+
+
+def _graph():
+    """{hpcdl module: hpcdl modules it imports, at its top or inside a function}."""
+    files = {_module(p) or "__init__": p for p in PKG.rglob("*.py")}
+    graph = {}
+    for mod, path in files.items():
+        targets, _ = _imports(path)
+        edges = set()
+        for t in targets:
+            while t not in files and "." in t:
+                t = t.rsplit(".", 1)[0]
+            if t in files and t != mod:
+                edges.add(t)
+        graph[mod] = edges
+    return graph
+
+
+def _cycles(graph):
+    """The strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_loop_through_a_function_level_import():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_hpcdl_modules_import_each_other_in_a_loop():
+    assert _cycles(_graph()) == []
+
+
+LOGIN_NODE = ("hpcdl.cli", "hpcdl.study", "hpcdl.study.cli", "hpcdl.launch.jobscript",
+              "hpcdl.launch.submit", "hpcdl.launch.study_local", "hpcdl.launch.command",
+              "hpcdl.bench")
+
+
+@pytest.mark.parametrize("module", LOGIN_NODE)
+def test_what_a_login_node_runs_imports_no_heavy_package(module):
+    """Rendering, submitting and watching jobs needs only the standard library; the imports that
+    would pull numpy in sit inside the functions that need them (and the loop test sees them)."""
+    code = (f"import sys, {module}\n"
+            "print(','.join(m for m in sorted(%r) if m in sys.modules))" % sorted(HEAVY))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "", f"{module} imports {res.stdout.strip()}"
+
+
+def test_the_top_level_holds_only_the_base_modules():
+    top = {p.stem for p in PKG.glob("*.py")}
+    assert top <= BASE, f"{sorted(top - BASE)}: put them in the package they serve"
 
 
 def test_no_function_is_longer_than_80_lines():

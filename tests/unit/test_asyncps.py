@@ -4,8 +4,8 @@ import argparse
 
 import pytest
 
-from hpcdl import asyncps
-from hpcdl.train import _slow_rank
+from hpcdl.train import asyncps, control
+from hpcdl.train.args import slow_rank as _slow_rank
 
 
 def _server(bound, pushes, active, stop=None):
@@ -67,4 +67,4 @@ def test_poll_returns_the_first_true_value_without_spinning():
     def test():
         calls.append(1)
         return len(calls) == 4 and "done"
-    assert asyncps.poll(test, 1e-4, 1e-3) == "done" and len(calls) == 4
+    assert control.poll(test, 1e-4, 1e-3) == "done" and len(calls) == 4

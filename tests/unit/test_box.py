@@ -5,6 +5,7 @@ import json
 import pytest
 
 from hpcdl import box
+from hpcdl.bench import boxcheck
 from hpcdl.errors import UserError
 
 BOX = {"box": "b1", "nodes_count": 2, "link_rate": "200mbit", "latency": "0",
@@ -23,19 +24,19 @@ def _link(share, seconds=2.0):
 
 
 def test_the_check_passes_a_box_whose_nodes_compute_alone_and_fill_their_links():
-    v = box.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.05), _probe("n2", 0.97)], _link(0.9))
+    v = boxcheck.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.05), _probe("n2", 0.97)], _link(0.9))
     assert v["passed"] and v["reasons"] == []
     assert [r["node"] for r in v["rows"]] == ["n1", "n2"]
     assert v["rows"][0]["tx_share"] == pytest.approx(0.9)
-    assert "check: passed" in box.table(v)
+    assert "check: passed" in boxcheck.table(v)
 
 
 def test_the_check_names_a_slow_node_and_a_slow_link():
-    v = box.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.0), _probe("n2", 1.25)], _link(0.6))
+    v = boxcheck.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.0), _probe("n2", 1.25)], _link(0.6))
     assert not v["passed"]
     assert any(r.startswith("n2: compute 1.25x") for r in v["reasons"])
     assert any("link tx at 60%" in r for r in v["reasons"])
-    assert "check: FAILED" in box.table(v)
+    assert "check: FAILED" in boxcheck.table(v)
 
 
 def test_a_study_on_the_box_refuses_a_missing_failed_or_stale_check(tmp_path, monkeypatch):
@@ -44,11 +45,11 @@ def test_a_study_on_the_box_refuses_a_missing_failed_or_stale_check(tmp_path, mo
     (tmp_path / "box.json").write_text(json.dumps(BOX))
     with pytest.raises(UserError, match="not checked"):
         box.require_checked()
-    failed = box.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.0), _probe("n2", 1.0)], _link(0.5))
+    failed = boxcheck.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.0), _probe("n2", 1.0)], _link(0.5))
     (tmp_path / "check.json").write_text(json.dumps(failed))
     with pytest.raises(UserError, match="failed its isolation check.*link tx at 50%"):
         box.require_checked()
-    passed = box.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.0), _probe("n2", 1.0)], _link(0.9))
+    passed = boxcheck.verdict(BOX, _probe("n1", 1.0), [_probe("n1", 1.0), _probe("n2", 1.0)], _link(0.9))
     (tmp_path / "check.json").write_text(json.dumps(dict(passed, box="an-earlier-box")))
     with pytest.raises(UserError, match="earlier box"):
         box.require_checked()

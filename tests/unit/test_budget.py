@@ -2,7 +2,8 @@
 into parts that add up (budget.py), on records whose phases are known exactly."""
 import pytest
 
-from hpcdl import analysis, budget, report
+from hpcdl import analysis, report
+from hpcdl.analysis import budget
 
 
 def _rank(rank, host, compute, inp=0.5e-3, step=None, book=0.5e-3, exchange=None, wait=None):

@@ -8,8 +8,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from hpcdl import checkpoint
-from hpcdl.checkpoint import CheckpointError, CheckpointWarning
+from hpcdl.train import checkpoint
+from hpcdl.train.checkpoint import CheckpointError, CheckpointWarning
 from hpcdl.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -119,7 +119,7 @@ def test_a_saver_killed_mid_write_leaves_the_previous_checkpoint_intact(tmp_path
     script = textwrap.dedent(f"""
         import resource, signal, sys, numpy as np
         sys.path.insert(0, {ROOT!r})
-        from hpcdl import checkpoint
+        from hpcdl.train import checkpoint
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)     # Python ignores it; the kernel then kills
         resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
         big = {{"model/0": np.ones((512, 512), np.float32)}}

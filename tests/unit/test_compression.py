@@ -118,7 +118,7 @@ def test_unknown_codec_is_refused():
 
 
 def test_bench_tolerance_counts_an_error_beyond_the_bound():
-    from hpcdl import bench
+    from hpcdl.bench import allreduce as bench
     p = 3
     xs = [bench._data(np, 0, 5000, r, 0).astype(np.float64) for r in range(p)]
     exact = sum(xs) / p

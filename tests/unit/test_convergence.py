@@ -1,7 +1,8 @@
 """Time to accuracy over seeds: MLPerf-style summary, statistical efficiency, speedups, curves."""
 import pytest
 
-from hpcdl import analysis, convergence
+from hpcdl import analysis
+from hpcdl.analysis import convergence
 
 
 def _rec(ranks, seed, reached_at, thr=1000.0, per_step=0.01, max_steps=100, batch=100):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hpcdl.data import ShardError, Sharder, even_split
+from hpcdl.train.data import ShardError, Sharder, even_split
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4])

@@ -1,7 +1,7 @@
 """The pipeline's cut of a model into stages and GPipe's bubble, without MPI."""
 import pytest
 
-from hpcdl import pipeline
+from hpcdl.train import pipeline
 from hpcdl.errors import UserError
 
 

@@ -1,7 +1,7 @@
 """The compute/rest split of a step claims no more than was measured."""
 import pytest
 
-from hpcdl.trainloop import step_split
+from hpcdl.train.figures import step_split
 
 
 def test_one_rank_never_shows_an_exchange():
@@ -27,7 +27,7 @@ def test_a_probe_not_shorter_than_the_step_leaves_the_split_undetermined():
 
 
 def test_stop_agreements_come_about_once_a_second_and_grow_at_most_twofold():
-    from hpcdl.trainloop import next_interval
+    from hpcdl.train.control import next_interval
     assert next_interval(10, 10, 0.005, 10) == 20          # 0.5 ms steps: doubles toward 2000
     assert next_interval(1000, 1000, 0.5, 10) == 2000
     assert next_interval(2000, 2000, 1.0, 10) == 2000      # there: about a second
@@ -36,7 +36,7 @@ def test_stop_agreements_come_about_once_a_second_and_grow_at_most_twofold():
 
 
 def test_iteration_rates_give_the_mean_of_rates_and_the_overall_rate_a_script_would_print():
-    from hpcdl.trainloop import iteration_rates
+    from hpcdl.train.figures import iteration_rates
     r = iteration_rates(100, [1.0, 2.0, 0.0])          # a zero-length iteration is left out
     assert r["n"] == 2 and r["mean"] == 75.0 and r["overall"] == pytest.approx(200 / 3)
     assert iteration_rates(100, []) == {"n": 0}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hpcdl import timeline
+from hpcdl.train import timeline
 
 
 def _events():

@@ -31,9 +31,15 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from .errors import UserError
+from . import checkpoint
+from .args import positive_int
+from .control import evaluate_alone, Evaluations, fault_from_env, inject_fault, poll, reached
+from .figures import iteration_rates, summarize_values
+from .interface import Mode, written_by
+from .replica import Replica
+from .runtime import make_plan
+from ..errors import UserError
 
-PARALLEL = ("data", "pipeline")
 _TAG_ACT, _TAG_GRAD = 31, 32
 
 
@@ -180,6 +186,7 @@ class PipeLog:
     wall: float = 0.0
     stopped: Optional[str] = None
     checkpoint: Optional[str] = None      # written when training stopped early
+    stage: Optional["Stage"] = None       # this rank's stage
 
 
 class Stage:
@@ -287,7 +294,6 @@ class Stage:
 
 
 def _waiter(MPI):
-    from .asyncps import poll
 
     def wait(*reqs):
         # short sleeps: a stage's wait is the bubble being measured, so its poll must be fine
@@ -326,13 +332,13 @@ def choose_cut(rep, stages: int, micro: int, how: str):
     return [tuple(r) for r in ranges], costs
 
 
-def run(rep, opts, watch, stages: int, micro: int, ckpt_dir=None) -> Tuple["Stage", PipeLog]:
+def run(rep, opts, watch, stages: int, micro: int, ckpt_dir=None, found=None) -> PipeLog:
     """Train this stage for the plan's steps, from a checkpoint with --resume (collective over
     the stages); with ``ckpt_dir``, checkpoint every --checkpoint-every steps and on a stop."""
     from mpi4py import MPI
     rt = rep.rt
     check(rep, stages, micro)
-    resumed = resume_state(rep, opts, ckpt_dir, stages)
+    resumed = resume_state(rep, found, stages)
     ranges, costs = ((resumed["ranges"], None) if resumed else
                      choose_cut(rep, stages, micro, opts.cut))
     stage = Stage(rep, stages, micro, ranges)
@@ -351,15 +357,14 @@ def run(rep, opts, watch, stages: int, micro: int, ckpt_dir=None) -> Tuple["Stag
     if log.stopped and ckpt_dir is not None:
         path = save(rep, stage, opts, ckpt_dir, log.step)
         if rt.root:
-            from . import checkpoint
             checkpoint.mark_interrupted(ckpt_dir, log.step, log.stopped)
         log.checkpoint = rt.hvd.broadcast_object(path and str(path), root_rank=0,
                                                  name="hpcdl.pipe.stop")
-    return stage, log
+    log.stage = stage
+    return log
 
 
 def _loop(rep, stage: Stage, opts, watch, log: PipeLog, comm, MPI, ckpt_dir) -> None:
-    from .trainloop import Evaluations, fault_from_env, inject_fault
     rt, plan = rep.rt, rep.plan
     wait, fault = _waiter(MPI), fault_from_env(rt.rank)
     evals = Evaluations(opts, plan.batch, plan.steps)
@@ -408,7 +413,6 @@ def _loop(rep, stage: Stage, opts, watch, log: PipeLog, comm, MPI, ckpt_dir) -> 
 
 
 def _evaluate(rep, stage, log, evals, step: int, t_run: float) -> None:
-    from .trainloop import reached
     te = time.perf_counter()
     ev = {"step": step, "samples": step * rep.plan.batch, "wall_s": te - t_run,
           "time_s": te - t_run - log.eval_time, **evaluate(rep, stage)}
@@ -422,48 +426,30 @@ def _evaluate(rep, stage, log, evals, step: int, t_run: float) -> None:
 def save(rep, stage: Stage, opts, ckpt_dir, step: int):
     """Every stage's variables and optimizer state in one checkpoint rank 0 writes, with the
     cut (a resumed run keeps it); the path on rank 0, None elsewhere (collective)."""
-    from . import checkpoint
     every = rep.rt.hvd.allgather_object(stage.state())
     if not rep.rt.root:
         return None
     arrays = {f"s{k}/{kind}{i}": a for k, st in enumerate(every)
               for kind in ("v", "o") for i, a in enumerate(st[kind])}
-    meta = {"parallel": "pipeline", "workload": opts.workload, "seed": opts.seed,
+    meta = {"mode": "pipeline", "parallel": "pipeline", "workload": opts.workload, "seed": opts.seed,
             "stages": stage.K, "micro_batches": stage.M, "batch_size": rep.plan.batch,
             "ranges": [list(r) for r in stage.ranges]}
     return checkpoint.save(ckpt_dir, step, arrays, meta, keep=opts.keep_checkpoints)
 
 
-def resume_state(rep, opts, ckpt_dir, stages: int) -> Optional[dict]:
-    """With --resume: this stage's part of rank 0's checkpoint, the cut and the step, or None
-    where there is none (collective; every rank raises the same UserError for a bad one)."""
-    from . import checkpoint
-    from .cluster import log
-    rt = rep.rt
-    if not opts.resume:
-        return None
-    out, error = None, None
-    if rt.root:
-        found, error = checkpoint.find(opts.resume, ckpt_dir, warn=lambda m: log(m, rt.layout))
-        meta = found[1].get("meta", {}) if found else {}
-        if found and (meta.get("parallel") != "pipeline" or meta.get("stages") != stages):
-            error = (f"checkpoint {found[0]} was not written by a pipeline of {stages} stages: "
-                     "resume it as it was written")
-        elif found:
-            arrays = found[2]
-            out = {"path": str(found[0]), "step": found[1]["step"],
-                   "ranges": [tuple(r) for r in meta["ranges"]],
-                   "state": [{kind: [arrays[f"s{k}/{kind}{i}"] for i in range(
-                       sum(1 for n in arrays if n.startswith(f"s{k}/{kind}")))]
-                              for kind in ("v", "o")} for k in range(stages)]}
-    error = rt.hvd.broadcast_object(error, root_rank=0, name="hpcdl.pipe.ckpt")
-    if error:
-        raise UserError(error)
-    out = rt.hvd.broadcast_object(out, root_rank=0, name="hpcdl.pipe.resume")
-    rt.say(f"Resumed from {out['path']} at step {out['step']}" if out else
-           f"No checkpoint in {ckpt_dir}: starting from step 0")
+def resume_state(rep, found, stages: int) -> Optional[dict]:
+    """This stage's part of ``found`` (rank 0 holds its arrays), the cut and the step; None
+    without one (collective)."""
+    out = None
+    if found and rep.rt.root:
+        meta, arrays = found.meta, found.arrays
+        out = {"step": found.step, "ranges": [tuple(r) for r in meta["ranges"]],
+               "state": [{kind: [arrays[f"s{k}/{kind}{i}"] for i in range(
+                   sum(1 for n in arrays if n.startswith(f"s{k}/{kind}")))]
+                          for kind in ("v", "o")} for k in range(stages)]}
+    out = rep.rt.hvd.broadcast_object(out, root_rank=0, name="hpcdl.pipe.resume")
     if out:
-        out["state"] = out["state"][rt.rank]
+        out["state"] = out["state"][rep.rt.rank]
     return out
 
 
@@ -480,7 +466,6 @@ def assemble(rep, stage: Stage) -> None:
 def evaluate(rep, stage: Stage) -> dict:
     """The held-out metric of the whole model: its weights assembled, evaluated on rank 0,
     the figures broadcast (collective)."""
-    from .asyncps import evaluate_alone
     assemble(rep, stage)
     out = evaluate_alone(rep, rep.model) if rep.rt.root else None
     return rep.rt.hvd.broadcast_object(out, root_rank=0, name="hpcdl.pipe.eval")
@@ -491,7 +476,6 @@ def summarize(rep, stage: Stage, log: PipeLog) -> dict:
     bubble per stage and its mean against theory, the bytes per step against data parallel."""
     import statistics
 
-    from .trainloop import iteration_rates, summarize_values
     rt, plan, hvd = rep.rt, rep.plan, rep.rt.hvd
     mine = {"stage": stage.k, "host": rt.layout.host,
             "layers": [layer.name for layer in stage.layers],
@@ -546,3 +530,68 @@ def summarize(rep, stage: Stage, log: PipeLog) -> dict:
     if log.target:
         out["target"] = log.target
     return out
+
+
+# --- the mode -----------------------------------------------------------------------------------------
+
+class Pipeline(Mode):
+    """The model's layers cut into stages, one per rank; GPipe's micro-batches."""
+
+    name = "pipeline"
+    parallel = "pipeline"
+    help = "model parallelism: the layers cut into stages on ranks, GPipe's micro-batches"
+
+    def add_arguments(self, group) -> None:
+        group.add_argument("--stages", type=positive_int, default=None,
+                           help="pipeline: stages, one per rank (default: the ranks)")
+        group.add_argument("--micro-batches", type=positive_int, default=4,
+                           help="pipeline: micro-batches per step, dividing the batch (4)")
+        group.add_argument("--cut", choices=("time", "layers"), default="time",
+                           help="pipeline: where the stages begin: time (default) times every "
+                                "stage a cut could make on a micro-batch and takes the cut whose "
+                                "slowest stage is fastest; layers: as many layers in each stage")
+
+    def chosen(self, opts) -> bool:
+        return opts.parallel == "pipeline"
+
+    def refuse_others(self, opts) -> None:
+        if opts.stages is not None:
+            raise UserError("--stages is an option of --parallel pipeline")
+
+    def validate(self, opts) -> None:
+        if opts.backend != "horovod" or opts.compression != "none":
+            raise UserError("--parallel pipeline sends activations between stages, not "
+                            "gradients: --backend and --compression do not apply (leave them out)")
+        for given, name in ((opts.timeline, "--timeline"), (opts.slow_rank, "--slow-rank")):
+            if given:
+                raise UserError(f"{name} is not offered with --parallel pipeline yet")
+
+    def replica(self, rt, wl, opts):
+        rep = Replica(rt, wl, make_plan(opts, wl, 1), opts, shard=(0, 1))
+        rep.seek(0)
+        return rep
+
+    def header(self, rt, plan, opts):
+        return [f"Pipeline: {opts.stages or rt.size} stages, one per rank, "
+                f"{opts.micro_batches} micro-batches of {plan.batch // opts.micro_batches}"]
+
+    def refuse(self, found, opts, size):
+        stages = opts.stages or size
+        if written_by(found.meta) != "pipeline" or found.meta.get("stages") != stages:
+            return (f"checkpoint {found.path} was not written by a pipeline of {stages} stages: "
+                    "resume it as it was written")
+        return None
+
+    def train(self, rep, opts, watch, ckpt_dir, found):
+        return run(rep, opts, watch, opts.stages or rep.rt.size, opts.micro_batches, ckpt_dir,
+                   found)
+
+    def summarize(self, rep, loop, opts):
+        return summarize(rep, loop.stage, loop)
+
+    def params(self, opts, rt):
+        return {"stages": opts.stages or rt.size, "micro_batches": opts.micro_batches,
+                "cut": opts.cut}
+
+    def replicas(self) -> bool:
+        return False

@@ -36,12 +36,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from .errors import UserError
+from . import checkpoint
+from .control import (evaluate_alone, Evaluations, fault_from_env, IDLE_MAX, inject_fault, poll,
+                      reached, straggler)
+from .figures import iteration_rates, summarize_values
+from .interface import Mode, written_by
+from .replica import Replica
+from .runtime import make_plan
+from ..errors import UserError
 
 NAME = "ps-async"
 SERVER = 0
 _TAG_PUSH, _TAG_HDR, _TAG_PARAMS = 21, 22, 23
-_IDLE_MIN, _IDLE_MAX = 2e-5, 1e-3       # s: the sleep between polls grows from, and to
 
 
 def staleness_arg(text: str) -> Optional[int]:
@@ -67,18 +73,6 @@ def workers_of(size: int, dedicated: bool) -> List[int]:
     if dedicated and size < 2:
         raise UserError("--ps-dedicated needs at least 2 ranks: one server and one worker")
     return list(range(1 if dedicated else 0, size))
-
-
-def poll(test, idle_min: float = _IDLE_MIN, idle_max: float = _IDLE_MAX):
-    """Call ``test()`` until it returns something true, sleeping between calls from ``idle_min``
-    growing to ``idle_max`` (no spinning core); return that value."""
-    delay = idle_min
-    while True:
-        got = test()
-        if got:
-            return got
-        time.sleep(delay)
-        delay = min(2 * delay, idle_max)
 
 
 # --- the server -------------------------------------------------------------------------------------
@@ -133,7 +127,7 @@ class Server:
         self.active = set(workers)                      # workers that have steps left
         self.stop_reason: Optional[str] = None
         self.log_every = opts.log_every
-        self.evals = None                               # set by run(): trainloop.Evaluations
+        self.evals = None                               # set by run(): control.Evaluations
         self.fault = None                # a dedicated server's HPCDL_FAULT: (update, kind)
         self.save = None                 # save(server) -> path: a checkpoint (run() sets it)
         self.checkpoint_every = getattr(opts, "checkpoint_every", 0) or 0
@@ -239,7 +233,6 @@ class Server:
         self.clock += 1
         self.log.updates = self.clock
         if self.fault is not None and self.clock == self.fault[0]:
-            from .trainloop import inject_fault
             inject_fault(self.fault[1], self.clock, self.rep.rt.layout)
         if self.save and self.checkpoint_every and self.clock % self.checkpoint_every == 0 \
                 and self.active:
@@ -253,7 +246,6 @@ class Server:
             self._evaluate(t_run)
 
     def _evaluate(self, t_run) -> None:
-        from .trainloop import reached
         t0 = time.perf_counter()
         ev = {"step": self.clock, "samples": self.clock * self.evals.batch, "wall_s": t0 - t_run,
               "time_s": t0 - t_run - self.log.eval_time,
@@ -288,19 +280,6 @@ def _mpi():
     return MPI
 
 
-def evaluate_alone(rep, model) -> dict:
-    """The held-out loss (and accuracy) of ``model`` over the whole test set, on this rank."""
-    wl, tf, np = rep.wl, rep.rt.tf, rep.np
-    if wl.test is None:
-        return {}
-    xt, yt = wl.test
-    pred = model(tf.constant(xt), training=False)
-    out = {"test_loss": float(tf.reduce_mean(wl.loss(yt, pred)))}
-    if wl.accuracy:
-        out["test_accuracy"] = float(np.mean(np.argmax(pred.numpy(), axis=1) == yt))
-    return out
-
-
 # --- the workers and the run ------------------------------------------------------------------------
 
 @dataclass
@@ -331,7 +310,6 @@ def work(rep, comm, n: int, watch, slow_s: float, fault, warmup: int, per_iter: 
     """This worker's steps: batch, gradients, push, pull; ends early when told to stop.
     ``server_alive()`` raises when rank 0's server thread has failed (else its reply never
     comes)."""
-    from .trainloop import inject_fault
     np, plan = rep.np, rep.plan
     MPI = _mpi()
     push = np.empty(n + 2, dtype=np.float32)
@@ -396,10 +374,9 @@ class AsyncResult:
 def run(rep, opts, watch, workers: List[int], bound: Optional[int], ckpt_dir=None,
         found=None) -> AsyncResult:
     """Serve (rank 0) and work (the workers) until training ends; then every rank holds the
-    server's parameters. ``found``: rank 0's checkpoint to resume, (path, header, arrays);
+    server's parameters. ``found``: the checkpoint to resume (:class:`~.interface.Found`);
     with ``ckpt_dir`` the server checkpoints every --checkpoint-every updates and when asked to
     stop. Collective: every rank calls it."""
-    from .trainloop import fault_from_env, straggler
     rt, plan = rep.rt, rep.plan
     MPI = _mpi()
     comm = MPI.COMM_WORLD.Dup()
@@ -408,7 +385,7 @@ def run(rep, opts, watch, workers: List[int], bound: Optional[int], ckpt_dir=Non
         check_threads(comm)
     server = _make_server(rep, opts, comm, workers, bound, ckpt_dir, found) if serving else None
     rep.broadcast_state()                   # every worker starts from the server's weights
-    pushes = rt.hvd.broadcast_object(found[1]["meta"]["pushes"] if found else None,
+    pushes = rt.hvd.broadcast_object(found.meta["pushes"] if found and rt.root else None,
                                      root_rank=0, name="hpcdl.async.resume")
     t_run = time.perf_counter()
     thread = _serve(server, rt, t_run, in_thread=working) if serving else None
@@ -427,7 +404,7 @@ def run(rep, opts, watch, workers: List[int], bound: Optional[int], ckpt_dir=Non
                     late, fault_from_env(rt.rank), plan.warmup, plan.per_iter, server_alive,
                     start)
     if thread is not None:
-        poll(lambda: not thread.is_alive(), _IDLE_MAX, 0.05)
+        poll(lambda: not thread.is_alive(), IDLE_MAX, 0.05)
     if server is not None and server.log.error is not None:
         raise server.log.error
     wall = time.perf_counter() - t_run
@@ -444,7 +421,6 @@ def run(rep, opts, watch, workers: List[int], bound: Optional[int], ckpt_dir=Non
 
 def _make_server(rep, opts, comm, workers, bound, ckpt_dir, found) -> Server:
     """Rank 0's server, restored from ``found``, its parameters copied into rank 0's replica."""
-    from .trainloop import Evaluations, fault_from_env
     plan = rep.plan
     server = Server(rep, opts, comm, workers, bound, plan.steps)
     per_update = plan.global_batch if bound == 0 else plan.batch
@@ -455,7 +431,7 @@ def _make_server(rep, opts, comm, workers, bound, ckpt_dir, found) -> Server:
     if ckpt_dir is not None:
         server.save = lambda srv: save_checkpoint(srv, opts, ckpt_dir)
     if found:
-        server.restore(found[2], found[1]["meta"])
+        server.restore(found.arrays, found.meta)
     for v_model, v_server in zip(rep.model.variables, server.model.variables):
         v_model.assign(v_server)
     return server
@@ -487,7 +463,6 @@ def _finish(server: Server, opts, ckpt_dir):
         return None, None
     if ckpt_dir is None:
         return server.stop_reason, None
-    from . import checkpoint
     path = save_checkpoint(server, opts, ckpt_dir)
     checkpoint.mark_interrupted(ckpt_dir, server.clock, server.stop_reason)
     return server.stop_reason, str(path)
@@ -496,9 +471,9 @@ def _finish(server: Server, opts, ckpt_dir):
 def save_checkpoint(server: Server, opts, ckpt_dir):
     """An atomic, verified checkpoint of the server: its parameters and optimizer, its clock
     and each worker's pushes (where each worker's data continues)."""
-    from . import checkpoint
     rep = server.rep
-    meta = {"workload": opts.workload, "seed": opts.seed, "size": rep.rt.size, "backend": NAME,
+    meta = {"mode": NAME, "workload": opts.workload, "seed": opts.seed, "size": rep.rt.size,
+            "backend": NAME,
             "staleness": staleness_label(server.bound), "batch_size": rep.plan.batch,
             "clock": server.clock,
             "pushes": {str(w): n for w, n in server.log.pushes.items()}}
@@ -506,34 +481,10 @@ def save_checkpoint(server: Server, opts, ckpt_dir):
                            keep=opts.keep_checkpoints)
 
 
-def find_checkpoint(rt, opts, ckpt_dir):
-    """Rank 0's checkpoint to resume as (path, header, arrays), None on the other ranks and
-    when there is none; every rank raises the same UserError for one that cannot be used."""
-    from . import checkpoint
-    from .cluster import log
-    if not opts.resume:
-        return None
-    found, error = None, None
-    if rt.root:
-        found, error = checkpoint.find(opts.resume, ckpt_dir, warn=lambda m: log(m, rt.layout))
-        meta = found[1].get("meta", {}) if found else {}
-        if found and meta.get("backend") != NAME:
-            error = (f"checkpoint {found[0]} was written by a synchronous run; --backend {NAME} "
-                     "resumes only its own (its server's clock and each worker's position)")
-    error = rt.hvd.broadcast_object(error, root_rank=0, name="hpcdl.async.ckpt")
-    if error:
-        raise UserError(error)
-    if rt.root:
-        rt.say(f"Resumed from {found[0]} at update {found[1]['step']}" if found else
-               f"No checkpoint in {ckpt_dir}: starting from update 0")
-    return found
-
-
 def summarize(rep, res: AsyncResult, workers: List[int], bound: Optional[int],
               dedicated: bool) -> dict:
     """The run's figures (a collective): throughput from every worker's timed iterations,
     staleness and updates from the server, the held-out metric of the server's parameters."""
-    from .trainloop import iteration_rates, summarize_values
     rt, plan, hvd = rep.rt, rep.plan, rep.rt.hvd
     w = res.worker
     mine = None
@@ -601,3 +552,71 @@ def staleness_summary(values: List[int]) -> dict:
 
 def _med(values):
     return statistics.median(values) if values else None
+
+
+# --- the mode -----------------------------------------------------------------------------------------
+
+class AsyncPS(Mode):
+    """A parameter server at rank 0; workers push and pull without waiting for each other."""
+
+    name = NAME
+    backend = NAME
+    unit = "update"
+    help = "an asynchronous parameter server at rank 0 (Downpour, or stale-synchronous)"
+
+    def add_arguments(self, group) -> None:
+        group.add_argument("--staleness", type=staleness_arg, default=None, metavar="S",
+                           help=f"{NAME}: a worker more than S updates ahead of the slowest waits "
+                                "(stale-synchronous parallel); 0: the server averages one push of "
+                                "every worker per update (the synchronous parameter server); inf "
+                                "(default): no bound, Downpour SGD")
+        group.add_argument("--ps-dedicated", action="store_true",
+                           help=f"{NAME}: rank 0 only serves the parameters (default: it trains "
+                                "too, its server in a thread)")
+
+    def refuse_others(self, opts) -> None:
+        if opts.staleness is not None or opts.ps_dedicated:
+            raise UserError(f"--staleness and --ps-dedicated are options of --backend {NAME}")
+
+    def validate(self, opts) -> None:
+        if opts.compression != "none":
+            raise UserError(f"--backend {NAME} pushes and pulls float32: --compression "
+                            f"{opts.compression} is not offered with it")
+        if opts.timeline:
+            raise UserError(f"--timeline records Horovod's allreduces, and --backend {NAME} "
+                            "makes none while training")
+
+    def trainers(self, opts, size):
+        return workers_of(size, opts.ps_dedicated)
+
+    def replica(self, rt, wl, opts):
+        workers = self.trainers(opts, rt.size)
+        plan = make_plan(opts, wl, len(workers))
+        index = workers.index(rt.rank) if rt.rank in workers else 0
+        rep = Replica(rt, wl, plan, opts, shard=(index, len(workers)))
+        rep.seek(0)
+        return rep
+
+    def header(self, rt, plan, opts):
+        return [f"Parameter server at rank 0{' (dedicated)' if opts.ps_dedicated else ''}, "
+                f"staleness bound {staleness_label(opts.staleness)}, {plan.steps} steps per worker"]
+
+    def refuse(self, found, opts, size):
+        if written_by(found.meta) != NAME:
+            return (f"checkpoint {found.path} was written by a synchronous run; --backend {NAME} "
+                    "resumes only its own (its server's clock and each worker's position)")
+        return None
+
+    def train(self, rep, opts, watch, ckpt_dir, found):
+        workers = self.trainers(opts, rep.rt.size)
+        return run(rep, opts, watch, workers, opts.staleness, ckpt_dir, found)
+
+    def summarize(self, rep, loop, opts):
+        return summarize(rep, loop, self.trainers(opts, rep.rt.size), opts.staleness,
+                         opts.ps_dedicated)
+
+    def progress(self, loop, plan):
+        return f"after {loop.step} updates"
+
+    def params(self, opts, rt):
+        return {"staleness": staleness_label(opts.staleness), "ps_dedicated": opts.ps_dedicated}

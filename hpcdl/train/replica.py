@@ -1,125 +1,16 @@
-"""Set up one rank of a data-parallel training job, in named pieces that follow Horovod's order.
+"""This rank's replica: its model, optimizer, data shard and gradient exchange, and the step
+functions every way of training calls.
 
-:func:`start` sets threads and rank defaults and starts TensorFlow and Horovod; :func:`make_plan`
-turns the options into batch sizes, step counts and the learning rate; a :class:`Replica` holds
-this rank's model, optimizer, data shard and gradient exchange (``hpcdl.comm``, the code the
-benchmark times too) and its step functions; :func:`resume` restores a checkpoint on every rank.
-The loop and the run's figures are in :mod:`hpcdl.trainloop`; ``hpcdl.train`` calls them in order.
+The exchange is the one a mode hands in (``hpcdl.comm.get_backend``, the code the benchmark times
+too) or None where a mode moves parameters itself (the asynchronous server, the pipeline).
 """
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Optional
 
-from . import cluster
-from .asyncps import NAME as ASYNC
-from .errors import UserError
-
-
-
-# --- start ----------------------------------------------------------------------------------------
-
-@dataclass
-class Runtime:
-    """TensorFlow, Horovod and where this rank sits."""
-
-    tf: object
-    hvd: object
-    layout: cluster.Layout
-    threads: int
-    gpu: Optional[int]
-
-    @property
-    def rank(self) -> int:
-        return self.layout.rank
-
-    @property
-    def size(self) -> int:
-        return self.layout.size
-
-    @property
-    def root(self) -> bool:
-        return self.layout.rank == 0
-
-    def say(self, msg: str) -> None:
-        """A result or progress line: rank 0, stdout."""
-        if self.root:
-            print(msg, flush=True)
-
-
-def start(timeline: bool = False) -> Runtime:
-    """Threads and rank defaults before anything starts, then TensorFlow, ``hvd.init()``, the GPU.
-    ``timeline``: Horovod may record its timeline (started and stopped around the timed steps)."""
-    layout = cluster.discover()
-    threads = cluster.configure_threads(layout)
-    cluster.apply_rank_defaults(timeline=timeline)
-    check_horovod()
-    import tensorflow as tf
-    cluster.apply_tf_threads(tf, threads)
-    try:
-        import horovod.tensorflow as hvd
-    except (ImportError, OSError, tf.errors.NotFoundError) as exc:
-        # Typically libmpi (or another library Horovod links) does not load on this node.
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"cannot load Horovod's TensorFlow extension ({first}): load the MPI "
-                        "library Horovod was built with (module load openmpi, or LD_LIBRARY_PATH), "
-                        "or rebuild Horovod with scripts/setup.sh") from exc
-    hvd.init()
-    layout = cluster.refine_with_horovod(layout, hvd)
-    return Runtime(tf, hvd, layout, threads, cluster.pin_gpu(tf, layout))
-
-
-def check_horovod() -> None:
-    """Raise UserError, before TensorFlow starts, when Horovod lacks its TensorFlow extension.
-
-    Only looks at files: loading Horovod's library before TensorFlow (as ``hpcdl info`` does)
-    makes TensorFlow's own import crash in the same process.
-    """
-    import glob
-    import importlib.util
-    spec = importlib.util.find_spec("horovod")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError("Horovod is not installed in this Python: run scripts/setup.sh, or pip "
-                        "install horovod with HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1")
-    root = list(spec.submodule_search_locations)[0]
-    if not glob.glob(os.path.join(root, "tensorflow", "mpi_lib*.so")):
-        raise UserError(f"Horovod at {root} is built without TensorFlow: rebuild it with "
-                        "HOROVOD_WITH_TENSORFLOW=1 (scripts/setup.sh does)")
-
-
-# --- the plan -------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Plan:
-    """Batch sizes, steps and learning rate of a run (a function of the options, workload and size)."""
-
-    batch: int               # per rank
-    global_batch: int
-    steps: int
-    warmup: int              # untimed steps
-    per_iter: int            # steps per timed iteration, the unit of the +- spread
-    base_lr: float           # at the workload's reference global batch
-    lr: float                # scaled to this global batch
-
-
-def make_plan(opts, wl, size: int) -> Plan:
-    batch = opts.batch_size or wl.batch_size
-    if wl.synthetic is not None:      # the synthetic benchmark's options
-        warmup = next(v for v in (opts.num_warmup_batches, opts.warmup, 10) if v is not None)
-        per_iter = opts.num_batches_per_iter or 10
-        steps = opts.steps or (warmup + (opts.num_iters or 10) * per_iter)
-    else:
-        steps = opts.steps or wl.steps
-        warmup = opts.warmup if opts.warmup is not None else min(10, steps // 10)
-        per_iter = opts.num_batches_per_iter or max(1, min(10, (steps - warmup) // 10 or 1))
-    if warmup >= steps:
-        raise UserError(f"--warmup {warmup} leaves no timed steps of --steps {steps}")
-    base_lr = opts.lr or wl.lr
-    scale = batch * size / wl.ref_batch if opts.lr_scaling == "linear" else 1.0
-    return Plan(batch, batch * size, steps, warmup, per_iter, base_lr, base_lr * scale)
+from .data import even_split, Sharder
+from .runtime import Plan, Runtime
+from ..errors import UserError
 
 
 # --- the replica ----------------------------------------------------------------------------------
@@ -127,16 +18,14 @@ def make_plan(opts, wl, size: int) -> Plan:
 class Replica:
     """This rank's model, optimizer, data shard and gradient exchange, and the step functions.
 
-    The exchange is ``hpcdl.comm.get_backend(backend, compression)``: where it works inside the
+    The exchange (``hpcdl.comm``): where it works inside the
     step's graph (Horovod, as ``hvd.DistributedGradientTape``), the step averages the tape's
     gradients with its ``average``; otherwise the step computes the gradients, exchanges them
     as one flat buffer with its ``allreduce_mean`` and applies the result, timing each part.
     """
 
-    def __init__(self, rt: Runtime, wl, plan: Plan, opts, shard=None):
+    def __init__(self, rt: Runtime, wl, plan: Plan, opts, shard=None, exchange=None):
         import numpy as np
-        from . import comm
-        from .data import Sharder
         tf = rt.tf
         self.rt, self.wl, self.plan, self.np = rt, wl, plan, np
         self.model = wl.model
@@ -148,14 +37,12 @@ class Replica:
         self.opt.build(self.variables)
         self.sharder, self.dataset, self.it = None, None, None
         index, count = shard or (rt.rank, rt.size)     # this rank's shard of how many
-        if isinstance(wl.train, tuple):       # numpy arrays: sharded by index (hpcdl.data)
+        if isinstance(wl.train, tuple):       # numpy arrays: sharded by index (hpcdl.train.data)
             self.sharder = Sharder(len(wl.train[0]), plan.batch, index, count, opts.seed)
         elif wl.train is not None:            # a tf.data dataset
             self.dataset = wl.train.repeat().shard(count, index).batch(plan.batch,
                                                                        drop_remainder=True)
-        # hpcdl.asyncps's workers push and pull through their server, not through a backend
-        self.exchange = None if opts.backend == ASYNC else comm.get_backend(opts.backend,
-                                                                             opts.compression)
+        self.exchange = exchange
         self.in_graph = bool(self.exchange and self.exchange.in_graph)
         self._build_functions()
 
@@ -281,7 +168,6 @@ class Replica:
 
     def evaluate(self) -> dict:
         """Held-out loss (and accuracy) over the test set, sharded across the ranks (collective)."""
-        from .data import even_split
         wl, tf, np, hvd = self.wl, self.rt.tf, self.np, self.rt.hvd
         if wl.test is None:
             return {}
@@ -313,49 +199,3 @@ def _warmup_schedule(tf, start, target, steps):
         def get_config(self):
             return {"start": start, "target": target, "steps": steps}
     return Schedule()
-
-
-# --- checkpoints and resume -------------------------------------------------------------------------
-
-def save_checkpoint(rep: Replica, ckpt_dir: Optional[Path], step: int, opts) -> Optional[Path]:
-    """Rank 0 writes an atomic, verified checkpoint of ``step``; other ranks return None."""
-    if not rep.rt.root or ckpt_dir is None:
-        return None
-    from . import checkpoint
-    p = rep.plan
-    meta = {"workload": opts.workload, "seed": opts.seed, "size": rep.rt.size, "batch_size": p.batch,
-            "global_batch": p.global_batch, "samples_seen": step * p.global_batch,
-            "data_position": {"step": step, "epoch": (step // rep.sharder.steps_per_epoch)
-                              if rep.sharder else None},
-            "rng": {"tf_global": rep.rt.tf.random.get_global_generator().state.numpy().tolist()}}
-    return checkpoint.save(ckpt_dir, step, rep.arrays(), meta, keep=opts.keep_checkpoints)
-
-
-def resume(rep: Replica, opts, ckpt_dir: Optional[Path]):
-    """(first step, what was resumed or None): rank 0 finds the checkpoint, every rank takes it."""
-    from . import checkpoint
-    rt = rep.rt
-    if not opts.resume:
-        return 0, None
-    found = error = None
-    if rt.root:
-        found, error = checkpoint.find(opts.resume, ckpt_dir,
-                                       warn=lambda m: cluster.log(m, rt.layout))
-    info = rt.hvd.broadcast_object(
-        error or (None if found is None else
-                  (str(found[0]), found[1]["step"], found[1].get("meta", {}).get("rng"))),
-        root_rank=0)
-    if isinstance(info, str):
-        raise UserError(info)
-    if info is None:
-        rt.say(f"No checkpoint in {ckpt_dir}: starting from step 0")
-        return 0, None
-    if rt.root:
-        rep.restore(found[2], found[1])
-    if (info[2] or {}).get("tf_global") is not None:
-        # Every rank continues the random stream where the checkpointed run left it.
-        rt.tf.random.get_global_generator().reset(rep.np.asarray(info[2]["tf_global"],
-                                                                 dtype=rep.np.int64))
-    rep.broadcast_state()
-    rt.say(f"Resumed from {info[0]} at step {info[1]}")
-    return info[1], {"path": info[0], "step": info[1]}

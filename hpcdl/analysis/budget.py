@@ -20,12 +20,15 @@ axis), the measured efficiency loss 1 − E = (P − r·P₀)/P is split into, e
 A straggler is a rank whose compute or input takes at least ``RATIO`` times the median of the
 other ranks', costs them at least ``LOST_SHARE`` of the step, and is slower consistently: even its
 fastest probe (or step's input) is slower than the other ranks' median, which a rank merely
-unlucky in a few probes on a shared machine is not. Numpy-free standard library.
+unlucky in a few probes on a shared machine is not. Numpy-free: the standard library and the
+record's one accessor.
 """
 from __future__ import annotations
 
 import statistics
 from typing import Dict, List, Optional, Sequence
+
+from ..records import lookup as _get
 
 RATIO = 1.15          # a rank this much slower than the others' median in a phase ...
 LOST_SHARE = 0.05     # ... that costs the others at least this share of the step is named
@@ -33,14 +36,6 @@ PARTS = ("compute", "stragglers", "input", "fixed", "exchange")
 LABELS = {"compute": "compute slowdown", "stragglers": "waiting for stragglers",
           "input": "input pipeline", "fixed": "fixed per-step overhead",
           "exchange": "exchange not hidden", "unexplained": "unexplained"}
-
-
-def _get(rec, *keys):
-    for k in keys:
-        if not isinstance(rec, dict) or k not in rec:
-            return None
-        rec = rec[k]
-    return rec
 
 
 def _phase(r: dict, name: str) -> Optional[float]:

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .records import lookup as _get
+from ..records import lookup as _get
 
 MLPERF_MIN_SEEDS = 5
 

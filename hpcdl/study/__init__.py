@@ -67,8 +67,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
-from . import cluster
-from .errors import UserError
+from .. import cluster, records
+from ..errors import UserError
 
 try:
     import tomllib as _toml
@@ -239,7 +239,7 @@ class Point:
 
     def script_argv(self, results_path) -> List[str]:
         """The [workload] command of this point, its placeholders filled in; ``results_path`` is
-        where the script's own recorder (hpcdl.keras.ScalingRecorder) writes."""
+        where the script's own recorder (hpcdl.train.keras.ScalingRecorder) writes."""
         values = {"batch_size": self.batch_size, "global_batch": self.global_batch,
                   "ranks": self.ranks, "nodes": self.nodes, "repeat": self.repeat,
                   "results": results_path}
@@ -325,7 +325,6 @@ class Study:
 
     def done_ids(self, runs_path=None) -> set:
         """Point ids already recorded for this study (see :func:`recorded_point`)."""
-        from . import records
         ids = (recorded_point(rec, self.name) for rec in records.iter_records(runs_path or self.runs_path))
         return {pid for pid in ids if pid is not None}
 
@@ -373,6 +372,7 @@ def load(path, results_root=None) -> Study:
 
 def from_dict(raw: dict, path, results_root=None) -> Study:
     """Validate a parsed study file section by section; StudyError names the first fault."""
+    from ..comm import BACKENDS, COMPRESSIONS
     path = Path(path)
     v = _Validator(path)
     v.only(raw, "", _SECTIONS)
@@ -383,7 +383,6 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
     layouts, by_nodes = _layout_section(v, raw, scaling, batch)
     ax = v.table(raw, "axes")
     v.only(ax, "axes", _AXES_KEYS)
-    from .comm import BACKENDS, COMPRESSIONS
     backends = v.str_list(ax, "axes.backend", BACKENDS, default=["horovod"])
     compressions = v.str_list(ax, "axes.compression", COMPRESSIONS, default=["none"])
     exchanges = _exchange_axis(v, ax, BACKENDS, COMPRESSIONS)
@@ -451,6 +450,8 @@ def _variants_section(v, raw, ax, command) -> List[Tuple[str, str, str, Tuple[st
     workload and layouts (say ``downpour = "--backend ps-async"``, ``pipe = "--parallel
     pipeline --micro-batches 4"``); each is an axis of the report. They replace axes.backend,
     compression and exchange; only the options in VARIANT_OPTIONS may be given."""
+    from ..train.modes import TRAIN_BACKENDS
+    from ..comm import COMPRESSIONS
     import shlex
     table = v.table(raw, "variants")
     if not table:
@@ -461,9 +462,7 @@ def _variants_section(v, raw, ax, command) -> List[Tuple[str, str, str, Tuple[st
         if key in ax:
             v.fail(f"axes.{key}", "and [variants] both say how the points train: give the "
                                   "backend and compression inside each variant")
-    from .asyncps import NAME as ASYNC
-    from .comm import BACKENDS, COMPRESSIONS
-    choices = {"--backend": BACKENDS + (ASYNC,), "--compression": COMPRESSIONS}
+    choices = {"--backend": TRAIN_BACKENDS, "--compression": COMPRESSIONS}
     out = []
     for name in table:
         if not _NAME_RE.match(name):
@@ -499,11 +498,11 @@ def _variants_section(v, raw, ax, command) -> List[Tuple[str, str, str, Tuple[st
 def _network_axis(v, ax) -> List[str]:
     """[axes] network: link rates of the cluster box ("200mbit", "1gbit"); each point runs on a
     box whose links have its rate (scripts/cluster-box.sh up N --link RATE)."""
+    from ..costmodel import rate_bits
     nets = v.get(ax, "axes.network", (list, str), default=None)
     if nets is None:
         return [""]
     nets = [nets] if isinstance(nets, str) else nets
-    from .costmodel import rate_bits
     for x in nets:
         try:
             rate_bits(str(x))
@@ -526,6 +525,7 @@ def _study_section(v, raw, path):
 
 
 def _workload_section(v, raw, scaling):
+    from ..workloads import BUILTIN
     wl = v.table(raw, "workload", required=True)
     v.only(wl, "workload", ("name", "command", "batch_size", "global_batch") + tuple(_WORKLOAD_KEYS))
     command = _command_key(v, wl)
@@ -538,7 +538,6 @@ def _workload_section(v, raw, scaling):
                                           "own options in workload.command")
     else:
         workload = v.get(wl, "workload.name", str, required=True)
-    from .workloads import BUILTIN
     if not command and workload not in BUILTIN and not re.match(r"^[\w.]+:[\w]+$", workload):
         v.fail("workload.name", f"'{workload}' is unknown: use one of {', '.join(BUILTIN)} "
                                 f"or package.module:factory (or run your script: workload.command)")

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .errors import UserError
+from ..errors import UserError
 
 MAGIC = "hpcdl-checkpoint/1"
 _NAME = re.compile(r"^ckpt-(\d{9})\.hpcdl$")

@@ -11,9 +11,9 @@ import json
 import os
 from pathlib import Path
 
-from . import records
-from .bench import BENCH_SCHEMA, DEFAULT_RESULTS, parse_size
-from .errors import UserError
+from .allreduce import BENCH_SCHEMA, DEFAULT_RESULTS, parse_size
+from .. import records
+from ..errors import UserError
 
 DEFAULT_FIT = "results/bench/fit.json"
 FIT_SCHEMA = "hpcdl.fit/1"
@@ -103,7 +103,7 @@ def _gamma_of(row) -> float:
 
 def fit_record(record: dict, min_bytes: int = 64 << 10) -> dict:
     """Fit every backend+compression of one bench record; return the ``backends`` mapping."""
-    from .costmodel import algorithm_for, fit_regimes, predict_fit
+    from ..costmodel import algorithm_for, fit_regimes, predict_fit
     p = int(record["layout"]["size"])
     groups = {}
     for row in record["rows"]:
@@ -128,6 +128,7 @@ def fit_record(record: dict, min_bytes: int = 64 << 10) -> dict:
 
 
 def main(opts) -> int:
+    from ..costmodel import FORMULAS
     record, path = _pick_record(opts)
     p = int(record["layout"]["size"])
     fits = fit_record(record, opts.min_bytes)
@@ -136,7 +137,6 @@ def main(opts) -> int:
                         "sweep to larger --maxbytes")
     print(f"# hpcdl bench fit: {path} record of {record.get('time')} ({p} ranks, "
           f"hosts {','.join(record['layout'].get('hosts', []))}); fit and judged from {opts.min_bytes} B")
-    from .costmodel import FORMULAS
     print("# models (n = float32 bytes, hpcdl.costmodel): "
           + "; ".join(f"{k} t = {v}" for k, v in FORMULAS.items()))
     print("# g (gamma) is measured: the reduction hop's local time per byte at each size, same run")

@@ -13,7 +13,7 @@ MPI_Allreduce. Sizes count float32 bytes whatever the compression, so a compress
 busbw is the effective one. Rank 0 prints the table and appends one ``hpcdl.bench/1`` record to
 ``--results``.
 
-``hpcdl bench fit`` (:mod:`hpcdl.benchfit`) fits the cost model to such records. This module is
+``hpcdl bench fit`` (:mod:`hpcdl.bench.fit`) fits the cost model to such records. This module is
 a little over 400 lines: the sweep end to end (options, test data and its check, plan, measure,
 format, record), each a function of its own.
 """
@@ -25,8 +25,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
-from . import cluster, records
-from .errors import UserError
+from .. import cluster, records
+from ..errors import UserError
 
 DEFAULT_RESULTS = "results/bench/allreduce.jsonl"
 BENCH_SCHEMA = "hpcdl.bench/1"
@@ -63,26 +63,7 @@ def _names(text: str, allowed, what: str):
     return names
 
 
-def register(subparsers, name, help_text):
-    p = subparsers.add_parser(name, help=help_text, description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="bench_command", metavar="BENCH", parser_class=type(p))
-    a = sub.add_parser("allreduce", help="allreduce sweep over sizes, backends and compressions "
-                       "(run under mpirun/srun)", description=__doc__.split("\n\n")[1])
-    _allreduce_arguments(a)
-    a.set_defaults(_main=allreduce_main)
-    from . import benchfit
-    f = sub.add_parser("fit", help="fit alpha, beta, gamma of each backend to a sweep",
-                       description=benchfit.__doc__.split("\n\n")[0])
-    benchfit.add_arguments(f)
-    f.set_defaults(_main=benchfit.main)
-
-    def _usage(opts):
-        p.print_help()
-        return 2
-    p.set_defaults(_main=_usage)
-
-
-def _allreduce_arguments(a):
+def add_arguments(a):
     a.add_argument("--backend", "-B", default="all",
                    help="horovod, mpi, ring, ps, a comma list, or all (default: all)")
     a.add_argument("--compression", "-C", default=None,
@@ -129,7 +110,7 @@ def _tolerance(np, compression, abs_sum, max_sum, p):
     by p); int8, the same with absolute half-steps of max|chunk| / 254. 5 % slack covers the float32
     roundings around them.
     """
-    from .comm.compression import FP16_TINY, FP16_UNIT_ROUNDOFF, INT8_LEVELS
+    from ..comm.compression import FP16_TINY, FP16_UNIT_ROUNDOFF, INT8_LEVELS
     f32 = (p + 1) * 2.0 ** -24 * abs_sum / p + 1e-38
     if compression == "none":
         return f32
@@ -233,7 +214,7 @@ class _Sweep:
 
 
 def _plan(opts) -> _Sweep:
-    from .comm import BACKENDS, COMPRESSIONS
+    from ..comm import BACKENDS, COMPRESSIONS
     backends = _names(opts.backend, BACKENDS, "backend")
     comp_text = opts.compression or ("all" if opts.backend == "all" else "none")
     compressions = _names(comp_text, COMPRESSIONS, "compression")
@@ -266,9 +247,9 @@ def _start(sw: _Sweep) -> None:
 def _references(sw: _Sweep) -> dict:
     """Per size, measured on every rank at once: memcpy, MPI_Allreduce (a sum, through mpi4py) of
     the same buffers the backends get, and one reduction hop of each codec (encode, decode-add)."""
+    from ..comm.compression import get_codec
     import numpy as np
     from mpi4py import MPI
-    from .comm.compression import get_codec
     refs = {}
     for size in sw.sizes:
         n = size // 4
@@ -286,9 +267,9 @@ def _references(sw: _Sweep) -> dict:
 
 def _measure(sw: _Sweep, be, size: int, refs: dict) -> dict:
     """One row: ``be.timed_call`` (the exchange a training step runs) at ``size``, checked."""
+    from ..costmodel import algorithm_for, busbw_factor
     import numpy as np
     from mpi4py import MPI
-    from .costmodel import algorithm_for, busbw_factor
     opts, p, n = sw.opts, sw.p, size // 4
     iters = _iters_for(size, opts)
     warm = max(opts.warmup_iters, iters // 10, 1 if be.in_graph else 0)
@@ -328,8 +309,8 @@ _COLUMNS = (f"#{'backend':>8} {'compr':>5} {'size(B)':>11} {'count':>10} {'type'
 
 
 def _print_header(sw: _Sweep) -> None:
+    from ..costmodel import busbw_factor
     import numpy as np
-    from .costmodel import busbw_factor
     o = sw.opts
     vers = records.versions()
     hosts = sorted(set(sw.hosts))
@@ -391,7 +372,7 @@ def _summary(sw: _Sweep, rows: List[dict]) -> Tuple[dict, bool]:
 
 
 def _record(sw: _Sweep, rows, refs, summary, ok) -> dict:
-    from .costmodel import busbw_factor
+    from ..costmodel import busbw_factor
     o = sw.opts
     extra = {"execution_order": sw.backends}
     if "horovod" in sw.backends:
@@ -419,13 +400,13 @@ def _record(sw: _Sweep, rows, refs, summary, ok) -> dict:
     }
 
 
-def allreduce_main(opts) -> int:
+def main(opts) -> int:
+    from ..comm import get_backend
     sw = _plan(opts)
     path = opts.results or cluster.setting("HPCDL_BENCH_RESULTS") or DEFAULT_RESULTS
     if path != "-" and cluster.discover().rank == 0:
         records.check_clean(path)
     _start(sw)
-    from .comm import get_backend
     refs = _references(sw)
     _print_header(sw)
     rows = []

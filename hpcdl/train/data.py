@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import UserError
+from ..errors import UserError
 
 
 class ShardError(UserError, ValueError):

@@ -2,7 +2,7 @@
 
 Add it to the callbacks of a Keras script, with or without Horovod::
 
-    from hpcdl.keras import ScalingRecorder
+    from hpcdl.train.keras import ScalingRecorder
     model.fit(data, epochs=2, callbacks=[*horovod_callbacks,
               ScalingRecorder("results/runs.jsonl", batch_size=64)])
 
@@ -34,8 +34,8 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
-from . import cluster, records
-from .trainloop import iteration_rates, slowest_rank_iterations, step_split, summarize_values
+from .figures import iteration_rates, slowest_rank_iterations, step_split, summarize_values
+from .. import cluster, records
 
 __all__ = ["ScalingRecorder"]
 
@@ -115,11 +115,11 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
 
         @tf.function
         def exchange(gs):
-            return hvd.grouped_allreduce(list(gs), op=hvd.Average, name="hpcdl.keras.probe")
+            return hvd.grouped_allreduce(list(gs), op=hvd.Average, name="hpcdl.train.keras.probe")
 
         def barrier():
             if hvd:
-                hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="hpcdl.keras.barrier")
+                hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="hpcdl.train.keras.barrier")
 
         comp, exch = [], []
         try:
@@ -152,7 +152,7 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
             if not hvd:
                 return list(values)
             return hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Max,
-                                 name="hpcdl.keras.max").numpy().tolist()
+                                 name="hpcdl.train.keras.max").numpy().tolist()
 
         iters = [sum(self.batch_times[i:i + self.per_iter])
                  for i in range(0, len(self.batch_times) - self.per_iter + 1, self.per_iter)]
@@ -181,21 +181,16 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
         last = self.epochs[-1] if self.epochs else {}
         grad_bytes = sum(int(v.shape.num_elements()) * v.dtype.size
                          for v in self.model.trainable_variables)
-        return {
-            "schema": records.SCHEMA, "kind": "train", "status": "ok",
-            "study": cluster.setting("HPCDL_STUDY"), "tag": self.tag,
-            "point": records.json_or_text(cluster.setting("HPCDL_POINT")),
-            "declared": records.json_or_text(cluster.setting("HPCDL_DECLARED")),
-            "time": records.now_iso(),
-            "source": "keras-callback",
-            "params": {"workload": self.workload or f"keras:{self.model.name}",
-                       "batch_size": per_rank, "global_batch": per_rank * size if per_rank else None,
-                       "steps": self._seen, "warmup": self.warmup, "batches_per_iter": self.per_iter,
-                       "backend": "horovod" if hvd else "none", "compression": "none"},
-            "layout": {"size": size, "nodes": layout.num_nodes,
-                       "ranks_per_node": layout.local_size, "hosts": sorted(set(hosts))},
-            "gradient_bytes": grad_bytes,
-            "metrics": {
+        return records.build(
+            source="keras-callback", study=cluster.setting("HPCDL_STUDY"), tag=self.tag,
+            point=cluster.setting("HPCDL_POINT"), declared=cluster.setting("HPCDL_DECLARED"),
+            params={"workload": self.workload or f"keras:{self.model.name}",
+                    "batch_size": per_rank, "global_batch": per_rank * size if per_rank else None,
+                    "steps": self._seen, "warmup": self.warmup, "batches_per_iter": self.per_iter,
+                    "backend": "horovod" if hvd else "none", "compression": "none"},
+            layout=records.layout_section(layout, hosts),
+            gradient_bytes=grad_bytes,
+            metrics={
                 "throughput": {**{k: (v * size if k != "n" else v) for k, v in rate.items()},
                                "unit": unit},
                 "throughput_per_rank": {**rate, "unit": unit},
@@ -203,6 +198,5 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
                 "epochs": self.epochs, "final_loss": last.get("loss"),
                 **({"loss_curve": self.curve} if self.log_every else {}),
                 "wall_time_s": wall},
-            "manifest": records.manifest(layout, hosts=hosts,
-                                         extra={"recorder": "hpcdl.keras.ScalingRecorder"}),
-        }
+            manifest=records.manifest(layout, hosts=hosts,
+                                      extra={"recorder": "hpcdl.train.keras.ScalingRecorder"}))

@@ -1,226 +1,155 @@
-"""Render a study's analysis: Markdown and CSV tables, PNG plots, and ``report.json``.
+"""The report's sections, registered once: each is one function that makes its tables and its
+Markdown (and, where the analysis holds none, its entry in ``report.json``) from the analysis.
 
-Input is ``results/<study>/runs.jsonl``; :func:`hpcdl.analysis.analyse` computes everything, and
-this module only formats it: ``report.md``, one CSV per table, PNG plots, and ``report.json``
-(the analysis object serialised), next to the records. Only numpy and matplotlib (Agg) are used,
-so a report can be made anywhere the results folder is copied to. A little over 400 lines: every
-table and section of the Markdown, each a short function of its own.
+The order sections are registered in is the order of the Markdown; ``files_at`` places a
+section's tables in the report's list of files (and so in its closing "Files:" line). Adding a
+section is one function with :func:`section` above it; nothing else changes. The module runs past
+400 lines on purpose: every section's tables and words read best beside each other.
 """
 from __future__ import annotations
 
-import csv
-import io
-import json
-import math
 from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from . import analysis, costmodel, records
-from .errors import UserError
-from .plots import draw_plots          # matplotlib is imported only when plots are drawn
-
-
-# --- formatting -----------------------------------------------------------------------------------
-
-def _f(x, digits=3, pct=False):
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if pct:
-        return f"{x * 100:.1f}%"
-    if isinstance(x, int):
-        return str(x)
-    ax = abs(x)
-    if ax != 0 and (ax >= 1e5 or ax < 1e-3):
-        return f"{x:.{digits}g}"
-    return f"{x:.{digits}f}" if ax < 10 else f"{x:.1f}"
+from .table import _axis_slug, _f, _ms, _pct, Table
+from .. import analysis, costmodel, records
+from ..analysis.budget import describe, LABELS, LOST_SHARE, PARTS, RATIO
 
 
-def _ms(x):
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.3f}"
+@dataclass
+class Context:
+    """What a section may draw on: the analysis, the records, where they came from, the plots."""
+
+    res: analysis.StudyAnalysis
+    recs: Sequence[dict]
+    runs: Path
+    pngs: List[Path] = field(default_factory=list)
 
 
-class Table:
-    """Columns, rows and a metadata header; renders to Markdown and to CSV."""
+@dataclass
+class Part:
+    """A section's contribution: its tables (one CSV each), its Markdown lines, and its own
+    ``report.json`` entry when the analysis object does not already hold it."""
 
-    def __init__(self, name: str, title: str, columns: Sequence[str], meta: Optional[dict] = None):
-        self.name, self.title, self.columns = name, title, list(columns)
-        self.rows: List[list] = []       # formatted cells for Markdown
-        self.raw: List[dict] = []        # full-precision values for CSV and JSON
-        self.meta = meta or {}
-
-    def add(self, cells: Sequence, raw: dict) -> None:
-        self.rows.append([str(c) for c in cells])
-        self.raw.append(raw)
-
-    def markdown(self) -> str:
-        out = ["| " + " | ".join(self.columns) + " |",
-               "|" + "|".join("---:" for _ in self.columns) + "|"]
-        out += ["| " + " | ".join(r) + " |" for r in self.rows]
-        return "\n".join(out)
-
-    def csv_text(self, command: str = "") -> str:
-        buf = io.StringIO()
-        if command:
-            buf.write(f"# command: {command}\n")
-        for k, v in self.meta.items():
-            buf.write(f"# {k}: {v}\n")
-        keys = list(self.raw[0]) if self.raw else []
-        w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
-        w.writeheader()
-        for r in self.raw:
-            w.writerow({k: ("" if v is None else v) for k, v in r.items()})
-        return buf.getvalue()
-
-    def as_json(self) -> dict:
-        return {"title": self.title, "meta": self.meta, "rows": self.raw}
+    tables: List[Table] = field(default_factory=list)
+    markdown: List[str] = field(default_factory=list)
+    json: Any = None
 
 
-# --- the report -----------------------------------------------------------------------------------
-
-def _resolve(src) -> Path:
-    src = Path(src)
-    return src / "runs.jsonl" if src.is_dir() else src
-
-
-def select_records(recs: List[dict], study_name: Optional[str]) -> List[dict]:
-    recs = [r for r in recs if r.get("kind", "train") == "train"]
-    names = Counter(r.get("study") for r in recs)
-    if study_name is None:
-        named = [n for n in names if n]
-        if len(named) > 1:
-            raise UserError(f"records of several studies ({', '.join(sorted(named))}): "
-                            "pick one with --study NAME")
-        study_name = named[0] if named else None
-    return [r for r in recs if r.get("study") == study_name] if study_name else recs
+@dataclass
+class Section:
+    name: str
+    make: Callable[[Context], Part]
+    files_at: int
+    json_key: Optional[str] = None
 
 
-def _declared_fit(recs) -> Optional[str]:
-    """The bench fit a study declared for its model (``[model] fit``), if any."""
-    for r in recs:
-        cal = (r.get("declared") or {}).get("calibration") or ""
-        if cal.startswith("fit:"):
-            return cal[4:]
-    return None
+SECTIONS: List[Section] = []
 
 
-def _load_fit_doc(fit_path) -> dict:
-    path = Path(fit_path)
-    if not path.is_file():
-        raise UserError(f"fit {fit_path}: no such file (make one with 'hpcdl bench fit')")
-    doc = json.loads(path.read_text())
-    if doc.get("schema") != "hpcdl.fit/1":
-        raise UserError(f"fit {fit_path}: schema is {doc.get('schema')!r}, expected 'hpcdl.fit/1'")
-    return doc
+def section(files_at: int = 99, json_key: Optional[str] = None):
+    """Register the decorated ``make(ctx) -> Part`` as the next section of the report."""
+    def register(make):
+        SECTIONS.append(Section(make.__name__.lstrip("_"), make, files_at, json_key))
+        return make
+    return register
 
 
-def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = None,
-                 algorithm: Optional[str] = None, max_ranks: int = 1024,
-                 plots: bool = True, scaling: Optional[str] = None) -> Dict:
-    """Analyse the records in ``src`` and render the report; return {'report', 'json', 'files'}."""
-    runs = _resolve(src)
-    if not runs.exists():
-        raise UserError(f"{runs}: no such results file (run the study first: hpcdl study run)")
-    recs = select_records(records.read(runs), study_name)
-    if not recs:
-        raise UserError(f"{runs}: no train records{f' of study {study_name}' if study_name else ''}")
-    out = Path(out_dir) if out_dir else runs.parent
-    out.mkdir(parents=True, exist_ok=True)
-    fit_path = fit_path or _declared_fit(recs)
-    fit_doc = _load_fit_doc(fit_path) if fit_path else None
-    try:
-        res = analysis.analyse(recs, recs[0].get("study") or runs.parent.name, fit_doc,
-                               str(fit_path) if fit_path else None, scaling, algorithm, max_ranks)
-    except ValueError as exc:
-        raise UserError(f"{runs}: {exc}") from None
-    if fit_doc and not any(m.source.startswith("bench fit") for m in res.models.values()):
-        raise UserError(f"fit {fit_path}: no entry for the study's axes ({', '.join(res.axes)}); "
-                        f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")
-    tables = _tables(res)
-    points = command_table(recs)
-    if points is not None:
-        tables.append(points)
-    command = _command(recs, runs)
-    files: List[Path] = []
-    for t in tables:
-        path = out / f"{t.name}.csv"
-        path.write_text(t.csv_text(command))
-        files.append(path)
-    pngs = draw_plots(res, out) if plots else []
-    files += pngs
-    report = out / "report.md"
-    report.write_text(f"<!-- command: {command} -->\n" + _markdown(res, runs, recs, tables, pngs))
-    js = out / "report.json"
-    js.write_text(json.dumps(res.as_dict(), indent=1, sort_keys=True, default=_jsonable))
-    files += [report, js]
-    return {"report": report, "json": js, "files": files}
+def render(ctx: Context):
+    """(tables in file order, Markdown lines in section order, extra report.json entries)."""
+    parts = [(s, s.make(ctx)) for s in SECTIONS]
+    tables = [t for s, p in sorted(parts, key=lambda sp: sp[0].files_at) for t in p.tables]
+    lines = [ln for _, p in parts for ln in p.markdown]
+    extra = {s.json_key: p.json for s, p in parts if s.json_key and p.json is not None}
+    return tables, lines, extra
 
 
-def _command(recs, runs) -> str:
-    """The commands that regenerate this report: the study's runs (when a study made them: on
-    this machine, through Slurm, or on the cluster box at each link rate it recorded), then the
-    report itself."""
-    study_file = next(((r.get("declared") or {}).get("study_file") for r in recs
-                       if (r.get("declared") or {}).get("study_file")), None)
-    report = f"hpcdl study report {_shown(runs.parent)}"
-    if not study_file:
-        return report
-    boxes = [r["box"] for r in recs if isinstance(r.get("box"), dict)]
-    if boxes:
-        rates = sorted({b["link_rate"] for b in boxes}, key=costmodel.rate_bits)
-        nodes = max(int(b.get("nodes_in_box") or 0) for b in boxes)
-        cpus = boxes[0].get("cpus_per_node")
-        up = f"scripts/cluster-box.sh up {nodes} --link $rate" + (f" --cpus-per-node {cpus:g}"
-                                                                  if cpus else "")
-        return (f"for rate in {' '.join(rates)}; do {up} && scripts/cluster-box.sh check && "
-                f"hpcdl study submit {study_file} && hpcdl study status {study_file} --wait 14400; "
-                f"done; {report}")
-    if any(((r.get("manifest") or {}).get("slurm") or {}).get("job_id") for r in recs):
-        return f"hpcdl study submit {study_file} && hpcdl study status {study_file} --wait 14400 && {report}"
-    return f"hpcdl study run {study_file} && {report}"
+def _by_name(tables) -> dict:
+    return {t.name: t for t in tables}
 
 
-def _shown(path) -> str:
-    """The path relative to the working directory when it lies below it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+# --- the sections, in the Markdown's order ------------------------------------------------------------
 
-
-def _jsonable(x):
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return str(x)
-
-
-def _axis_slug(axis: str) -> str:
-    return axis.replace("/", "-").replace("@", "-").replace(" lr:", "-lr-")
-
-
-def _tables(res: analysis.StudyAnalysis) -> List[Table]:
+@section(files_at=0)
+def scaling(ctx: Context) -> Part:
+    """One table per axis: speedup, efficiency, Karp–Flatt, the split; the notes they cite."""
+    res = ctx.res
     notes = _notes(res)
     tables = [_scaling_table(res, axis, notes) for axis in res.axes]
-    if res.models:
-        tables.append(_model_table(res))
-    if res.extrapolation:
-        tables.append(_extrapolation_table(res))
-    tables.append(_published_table(res.published))
-    if any(c.get("target") for c in res.convergence):
-        tables.append(_target_table(res))
+    lines = []
+    for t in tables:
+        lines += [f"## {t.title}", "", t.markdown(), "", f"CSV: `{t.name}.csv`", ""]
+    if notes:
+        lines += ["**Notes** (what these figures cannot support):", ""]
+        lines += [f"{i}. {n}" for i, n in enumerate(notes, 1)] + [""]
+    return Part(tables, lines)
+
+
+@section(files_at=3)
+def budget(ctx: Context) -> Part:
+    """Where the efficiency goes, the model's remedies, Horovod's timeline."""
+    res = ctx.res
+    tables = []
     if any(b.get("budget") for b in res.budget):
         tables.append(_budget_table(res))
     if res.remedies:
         tables.append(_remedies_table(res))
     if any(b.get("timeline_ms") for b in res.budget):
         tables.append(_timeline_table(res))
-    if res.systems:
-        tables.append(_systems_table(res))
-    return tables
+    return Part(tables, _budget_markdown(res, _by_name(tables)))
 
+
+@section()
+def plots(ctx: Context) -> Part:
+    if not ctx.pngs:
+        return Part()
+    return Part([], ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in ctx.pngs] + [""])
+
+
+@section(files_at=2)
+def target(ctx: Context) -> Part:
+    """Time to accuracy beside throughput."""
+    res = ctx.res
+    tables = [_target_table(res)] if any(c.get("target") for c in res.convergence) else []
+    return Part(tables, _target_markdown(res, _by_name(tables)))
+
+
+@section(files_at=5)
+def points(ctx: Context) -> Part:
+    """A study of the user's own command, point by point."""
+    t = command_table(ctx.recs)
+    tables = [t] if t is not None else []
+    return Part(tables, _command_markdown(ctx.recs, _by_name(tables)))
+
+
+@section(files_at=4)
+def systems(ctx: Context) -> Part:
+    """The asynchronous server's and the pipeline's own figures."""
+    tables = [_systems_table(ctx.res)] if ctx.res.systems else []
+    return Part(tables, _systems_markdown(_by_name(tables)))
+
+
+@section(files_at=1)
+def model(ctx: Context) -> Part:
+    """The communication model beside each measurement, its extrapolation, the published runs."""
+    res = ctx.res
+    tables = []
+    if res.models:
+        tables.append(_model_table(res))
+    if res.extrapolation:
+        tables.append(_extrapolation_table(res))
+    tables.append(_published_table(res.published))
+    return Part(tables, _model_markdown(res, _by_name(tables)))
+
+
+@section()
+def runs(ctx: Context) -> Part:
+    return Part([], ["## Runs", ""] + _manifest_summary(ctx.recs) + [""])
+
+
+# --- tables and words the sections use ----------------------------------------------------------------
 
 def _systems_table(res) -> Table:
     """The asynchronous parameter server's and the pipeline's own figures per configuration."""
@@ -258,10 +187,6 @@ _SYSTEMS_KEYS = ("axis", "ranks", "runs", "kind", "workers", "staleness_bound", 
                  "bubble_expected", "bytes_per_step", "ring_bytes_per_rank")
 
 
-def _pct(x) -> str:
-    return "-" if x is None else f"{x * 100:.1f}%"
-
-
 def _timeline_table(res) -> Table:
     """Horovod's own view of each point beside the budget's exchange not hidden."""
     shown = [b for b in res.budget if b.get("timeline_ms")]
@@ -295,7 +220,6 @@ def _timeline_table(res) -> Table:
 
 
 def _budget_table(res) -> Table:
-    from .budget import LABELS, PARTS, describe
     t = Table("efficiency-budget", "Where the efficiency goes",
               ["axis", "nodes", "ranks", "efficiency", "measured loss"]
               + [LABELS[p] for p in PARTS] + ["unexplained", "stragglers named"],
@@ -567,37 +491,6 @@ def _some(items, k: int = 8) -> str:
         f"{len(items)} jobs: {', '.join(items[:k // 2])}, ..., {', '.join(items[-k // 2:])}")
 
 
-def _markdown(res, runs, recs, tables, pngs) -> str:
-    by_name = {t.name: t for t in tables}
-    lines = [f"# Scaling study `{res.study}`", "",
-             f"{res.scaling.capitalize()} scaling ({res.scaling_source}) of `{res.workload}` "
-             f"from `{runs}` ({res.records} record(s), {len(res.rows)} configuration(s)). "
-             "Throughput is the total over all ranks, mean ± 1.96σ over the timed iterations of "
-             "every repeat; the step time is the median step of the slowest rank (median over "
-             "repeats). Speedup S = X(N)/X(N₀) and efficiency E = S/(N/N₀) against the smallest "
-             "run of each axis; Karp–Flatt e = (1/S − 1/p)/(1 − 1/p). Compute is the probed "
-             "forward and backward pass; the rest of the step is the exchange not hidden behind "
-             "it, the optimizer update and per-step overhead (at one rank nothing is exchanged).",
-             ""]
-    for axis in res.axes:
-        t = by_name[f"scaling-{_axis_slug(axis)}"]
-        lines += [f"## {t.title}", "", t.markdown(), "", f"CSV: `{t.name}.csv`", ""]
-    notes = _notes(res)
-    if notes:
-        lines += ["**Notes** (what these figures cannot support):", ""]
-        lines += [f"{i}. {n}" for i, n in enumerate(notes, 1)] + [""]
-    lines += _budget_markdown(res, by_name)
-    if pngs:
-        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
-    lines += _target_markdown(res, by_name)
-    lines += _command_markdown(recs, by_name)
-    lines += _systems_markdown(by_name)
-    lines += _model_markdown(res, by_name)
-    lines += ["## Runs", ""] + _manifest_summary(recs) + [""]
-    lines += ["Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""]
-    return "\n".join(lines)
-
-
 def _systems_markdown(by_name) -> List[str]:
     t = by_name.get("async-and-pipeline")
     if t is None:
@@ -620,7 +513,6 @@ def _budget_markdown(res, by_name) -> List[str]:
     named = [(b, s) for b in res.budget for s in b["stragglers"]]
     if t is None and not named:
         return []
-    from .budget import LOST_SHARE, RATIO, describe
     lines = ["## Where the efficiency goes", ""]
     if t is not None:
         lines += ["The measured efficiency loss 1 − E of each point against the smallest run of "
@@ -690,7 +582,7 @@ def _model_markdown(res, by_name) -> List[str]:
                 "None: no record times a step (a script run without hpcdl's callback is seen "
                 "only as a whole: wall time and what it prints), so there is no step time to "
                 "calibrate a model on or to split into compute and exchange. Add "
-                "`hpcdl.keras.ScalingRecorder` to the script's callbacks for both.", ""]
+                "`hpcdl.train.keras.ScalingRecorder` to the script's callbacks for both.", ""]
     lines = ["## Communication model (everything in this section is MODEL, not measurement)", "",
              "Step time = compute(b) + fixed + exchange(p, n) − min(exchange, window·compute(b)) "
              "(`hpcdl.costmodel`). Compute is the "

@@ -10,7 +10,7 @@ determine it, the analysis says so and draws no extrapolation.
 
 numpy only: a report is made without TensorFlow, Horovod or mpi4py. The module runs past 400
 lines on purpose: every figure a report shows is computed here, from the rows to the result
-object, so that :mod:`hpcdl.report` and :mod:`hpcdl.plots` only render.
+object, so that :mod:`hpcdl.report` and :mod:`hpcdl.report.plots` only render.
 """
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import budget, convergence, costmodel
-from .records import lookup as _get
-from .costmodel import PRESETS, Network, StepModel
+from . import budget, convergence
+from .. import costmodel
+from ..costmodel import Network, PRESETS, StepModel
+from ..records import lookup as _get
 
 EXTRAPOLATE_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 SCALINGS = ("strong", "weak")

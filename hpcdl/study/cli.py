@@ -9,7 +9,9 @@ import argparse
 import json
 from pathlib import Path
 
-from .errors import UserError
+from .. import study as _study
+from ..errors import UserError
+from ..launch import scheduler, study_local, submit
 
 
 def register(subparsers, name: str, help_text: str) -> None:
@@ -92,7 +94,6 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 # --- the subcommands --------------------------------------------------------------------------
 
 def validate_main(opts) -> int:
-    from . import study as _study
     for path in opts.studies:
         st = _study.load(path)
         if opts.quiet:
@@ -104,8 +105,7 @@ def validate_main(opts) -> int:
 
 
 def run_main(opts) -> int:
-    from . import study as _study
-    from .launch import study_local
+    from .. import report
     if opts.limit is not None and opts.limit < 1:
         raise UserError(f"--limit must be >= 1, got {opts.limit}")
     if opts.timeout is not None and not opts.timeout > 0:
@@ -117,18 +117,16 @@ def run_main(opts) -> int:
     rc = study_local.run_study(st, force=opts.force, limit=opts.limit, timeout=opts.timeout,
                                dry_run=opts.dry_run, stream=opts.stream)
     if rc == 0 and opts.report and not opts.dry_run:
-        from . import report
         written = report.write_report(st.results_dir, study_name=st.name)
         print(f"Report: {written['report']}")
     return rc
 
 
 def report_main(opts) -> int:
-    from . import report
+    from .. import report
     src = Path(opts.source)
     name = opts.study
     if src.suffix == ".toml":
-        from . import study as _study
         st = _study.load(src)
         src, name = st.results_dir, name or st.name
     if not src.exists():
@@ -168,8 +166,6 @@ def add_submit_arguments(p) -> None:
 
 
 def submit_main(opts) -> int:
-    from . import study as _study
-    from .launch import submit
     st = _study.load(opts.study, results_root=opts.results_root)
     software = submit.study_software(st, opts.export, opts.setup)
     plan = submit.plan_study(st, software, force=opts.force,
@@ -203,8 +199,6 @@ def add_status_arguments(p) -> None:
 
 
 def status_main(opts) -> int:
-    from . import study as _study
-    from .launch import scheduler, submit
     target = Path(opts.study)
     if target.is_dir():
         results_dir, ids, name = target, None, None

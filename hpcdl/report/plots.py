@@ -7,7 +7,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import List
 
-from . import analysis
+from .. import analysis
+from ..analysis.budget import LABELS, PARTS
 
 
 def draw_plots(res: analysis.StudyAnalysis, out: Path) -> List[Path]:
@@ -40,7 +41,6 @@ def draw_plots(res: analysis.StudyAnalysis, out: Path) -> List[Path]:
 
 def _plot_budget(plt, res):
     """Per axis, stacked bars of the efficiency loss of each point, part by part."""
-    from .budget import LABELS, PARTS
     shown = [b for b in res.budget if (b.get("budget") or {}).get("shares")]
     if not shown:
         return None

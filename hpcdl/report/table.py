@@ -1,0 +1,71 @@
+"""A table of the report: one row per line, its Markdown, and its CSV with a ``#`` header of
+metadata (the command that regenerates it first); number formatting shared by every section."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import List, Optional, Sequence
+
+
+# --- formatting -----------------------------------------------------------------------------------
+
+def _f(x, digits=3, pct=False):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if pct:
+        return f"{x * 100:.1f}%"
+    if isinstance(x, int):
+        return str(x)
+    ax = abs(x)
+    if ax != 0 and (ax >= 1e5 or ax < 1e-3):
+        return f"{x:.{digits}g}"
+    return f"{x:.{digits}f}" if ax < 10 else f"{x:.1f}"
+
+
+def _ms(x):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.3f}"
+
+
+class Table:
+    """Columns, rows and a metadata header; renders to Markdown and to CSV."""
+
+    def __init__(self, name: str, title: str, columns: Sequence[str], meta: Optional[dict] = None):
+        self.name, self.title, self.columns = name, title, list(columns)
+        self.rows: List[list] = []       # formatted cells for Markdown
+        self.raw: List[dict] = []        # full-precision values for CSV and JSON
+        self.meta = meta or {}
+
+    def add(self, cells: Sequence, raw: dict) -> None:
+        self.rows.append([str(c) for c in cells])
+        self.raw.append(raw)
+
+    def markdown(self) -> str:
+        out = ["| " + " | ".join(self.columns) + " |",
+               "|" + "|".join("---:" for _ in self.columns) + "|"]
+        out += ["| " + " | ".join(r) + " |" for r in self.rows]
+        return "\n".join(out)
+
+    def csv_text(self, command: str = "") -> str:
+        buf = io.StringIO()
+        if command:
+            buf.write(f"# command: {command}\n")
+        for k, v in self.meta.items():
+            buf.write(f"# {k}: {v}\n")
+        keys = list(self.raw[0]) if self.raw else []
+        w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+        w.writeheader()
+        for r in self.raw:
+            w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+        return buf.getvalue()
+
+    def as_json(self) -> dict:
+        return {"title": self.title, "meta": self.meta, "rows": self.raw}
+
+
+def _axis_slug(axis: str) -> str:
+    return axis.replace("/", "-").replace("@", "-").replace(" lr:", "-lr-")
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
