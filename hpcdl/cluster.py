@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Mapping, Optional
 
 __all__ = ["Layout", "discover", "threads_per_rank", "configure_threads", "apply_tf_threads",
@@ -222,15 +223,93 @@ def refine_with_horovod(layout: Layout, hvd) -> Layout:
                    launcher=layout.launcher if layout.launcher != "none" else "horovod")
 
 
-def _cores(env: Mapping[str, str]) -> int:
-    # Cores of the node, not this process's affinity mask: mpirun binds each rank to one core
-    # when np <= 2, which would otherwise make every rank think the node has one core.
-    return os.cpu_count() or 1
+def cgroup_cpu_limit(proc_cgroup: Optional[str] = None,
+                     mountinfo: Optional[str] = None) -> Optional[float]:
+    """The CPUs this process's cgroup grants, as a number of cores (0.2 for a fifth of one), or
+    None when no quota applies. The tightest quota of the process's cgroup and its ancestors,
+    cgroup v2 (``cpu.max``) or v1 (``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``)."""
+    try:
+        proc_cgroup = proc_cgroup if proc_cgroup is not None else \
+            Path("/proc/self/cgroup").read_text()
+        mountinfo = mountinfo if mountinfo is not None else \
+            Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return None
+    limits = []
+    for line in proc_cgroup.splitlines():
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        v2 = hier == "0" and controllers == ""
+        if not v2 and "cpu" not in controllers.split(","):
+            continue
+        mount = _cgroup_mount(mountinfo, v2)
+        if mount is None:
+            continue
+        depth = len([s for s in path.strip("/").split("/") if s])
+        limits += [q for q in (_quota(_ancestor(mount, path, up), v2)
+                               for up in range(depth + 1)) if q]
+    return min(limits) if limits else None
+
+
+def _ancestor(mount: Path, path: str, up: int) -> Path:
+    parts = [s for s in path.strip("/").split("/") if s]
+    return mount.joinpath(*parts[:max(0, len(parts) - up)]) if parts else mount
+
+
+def _cgroup_mount(mountinfo: str, v2: bool) -> Optional[Path]:
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, fs = left.split(), right.split()
+        if len(fields) < 5 or not fs:
+            continue
+        if v2 and fs[0] == "cgroup2":
+            return Path(fields[4])
+        if not v2 and fs[0] == "cgroup" and "cpu" in (fs[-1].split(",") if fs else []):
+            return Path(fields[4])
+    return None
+
+
+def _quota(folder: Path, v2: bool) -> Optional[float]:
+    try:
+        if v2:
+            quota, _, period = (folder / "cpu.max").read_text().strip().partition(" ")
+            return None if quota == "max" else int(quota) / int(period or 100000)
+        quota = int((folder / "cpu.cfs_quota_us").read_text())
+        period = int((folder / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _affinity() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpus_granted(local_size: int, affinity: Optional[int] = None,
+                 machine: Optional[int] = None, quota="read") -> int:
+    """The threads one of ``local_size`` ranks on this node may use when no scheduler says.
+
+    An affinity mask narrower than the machine is this rank's own (mpirun binds each rank to a
+    core at 2 ranks or fewer, srun --cpu-bind per task): its CPUs are the rank's. Otherwise the
+    node's CPUs are shared by its ranks. A cgroup quota (a container's, a job's, a box node's)
+    caps what the node's ranks share together: 0.2 of a core gives one thread, not two.
+    """
+    machine = machine or os.cpu_count() or 1
+    affinity = affinity or _affinity()
+    local_size = max(1, local_size)
+    mine = affinity if affinity < machine else machine // local_size
+    quota = cgroup_cpu_limit() if quota == "read" else quota
+    if quota is not None:
+        mine = min(mine, int(quota // local_size))
+    return max(1, mine)
 
 
 def threads_per_rank(layout: Optional[Layout] = None, env: Optional[Mapping[str, str]] = None) -> int:
-    """CPU threads one rank should use: HPCDL_THREADS, else SLURM_CPUS_PER_TASK, else
-    cores / local size (at least 1)."""
+    """CPU threads one rank should use: HPCDL_THREADS, else SLURM_CPUS_PER_TASK, else the CPUs
+    this rank was granted (:func:`cpus_granted`: its affinity mask and the cgroup's quota)."""
     env = os.environ if env is None else env
     layout = layout or discover(env)
     explicit = _int(env, "HPCDL_THREADS")
@@ -239,7 +318,7 @@ def threads_per_rank(layout: Optional[Layout] = None, env: Optional[Mapping[str,
     per_task = _int(env, "SLURM_CPUS_PER_TASK")
     if per_task and per_task > 0:
         return per_task
-    return max(1, _cores(env) // max(1, layout.local_size))
+    return cpus_granted(layout.local_size)
 
 
 def configure_threads(layout: Optional[Layout] = None, env=None) -> int:

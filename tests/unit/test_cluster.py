@@ -1,7 +1,13 @@
 """Rank discovery and thread placement from launcher environments (no MPI needed)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from hpcdl import cluster
+from hpcdl_testing import ROOT
 
 OMPI = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
         "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
@@ -52,14 +58,86 @@ def test_other_launchers(env, expect):
     assert (lay.rank, lay.size, lay.local_rank, lay.local_size, lay.node, lay.num_nodes, lay.launcher) == expect
 
 
-def test_threads_per_rank_prefers_explicit_then_slurm_then_cores(monkeypatch):
-    monkeypatch.setattr(cluster.os, "cpu_count", lambda: 16)
+def test_threads_per_rank_prefers_explicit_then_slurm_then_the_cpus_granted(monkeypatch):
+    monkeypatch.setattr(cluster, "cpus_granted", lambda local_size: 16 // local_size)
     lay = cluster.discover(OMPI, host="h")                      # 4 ranks on the node
     assert cluster.threads_per_rank(lay, {}) == 4
     assert cluster.threads_per_rank(lay, {"SLURM_CPUS_PER_TASK": "3"}) == 3
     assert cluster.threads_per_rank(lay, {"SLURM_CPUS_PER_TASK": "3", "HPCDL_THREADS": "1"}) == 1
-    monkeypatch.setattr(cluster.os, "cpu_count", lambda: 2)
-    assert cluster.threads_per_rank(lay, {}) == 1               # never zero when oversubscribed
+
+
+@pytest.mark.parametrize("local, affinity, machine, quota, expect", [
+    (4, 16, 16, None, 4),       # unbound: the node's cores shared by its ranks
+    (4, 1, 16, None, 1),        # bound to one core by the launcher: that core is the rank's
+    (2, 2, 2, None, 1),
+    (4, 2, 2, None, 1),         # oversubscribed: never zero
+    (1, 2, 2, 0.2, 1),          # a fifth of a core (a box node): one thread, not two
+    (4, 16, 16, 8.0, 2),        # a container's 8 cores shared by 4 ranks
+    (1, 16, 16, 2.5, 2),
+])
+def test_cpus_granted_from_affinity_and_quota(local, affinity, machine, quota, expect):
+    assert cluster.cpus_granted(local, affinity=affinity, machine=machine, quota=quota) == expect
+
+
+def _mountinfo(v1, v2):
+    return (f"30 25 0:26 / {v1} rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
+            f"31 25 0:27 / {v2} rw,relatime - cgroup2 cgroup2 rw\n")
+
+
+def test_cgroup_v2_quota_is_read_with_the_tightest_ancestor(tmp_path):
+    v2 = tmp_path / "unified"
+    (v2 / "job" / "step").mkdir(parents=True)
+    (v2 / "job" / "cpu.max").write_text("50000 100000\n")        # the job: half a core
+    (v2 / "job" / "step" / "cpu.max").write_text("max 100000\n")
+    limit = cluster.cgroup_cpu_limit("0::/job/step\n", _mountinfo(tmp_path / "v1", v2))
+    assert limit == 0.5
+
+
+def test_cgroup_v1_quota_is_read_and_no_quota_is_none(tmp_path):
+    v1 = tmp_path / "cpu"
+    (v1 / "box" / "n1").mkdir(parents=True)
+    for d, q in ((v1 / "box", "-1"), (v1 / "box" / "n1", "20000")):
+        (d / "cpu.cfs_quota_us").write_text(q + "\n")
+        (d / "cpu.cfs_period_us").write_text("100000\n")
+    info = _mountinfo(v1, tmp_path / "v2")
+    assert cluster.cgroup_cpu_limit("3:cpu,cpuacct:/box/n1\n", info) == 0.2
+    assert cluster.cgroup_cpu_limit("3:cpu,cpuacct:/box\n", info) is None
+    assert cluster.cgroup_cpu_limit("3:memory:/box/n1\n", info) is None
+
+
+_PROBE = ("import os, sys; sys.path.insert(0, %r); from hpcdl import cluster; "
+          "print(cluster.cgroup_cpu_limit(), cluster.threads_per_rank(cluster.discover({}), {}))")
+
+
+def test_a_process_bound_to_one_core_uses_one_thread():
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: binding changes nothing")
+    code = "import os; os.sched_setaffinity(0, {0}); " + _PROBE % str(ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out[1] == "1", out
+
+
+def test_a_process_in_a_cgroup_with_a_fifth_of_a_core_uses_one_thread():
+    """A real cgroup v1 CPU quota, as the cluster box gives each node."""
+    base = Path("/sys/fs/cgroup/cpu")
+    if os.geteuid() != 0 or not (base / "cpu.cfs_quota_us").exists() or (os.cpu_count() or 1) < 2:
+        pytest.skip("needs root, the cgroup v1 cpu controller and two cores")
+    group = base / f"hpcdl-test-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text("20000")
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup here: {exc}")
+    try:
+        code = f"open({str(group / 'cgroup.procs')!r}, 'w').write(str(__import__('os').getpid())); " \
+               + _PROBE % str(ROOT)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120, check=True).stdout.split()
+        assert out == ["0.2", "1"], out
+    finally:
+        group.rmdir()
 
 
 def test_configure_threads_exports_omp_and_tensorflow_settings():
