@@ -85,6 +85,14 @@ elif grep -q 'include-system-site-packages = true' "$VENV/pyvenv.cfg" 2>/dev/nul
 fi
 VPY="$VENV/bin/python"
 PIP=("$VPY" -m pip --disable-pip-version-check -q)
+# Open MPI refuses to start ranks as root unless told: the venv's activate tells it, for root only,
+# so that 'source .venv/bin/activate; mpirun -np 2 hpcdl train' works as typed (tested).
+if ! grep -q "hpcdl: mpirun as root" "$VENV/bin/activate"; then
+    cat >>"$VENV/bin/activate" <<'ACTIVATE'
+# hpcdl: mpirun as root (Open MPI's own consent variables; nothing changes for other users)
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+ACTIVATE
+fi
 
 # The stamp records what was installed; an unchanged stamp means nothing to do.
 mpi_id="$(mpirun --version 2>/dev/null | head -1)"

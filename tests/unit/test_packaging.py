@@ -29,6 +29,8 @@ def test_a_wheel_installed_in_a_fresh_venv_renders_a_job_script(tmp_path):
                             "-q", "-w", str(wheels), str(src)], capture_output=True, text=True,
                            timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
+    # every folder of the package is a package: setuptools has nothing to warn about
+    assert "absent from the" not in build.stdout + build.stderr, build.stderr[-3000:]
     wheel = next(wheels.glob("hpcdl-*.whl"))
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"

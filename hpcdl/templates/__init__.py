@@ -1,0 +1,1 @@
+"""Job-script templates (package data), rendered by :mod:`hpcdl.launch.jobscript`."""
