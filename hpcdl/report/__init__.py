@@ -105,13 +105,17 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
 
 def _command(recs, runs) -> str:
     """The commands that regenerate this report: the study's runs (when a study made them: on
-    this machine, through Slurm, or on the cluster box at each link rate it recorded), then the
-    report itself."""
+    this machine, through Slurm, or on the cluster box at each link rate it recorded) into the
+    results root the records are in, named explicitly (points already recorded there are
+    skipped; another root measures afresh), then the report itself."""
     study_file = next(((r.get("declared") or {}).get("study_file") for r in recs
                        if (r.get("declared") or {}).get("study_file")), None)
     report = f"hpcdl study report {_shown(runs.parent)}"
     if not study_file:
         return report
+    root = f"--results-root {_shown(runs.parent.parent)}"
+    submit = (f"hpcdl study submit {study_file} {root} && "
+              f"hpcdl study status {study_file} {root} --wait 14400")
     boxes = [r["box"] for r in recs if isinstance(r.get("box"), dict)]
     if boxes:
         rates = sorted({b["link_rate"] for b in boxes}, key=costmodel.rate_bits)
@@ -120,11 +124,10 @@ def _command(recs, runs) -> str:
         up = f"scripts/cluster-box.sh up {nodes} --link $rate" + (f" --cpus-per-node {cpus:g}"
                                                                   if cpus else "")
         return (f"for rate in {' '.join(rates)}; do {up} && scripts/cluster-box.sh check && "
-                f"hpcdl study submit {study_file} && hpcdl study status {study_file} --wait 14400; "
-                f"done; {report}")
+                f"{submit}; done; {report}")
     if any(((r.get("manifest") or {}).get("slurm") or {}).get("job_id") for r in recs):
-        return f"hpcdl study submit {study_file} && hpcdl study status {study_file} --wait 14400 && {report}"
-    return f"hpcdl study run {study_file} && {report}"
+        return f"{submit} && {report}"
+    return f"hpcdl study run {study_file} {root} && {report}"
 
 
 def _shown(path) -> str:

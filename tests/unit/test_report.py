@@ -157,15 +157,22 @@ def test_the_command_of_a_box_study_brings_the_box_up_at_each_rate_it_recorded(t
         r["manifest"]["slurm"] = {"job_id": "7"}
         r["box"] = {"link_rate": rate, "nodes_in_box": 8, "cpus_per_node": 0.2}
         recs.append(r)
-    runs = tmp_path / "results" / "box" / "runs.jsonl"
+    root = tmp_path / "results"                # named: re-running never writes elsewhere
+    runs = root / "box" / "runs.jsonl"
     cmd = report._command(recs, runs)
     assert cmd.startswith("for rate in 200mbit 500mbit; do scripts/cluster-box.sh up 8 --link $rate "
                           "--cpus-per-node 0.2 && scripts/cluster-box.sh check && "
-                          "hpcdl study submit jobs/box.toml && ")
+                          f"hpcdl study submit jobs/box.toml --results-root {root} && "
+                          f"hpcdl study status jobs/box.toml --results-root {root} --wait 14400; ")
     assert cmd.endswith(f"done; hpcdl study report {runs.parent}")
     for r in recs:                           # the same study through Slurm on a real cluster
         del r["box"]
-    assert report._command(recs, runs).startswith("hpcdl study submit jobs/box.toml && ")
+    assert report._command(recs, runs).startswith(
+        f"hpcdl study submit jobs/box.toml --results-root {root} && ")
+    for r in recs:                           # the same study through mpirun on this machine
+        del r["manifest"]["slurm"]
+    assert report._command(recs, runs) == (f"hpcdl study run jobs/box.toml --results-root {root}"
+                                           f" && hpcdl study report {runs.parent}")
 
 
 def test_every_report_file_starts_with_the_command_that_regenerates_it(results):
