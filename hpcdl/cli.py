@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         if hasattr(module, "register"):
             module.register(sub, name, help_text)
             continue
-        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
+        # --help shows the docstring's first paragraph: what the command does, for users
+        p = sub.add_parser(name, help=help_text,
+                           description=(module.__doc__ or help_text).strip().split("\n\n")[0])
         module.add_arguments(p)
         p.set_defaults(_main=module.main)
     return parser

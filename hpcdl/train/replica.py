@@ -18,10 +18,10 @@ from ..errors import UserError
 class Replica:
     """This rank's model, optimizer, data shard and gradient exchange, and the step functions.
 
-    The exchange (``hpcdl.comm``): where it works inside the
-    step's graph (Horovod, as ``hvd.DistributedGradientTape``), the step averages the tape's
-    gradients with its ``average``; otherwise the step computes the gradients, exchanges them
-    as one flat buffer with its ``allreduce_mean`` and applies the result, timing each part.
+    Where the exchange (a ``hpcdl.comm`` backend) works inside the step's graph (Horovod, as
+    ``hvd.DistributedGradientTape``), the step averages the tape's gradients with its
+    ``average``; otherwise the step computes the gradients, exchanges them as one flat buffer
+    with its ``allreduce_mean`` and applies the result, timing each part.
     """
 
     def __init__(self, rt: Runtime, wl, plan: Plan, opts, shard=None, exchange=None):

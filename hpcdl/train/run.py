@@ -1,9 +1,8 @@
-"""Train a workload across MPI ranks: ``mpirun -np N hpcdl train ...`` or ``srun hpcdl train ...``.
-
+"""Train a workload across MPI ranks: 'mpirun -np N hpcdl train ...' or 'srun hpcdl train ...'.
 Every rank builds the same model from the same seed and trains on its own shard of each global
 batch; by default the ranks average their gradients every step as Horovod's
-DistributedGradientTape does (synchronous data parallelism, identical replicas). ``--backend
-ps-async`` trains through an asynchronous parameter server instead, and ``--parallel pipeline``
+DistributedGradientTape does (synchronous data parallelism, identical replicas). '--backend
+ps-async' trains through an asynchronous parameter server instead, and '--parallel pipeline'
 cuts the model into stages on the ranks. Rank 0 prints the result lines and appends one record
 of the run to the results file.
 """
