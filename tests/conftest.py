@@ -115,8 +115,9 @@ def pytest_terminal_summary(terminalreporter):
                   f"{_SUMMARY.get('stop_s', 0):.1f} s, start to stop {_SUMMARY.get('total_s', 0):.1f} s"
                   + ("" if _SUMMARY.get("stop_rc", 0) == 0 else f" (down exited {_SUMMARY['stop_rc']})"))
     if _SUMMARY.get("sacct"):
-        tr.write_line(f"sacct -c (also in {SACCT_LOG}):")
-        for line in _SUMMARY["sacct"].splitlines():
+        from hpcdl_testing import DELIBERATE, annotate_sacct
+        tr.write_line(f"sacct -c (also in {SACCT_LOG}; jobid|name|nodes|nodelist|state|exit|start|end):")
+        for line in annotate_sacct(_SUMMARY["sacct"], DELIBERATE):
             tr.write_line("  " + line)
 
 

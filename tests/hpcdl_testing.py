@@ -35,3 +35,35 @@ def check(res):
 def read_records(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
+
+
+# Slurm jobs a test fails, cancels or requeues on purpose, with why: the session's closing sacct
+# table marks them, and marks any other job that did not complete as not deliberate.
+DELIBERATE: dict = {}
+ENDED_BADLY = ("FAILED", "NODE_FAIL", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED",
+               "REQUEUED", "BOOT_FAIL", "DEADLINE")
+
+
+def deliberate(job_id, why: str) -> None:
+    DELIBERATE[str(job_id)] = why
+
+
+def annotate_sacct(text: str, marks: dict) -> list:
+    """The lines of ``sacct -c -P -o jobid,jobname,...,state,...``, each job that did not complete
+    marked deliberate (with why) or NOT deliberate, and a closing count."""
+    lines, unexpected, on_purpose = [], [], 0
+    for line in text.splitlines():
+        fields = line.split("|")
+        job, state = fields[0], (fields[4].split()[0] if len(fields) > 4 and fields[4] else "")
+        mark = ""
+        if job in marks:
+            mark = f"   <- deliberate: {marks[job]}"
+            on_purpose += state in ENDED_BADLY
+        elif state in ENDED_BADLY:
+            mark = "   <- NOT deliberate"
+            unexpected.append(job)
+        lines.append(line + mark)
+    lines.append(f"{on_purpose} job record(s) failed, were cancelled or requeued on purpose; "
+                 + (f"{len(unexpected)} did so NOT on purpose: {', '.join(unexpected)}"
+                    if unexpected else "none other did"))
+    return lines

@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
 
+from hpcdl_testing import deliberate  # noqa: E402
 from slurm_testing import JOB_EXPORTS, ROOT, job_output, submit_and_wait  # noqa: E402
 
 from hpcdl import box  # noqa: E402
@@ -139,6 +140,7 @@ def test_losing_a_node_ends_the_job_and_a_resubmission_runs_only_the_missing_poi
     two = ids[point]
     _running_with_steps(two, jobs_dir, 180)      # its first node is lost in the middle of training
     node = _batch_node(two)
+    deliberate(two, f"its node {node} killed, then the job held and cancelled, on purpose")
     t0 = time.monotonic()
     subprocess.run(["bash", str(BOX), "kill-node", node], check=True, timeout=30)
     try:

@@ -18,6 +18,7 @@ import pytest
 
 from hpcdl.launch import jobscript, scheduler
 
+from hpcdl_testing import deliberate
 from slurm_testing import JOB_EXPORTS, ROOT, ROOT_ENV, job_output, submit_and_wait
 
 pytestmark = pytest.mark.slow
@@ -70,6 +71,7 @@ def test_usr1_checkpoints_requeues_and_resumes_to_the_same_final_loss(software, 
     script.write_text(jobscript.render_train(_train_job("hpcdl-preempt", lead=120), software,
                                          TRAIN + ["--results", str(results)], str(tmp_path / "ckpt")))
     jid = scheduler.sbatch(script, cwd=tmp_path)
+    deliberate(jid, "USR1 as before a time limit: checkpoint, requeue, resume")
     out_file = tmp_path / f"hpcdl-preempt-{jid}.out"
     # Signal the batch shell as soon as training is under way (Slurm's warning before the time
     # limit, or a preemption, arrives the same way).
@@ -202,6 +204,7 @@ def test_a_rank_that_dies_under_srun_ends_the_job_within_60_s(software, tmp_path
     t0 = time.monotonic()
     state = submit_and_wait(script, timeout=240)
     elapsed = time.monotonic() - t0
+    deliberate(state.job_id, f"HPCDL_FAULT: rank 1 dies ({kind}) on purpose")
     out = job_output(tmp_path, state.job_id)
     assert state.state == "FAILED" and state.exit_code != "0:0", out[-3000:]
     assert f"HPCDL_FAULT: injecting '{kind}' at step 300" in out
