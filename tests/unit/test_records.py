@@ -126,3 +126,26 @@ def test_corrupt_lines_anywhere_are_reported_with_their_line_number_and_skipped(
         assert [r["i"] for r in records.read(path)] == [0, 1]
     assert [str(w.message).split(": ")[0].rsplit(":", 1)[1] for w in caught] == ["2", "3", "4"]
     assert records.read(path, warn=False) == records.read(path, warn=False)
+
+
+def _built(**kw):
+    base = dict(source="train", params={"workload": "w"}, layout={"size": 1},
+                metrics={"throughput": {"mean": 1.0}}, manifest={})
+    return records.build(**{**base, **kw})
+
+
+def test_the_builder_keeps_every_metric_it_is_given():
+    rec = _built(metrics={"throughput": {"mean": 2.0}, "peak_memory_bytes": 123},
+                 point='{"id": "p1"}', declared=None)
+    assert rec["metrics"]["peak_memory_bytes"] == 123
+    assert rec["point"] == {"id": "p1"} and rec["schema"] == records.SCHEMA
+
+
+def test_the_builder_refuses_what_it_cannot_record_loudly():
+    import pytest
+    with pytest.raises(ValueError, match="unknown record section"):
+        _built(energy={"joules": 1})
+    with pytest.raises(ValueError, match="metric 'bad' cannot be recorded"):
+        _built(metrics={"throughput": {"mean": 1.0}, "bad": object().__class__})
+    with pytest.raises(ValueError, match="'throughput' has no mean"):
+        _built(metrics={"throughput": {"std": 1.0}})
