@@ -245,15 +245,10 @@ def cgroup_cpu_limit(proc_cgroup: Optional[str] = None,
         mount = _cgroup_mount(mountinfo, v2)
         if mount is None:
             continue
-        depth = len([s for s in path.strip("/").split("/") if s])
-        limits += [q for q in (_quota(_ancestor(mount, path, up), v2)
-                               for up in range(depth + 1)) if q]
+        parts = [s for s in path.split("/") if s]
+        limits += [q for q in (_quota(mount.joinpath(*parts[:k]), v2)
+                               for k in range(len(parts) + 1)) if q]
     return min(limits) if limits else None
-
-
-def _ancestor(mount: Path, path: str, up: int) -> Path:
-    parts = [s for s in path.strip("/").split("/") if s]
-    return mount.joinpath(*parts[:max(0, len(parts) - up)]) if parts else mount
 
 
 def _cgroup_mount(mountinfo: str, v2: bool) -> Optional[Path]:
@@ -264,7 +259,7 @@ def _cgroup_mount(mountinfo: str, v2: bool) -> Optional[Path]:
             continue
         if v2 and fs[0] == "cgroup2":
             return Path(fields[4])
-        if not v2 and fs[0] == "cgroup" and "cpu" in (fs[-1].split(",") if fs else []):
+        if not v2 and fs[0] == "cgroup" and "cpu" in fs[-1].split(","):
             return Path(fields[4])
     return None
 
@@ -289,19 +284,20 @@ def _affinity() -> int:
 
 
 def cpus_granted(local_size: int, affinity: Optional[int] = None,
-                 machine: Optional[int] = None, quota="read") -> int:
+                 machine: Optional[int] = None, quota: Optional[float] = None) -> int:
     """The threads one of ``local_size`` ranks on this node may use when no scheduler says.
 
     An affinity mask narrower than the machine is this rank's own (mpirun binds each rank to a
     core at 2 ranks or fewer, srun --cpu-bind per task): its CPUs are the rank's. Otherwise the
     node's CPUs are shared by its ranks. A cgroup quota (a container's, a job's, a box node's)
     caps what the node's ranks share together: 0.2 of a core gives one thread, not two.
+    ``affinity`` and ``machine`` default to this process's; ``quota`` (cores, as
+    :func:`cgroup_cpu_limit` reads it) to none.
     """
     machine = machine or os.cpu_count() or 1
     affinity = affinity or _affinity()
     local_size = max(1, local_size)
     mine = affinity if affinity < machine else machine // local_size
-    quota = cgroup_cpu_limit() if quota == "read" else quota
     if quota is not None:
         mine = min(mine, int(quota // local_size))
     return max(1, mine)
@@ -318,7 +314,7 @@ def threads_per_rank(layout: Optional[Layout] = None, env: Optional[Mapping[str,
     per_task = _int(env, "SLURM_CPUS_PER_TASK")
     if per_task and per_task > 0:
         return per_task
-    return cpus_granted(layout.local_size)
+    return cpus_granted(layout.local_size, quota=cgroup_cpu_limit())
 
 
 def configure_threads(layout: Optional[Layout] = None, env=None) -> int:

@@ -59,7 +59,7 @@ def test_other_launchers(env, expect):
 
 
 def test_threads_per_rank_prefers_explicit_then_slurm_then_the_cpus_granted(monkeypatch):
-    monkeypatch.setattr(cluster, "cpus_granted", lambda local_size: 16 // local_size)
+    monkeypatch.setattr(cluster, "cpus_granted", lambda local_size, quota: 16 // local_size)
     lay = cluster.discover(OMPI, host="h")                      # 4 ranks on the node
     assert cluster.threads_per_rank(lay, {}) == 4
     assert cluster.threads_per_rank(lay, {"SLURM_CPUS_PER_TASK": "3"}) == 3
