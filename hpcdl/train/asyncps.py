@@ -38,7 +38,7 @@ from typing import Dict, List, Optional
 
 from . import checkpoint
 from .control import (evaluate_alone, Evaluations, fault_from_env, IDLE_MAX, inject_fault, poll,
-                      reached, straggler)
+                      reached, straggler, target_missed, target_reached)
 from .figures import iteration_rates, summarize_values
 from .interface import Mode, written_by
 from .replica import Replica
@@ -254,9 +254,7 @@ class Server:
         self.log.eval_time += time.perf_counter() - t0
         target = self.evals.target
         if target and self.log.target is None and reached(target, ev):
-            self.log.target = {"metric": target[0], "value": target[1], "reached": True,
-                               "steps": self.clock, "samples": ev["samples"],
-                               "time_s": ev["time_s"]}
+            self.log.target = target_reached(target, self.clock, ev)
             self.stop_reason = self.stop_reason or "target reached"
 
     def _reply(self, w: int) -> None:
@@ -457,8 +455,7 @@ def _finish(server: Server, opts, ckpt_dir):
     reached is recorded as such."""
     target = server.evals.target
     if target and server.log.target is None and not server.stop_reason:
-        server.log.target = {"metric": target[0], "value": target[1], "reached": False,
-                             "steps": server.clock}
+        server.log.target = target_missed(target, server.clock)
     if not server.stop_reason or server.stop_reason == "target reached":
         return None, None
     if ckpt_dir is None:

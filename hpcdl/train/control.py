@@ -174,19 +174,29 @@ class Evaluations:
             return False
         return step == self.steps or step * self.batch // self.every > (step - 1) * self.batch // self.every
 
-    def run(self, rep, res, step: int, t_run: float) -> float:
-        """Evaluate at ``step``; return the seconds it took. Sets ``res.target`` once reached."""
+    def run(self, rep, res, step: int, t_run: float, evaluate=None) -> float:
+        """Evaluate at ``step`` (``rep.evaluate``, or the mode's own ``evaluate()``); return the
+        seconds it took. Sets ``res.target`` once reached."""
         t0 = time.perf_counter()
         ev = {"step": step, "samples": step * self.batch, "wall_s": t0 - t_run,
-              "time_s": t0 - t_run - res.eval_time, **rep.evaluate()}
+              "time_s": t0 - t_run - res.eval_time, **(evaluate or rep.evaluate)()}
         res.evals.append(ev)
         dt = time.perf_counter() - t0
         res.eval_time += dt
         if self.target and res.target is None and reached(self.target, ev):
-            metric, value = self.target
-            res.target = {"metric": metric, "value": value, "reached": True, "steps": step,
-                          "samples": ev["samples"], "time_s": ev["time_s"]}
+            res.target = target_reached(self.target, step, ev)
         return dt
+
+
+def target_reached(target, step: int, ev: dict) -> dict:
+    """The record's ``target`` when the evaluation ``ev`` at ``step`` reached it."""
+    return {"metric": target[0], "value": target[1], "reached": True, "steps": step,
+            "samples": ev["samples"], "time_s": ev["time_s"]}
+
+
+def target_missed(target, steps: int) -> dict:
+    """The record's ``target`` when ``steps`` ended without reaching it (a valid outcome)."""
+    return {"metric": target[0], "value": target[1], "reached": False, "steps": steps}
 
 
 def reached(target, ev: dict) -> bool:

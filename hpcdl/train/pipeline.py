@@ -33,7 +33,8 @@ from typing import List, Optional, Tuple
 
 from . import checkpoint
 from .args import positive_int
-from .control import evaluate_alone, Evaluations, fault_from_env, inject_fault, poll, reached
+from .control import (evaluate_alone, Evaluations, fault_from_env, inject_fault, poll,
+                      target_missed)
 from .figures import iteration_rates, summarize_values
 from .interface import Mode, written_by
 from .replica import Replica
@@ -398,7 +399,7 @@ def _loop(rep, stage: Stage, opts, watch, log: PipeLog, comm, MPI, ckpt_dir) -> 
             rt.say(f"Step {step}/{plan.steps}: loss {value:.6g} "
                    f"({time.perf_counter() - t_run:.1f} s)")
         if evals.due(step):
-            _evaluate(rep, stage, log, evals, step, t_run)
+            evals.run(rep, log, step, t_run, lambda: evaluate(rep, stage))
         if step % opts.stop_check_every == 0 and step < plan.steps:
             if comm.allreduce(1 if watch.reason() else 0, op=MPI.MAX):
                 log.stopped = watch.reason() or "another stage asked to stop"
@@ -408,19 +409,7 @@ def _loop(rep, stage: Stage, opts, watch, log: PipeLog, comm, MPI, ckpt_dir) -> 
             save(rep, stage, opts, ckpt_dir, step)
     log.wall = time.perf_counter() - t_run
     if evals.target and log.target is None and not log.stopped:
-        log.target = {"metric": evals.target[0], "value": evals.target[1], "reached": False,
-                      "steps": plan.steps}
-
-
-def _evaluate(rep, stage, log, evals, step: int, t_run: float) -> None:
-    te = time.perf_counter()
-    ev = {"step": step, "samples": step * rep.plan.batch, "wall_s": te - t_run,
-          "time_s": te - t_run - log.eval_time, **evaluate(rep, stage)}
-    log.evals.append(ev)
-    log.eval_time += time.perf_counter() - te
-    if evals.target and reached(evals.target, ev):
-        log.target = {"metric": evals.target[0], "value": evals.target[1], "reached": True,
-                      "steps": step, "samples": ev["samples"], "time_s": ev["time_s"]}
+        log.target = target_missed(evals.target, plan.steps)
 
 
 def save(rep, stage: Stage, opts, ckpt_dir, step: int):

@@ -16,7 +16,7 @@ from typing import List, Optional
 
 from . import checkpoint, timeline
 from .control import (Evaluations, fault_from_env, inject_fault, next_interval, StopWatch,
-                      straggler)
+                      straggler, target_missed)
 from .figures import (iteration_rates, rank_phases, slowest_rank_iterations, step_split,
                       summarize_values)
 from .interface import Mode, written_by
@@ -93,9 +93,7 @@ def _finish(rep: Replica, res: LoopResult, evals: "Evaluations", counters, t_run
     if timeline:
         rep.rt.hvd.stop_timeline()
     if evals.target and res.target is None and not res.stopped:
-        metric, value = evals.target
-        res.target = {"metric": metric, "value": value, "reached": False,
-                      "steps": rep.plan.steps}
+        res.target = target_missed(evals.target, rep.plan.steps)
     if counters is not None:
         # every timed step exchanges once, and so does every probe that timed the exchange alone
         res.net = {"host": rep.rt.layout.host, "hostname": socket.gethostname(),
