@@ -3,8 +3,8 @@
 Input is ``results/<study>/runs.jsonl``; :func:`hpcdl.analysis.analyse` computes everything, and
 this module only formats it: ``report.md``, one CSV per table, PNG plots, and ``report.json``
 (the analysis object serialised), next to the records. Only numpy and matplotlib (Agg) are used,
-so a report can be made anywhere the results folder is copied to. A little over 400 lines: every
-table and section of the Markdown, each a short function of its own.
+so a report can be made anywhere the results folder is copied to. The sections are registered in
+:mod:`.sections`; this module reads the records, writes the files and heads each with its command.
 """
 from __future__ import annotations
 

@@ -29,11 +29,10 @@ def select(opts) -> Mode:
     if opts.backend not in TRAIN_BACKENDS:
         raise UserError(f"unknown --backend '{opts.backend}': choose one of "
                         f"{', '.join(TRAIN_BACKENDS)}")
-    chosen = [m for m in MODES if m.chosen(opts)]
-    if not chosen:
+    mode = next((m for m in MODES if m.chosen(opts)), None)    # the modes' rules do not overlap
+    if mode is None:
         raise UserError(f"--backend {opts.backend} and --parallel {opts.parallel} do not go "
                         "together")
-    mode = chosen[-1]              # the most specific: a pipeline over any --backend's default
     for other in MODES:
         if other is not mode:
             other.refuse_others(opts)

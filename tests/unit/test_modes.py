@@ -54,3 +54,11 @@ def test_every_mode_refuses_a_checkpoint_another_mode_wrote(meta, refusing):
         assert (said is not None) == (mode.name in refusing), (mode.name, said)
         if said:
             assert "ckpt-000000010.hpcdl" in said
+
+
+def test_no_two_modes_claim_the_same_options():
+    for backend in modes.TRAIN_BACKENDS:
+        for parallel in modes.PARALLEL:
+            claim = [m.name for m in modes.MODES if m.chosen(_opts(backend=backend,
+                                                                   parallel=parallel))]
+            assert len(claim) == 1, (backend, parallel, claim)
