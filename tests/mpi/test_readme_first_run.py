@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdl.launch import local
 from hpcdl_testing import ROOT
 
 NOBODY = 65534
@@ -32,8 +33,18 @@ def _run(commands, cwd: Path, user=None):
         + "\n".join(commands[1:]) + "\n"
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(cwd), "LANG": "C.UTF-8"}
     pre = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user else []
-    return subprocess.run(pre + ["bash", "-c", script], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=cwd)
+    # its own process group, killed whole on timeout: mpirun and its ranks never outlive the test
+    # (not local.run, whose environment would give Open MPI the root consent under test here)
+    proc = subprocess.Popen(pre + ["bash", "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        local._kill_group(proc)
+        out, err = proc.communicate()
+        pytest.fail(f"the README's first run did not end within 300 s:\n{out[-2000:]}{err[-2000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def _check(res, cwd: Path):
