@@ -43,6 +43,8 @@ SETTINGS = {
     "HPCDL_TAG_OUTPUT": "1 makes local mpirun prefix every output line with its rank",
     "HPCDL_BOX": "the cluster box's settings file (default /run/hpcdl-box/box.json, written by "
                  "scripts/cluster-box.sh up)",
+    "HPCDL_JOB_STARTED": "when this attempt of a batch job began (UTC, ISO 8601; the job scripts "
+                         "set it): records bound their run with it, else with their process's start",
 }
 
 # Set in every rank before MPI and Horovod start, unless the environment says otherwise. The job

@@ -186,6 +186,32 @@ def _git_commit() -> Optional[str]:
     return commit.strip() + ("-dirty" if code_changes() else "")
 
 
+def code_tree() -> Optional[str]:
+    """git's hash of hpcdl/ as committed at HEAD, with ``-dirty`` when it has uncommitted changes:
+    records whose code trees match were made by the same code, whatever else the commits
+    between them changed (results, docs, tests)."""
+    out = _git("rev-parse", "HEAD:" + _PACKAGE.name)
+    if out is None:
+        return None
+    return out.strip() + ("-dirty" if code_changes() else "")
+
+
+def process_started() -> Optional[str]:
+    """When this process started (UTC, ISO 8601 to the second), from /proc; None elsewhere.
+
+    With the record's ``time`` (when it was written) it bounds the run, interpreter start-up and
+    imports included, so a report can tell whether two runs overlapped in time."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])     # field 22: start time after boot
+        btime = next(int(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines()
+                     if ln.startswith("btime "))
+        at = btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return _dt.datetime.fromtimestamp(int(at), _dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def check_clean(path) -> None:
     """Refuse to record into the repository's results/ while hpcdl/ has uncommitted changes.
 
@@ -255,6 +281,8 @@ def manifest(layout=None, hosts: Optional[Iterable[str]] = None, extra: Optional
     env = cluster.launcher_env()
     man = {
         "git_commit": _git_commit(),
+        "code_tree": code_tree(),
+        "started": cluster.setting("HPCDL_JOB_STARTED") or process_started(),
         "versions": versions(),
         "hosts": sorted(set(hosts)) if hosts else [layout.host or socket.gethostname()],
         "layout": layout.as_dict(),

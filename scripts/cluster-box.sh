@@ -170,6 +170,9 @@ KillWait=10
 MinJobAge=600
 # a node whose slurmd is gone is marked down after this many seconds
 SlurmdTimeout=30
+# The nodes share one machine's cores, so two jobs at once would slow each other: every job of a
+# study asks for this one licence (hpcdl study submit adds --licenses=box:1 on the box).
+Licenses=box:1
 EOF
         for k in $(seq 1 "$n"); do
             echo "NodeName=n$k NodeHostname=n$k NodeAddr=$NET.$k CPUs=$cpus RealMemory=1000 State=UNKNOWN"
@@ -384,6 +387,7 @@ write_boxfile() {  # write_boxfile N RATE LATENCY CORES SLURM_CPUS
     cat >"$BOXFILE.tmp" <<EOF
 {"box": "$(date +%s)-$$", "nodes_count": $1, "link_rate": "$2", "latency": "$3",
  "cpus_per_node": $4, "slurm_cpus": $5, "subnet": "$NET.0/24", "cgroup_version": $(cg_version),
+ "licence": "box",
  "host": "$HOST", "cores": $(nproc), "nodes": {$nodes}}
 EOF
     mv "$BOXFILE.tmp" "$BOXFILE"

@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import budget, convergence
+from . import budget, convergence, provenance
 from .. import costmodel
 from ..costmodel import Network, PRESETS, StepModel
 from ..records import lookup as _get
@@ -512,6 +512,7 @@ class StudyAnalysis:
     budget: List[dict] = field(default_factory=list)        # where the efficiency goes (budget.py)
     remedies: List[dict] = field(default_factory=list)      # MODEL: what the standard remedies give
     systems: List[dict] = field(default_factory=list)       # asynchronous and pipeline runs' own
+    provenance: Optional[provenance.Provenance] = None      # what was pooled (provenance.py)
 
     @property
     def axes(self) -> List[str]:
@@ -531,7 +532,8 @@ class StudyAnalysis:
                 "cores": self.cores,
                 "all_points_models": {k: m.as_dict() for k, m in self.all_points_models.items()},
                 "convergence": self.convergence, "budget": self.budget,
-                "remedies": self.remedies, "systems": self.systems}
+                "remedies": self.remedies, "systems": self.systems,
+                "provenance": self.provenance.as_dict() if self.provenance else None}
 
 
 def declared_scaling(recs: Sequence[dict], given: Optional[str] = None):
@@ -554,8 +556,11 @@ def declared_scaling(recs: Sequence[dict], given: Optional[str] = None):
 def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
             fit_label: Optional[str] = None, scaling: Optional[str] = None,
             algorithm: Optional[str] = None,
-            max_ranks: int = 1024) -> StudyAnalysis:
-    """The analysis of one study's records (raises ValueError on what cannot be analysed)."""
+            max_ranks: int = 1024, allow_mixed: bool = False) -> StudyAnalysis:
+    """The analysis of one study's records (raises ValueError on what cannot be analysed, and
+    :class:`provenance.MixedRecords` on records of different code, study files or box settings
+    unless ``allow_mixed``)."""
+    origin = provenance.check(recs, allow_mixed)
     rows = group_records(recs)
     if not rows:
         raise ValueError("no record has metrics.throughput")
@@ -613,7 +618,8 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         all_points_models=everything,
         convergence=convergence.analyse(recs, lambda rec: axis_name(*record_axis(rec)),
                                         {(r.axis, r.ranks): r.speedup for r in rows}),
-        budget=spent, remedies=remedies(rows, models, spent, kind), systems=systems(recs))
+        budget=spent, remedies=remedies(rows, models, spent, kind), systems=systems(recs),
+        provenance=origin)
 
 
 def systems(recs: Sequence[dict]) -> List[dict]:

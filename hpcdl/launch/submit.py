@@ -58,9 +58,14 @@ def _slurm_settings(study, overrides: Optional[Mapping] = None) -> dict:
     return s
 
 
-def _job_for(study, name: str, nodes: int, ntasks_per_node: int, overrides: Mapping) -> Job:
+def _job_for(study, name: str, nodes: int, ntasks_per_node: int, overrides: Mapping,
+             licence: Optional[str] = None) -> Job:
+    """The job of one point; ``licence``: a Slurm licence every point's job takes one of (the
+    cluster box defines one, so that no two jobs of a study share its cores at once)."""
     s = _slurm_settings(study, overrides)
     extra = list(s.get("extra") or ())
+    if licence:
+        extra.append(f"--licenses={licence}:1")
     for key in ("qos", "constraint", "mem"):
         if s.get(key):
             extra.append(f"--{key}={s[key]}")
@@ -120,7 +125,7 @@ def plan_study(study, software: Software, force: bool = False,
             waiting.append(pid)
             continue
         job = _job_for(study, f"hpcdl-{study.name}-{pid}", point.nodes, point.ranks_per_node,
-                       overrides)
+                       overrides, licence=(box or {}).get("licence"))
         name = f"step-{pid}.sbatch"
         spec = None
         if point.script:
@@ -175,6 +180,10 @@ def _box_for(study, unchecked: bool = False) -> Optional[dict]:
               "(--unchecked-box): the figures need not be what a node would give", file=sys.stderr)
     else:
         box.require_checked()
+    if not settings.get("licence"):
+        raise UserError("this cluster box was brought up without the licence that runs its jobs "
+                        "one at a time (jobs side by side would share the machine's cores and "
+                        "slow each other): bring it up again (scripts/cluster-box.sh up N ...)")
     return settings
 
 
@@ -193,6 +202,9 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
         print(f"Point {pid}: already recorded, not submitted (--force submits it again)", file=out)
     for pid, job in (plan.in_flight or {}).items():
         print(f"Point {pid}: {job}, not submitted again", file=out)
+    if plan.box and plan.steps:
+        print(f"The box runs the study's jobs one at a time (each takes Slurm's licence "
+              f"'{plan.box['licence']}'), so none slows another.", file=out)
     for pid in plan.waiting or ():
         print(f"Point {pid}: waits for a box with other links (this one has "
               f"{plan.box['link_rate']}); bring that box up and submit again", file=out)

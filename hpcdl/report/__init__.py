@@ -63,7 +63,8 @@ def _load_fit_doc(fit_path) -> dict:
 
 def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = None,
                  algorithm: Optional[str] = None, max_ranks: int = 1024,
-                 plots: bool = True, scaling: Optional[str] = None) -> Dict:
+                 plots: bool = True, scaling: Optional[str] = None,
+                 allow_mixed: bool = False) -> Dict:
     """Analyse the records in ``src`` and render the report; return {'report', 'json', 'files'}."""
     runs = _resolve(src)
     if not runs.exists():
@@ -77,7 +78,8 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     fit_doc = _load_fit_doc(fit_path) if fit_path else None
     try:
         res = analysis.analyse(recs, recs[0].get("study") or runs.parent.name, fit_doc,
-                               str(fit_path) if fit_path else None, scaling, algorithm, max_ranks)
+                               str(fit_path) if fit_path else None, scaling, algorithm, max_ranks,
+                               allow_mixed)
     except ValueError as exc:
         raise UserError(f"{runs}: {exc}") from None
     if fit_doc and not any(m.source.startswith("bench fit") for m in res.models.values()):
@@ -85,7 +87,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
                         f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")
     pngs = draw_plots(res, out) if plots else []
     tables, lines, extra = sections.render(sections.Context(res, recs, runs, pngs))
-    command = _command(recs, runs)
+    command = _command(recs, runs, res.provenance.mixed)
     files: List[Path] = []
     for t in tables:
         path = out / f"{t.name}.csv"
@@ -103,14 +105,14 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     return {"report": report, "json": js, "files": files}
 
 
-def _command(recs, runs) -> str:
+def _command(recs, runs, mixed: bool = False) -> str:
     """The commands that regenerate this report: the study's runs (when a study made them: on
     this machine, through Slurm, or on the cluster box at each link rate it recorded) into the
     results root the records are in, named explicitly (points already recorded there are
     skipped; another root measures afresh), then the report itself."""
     study_file = next(((r.get("declared") or {}).get("study_file") for r in recs
                        if (r.get("declared") or {}).get("study_file")), None)
-    report = f"hpcdl study report {_shown(runs.parent)}"
+    report = f"hpcdl study report {_shown(runs.parent)}" + (" --allow-mixed" if mixed else "")
     if not study_file:
         return report
     root = f"--results-root {_shown(runs.parent.parent)}"
@@ -157,4 +159,16 @@ def _opening(res, runs) -> List[str]:
             "run of each axis; Karp–Flatt e = (1/S − 1/p)/(1 − 1/p). Compute is the probed "
             "forward and backward pass; the rest of the step is the exchange not hidden behind "
             "it, the optimizer update and per-step overhead (at one rank nothing is exchanged).",
-            ""]
+            ""] + _caution(res.provenance)
+
+
+def _caution(prov) -> List[str]:
+    """A warning at the top when the records were not made alike or runs overlapped."""
+    said = []
+    if prov is not None and prov.mixed:
+        said.append("it pools records that were not made alike (" + " / ".join(prov.differences())
+                    + ")")
+    if prov is not None and prov.overlaps:
+        said.append(f"{len(prov.overlaps)} pair(s) of its runs overlapped in time on a machine "
+                    "they shared")
+    return [f"**Caution:** {' and '.join(said)}; see Runs below.", ""] if said else []

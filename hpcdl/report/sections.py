@@ -146,7 +146,11 @@ def model(ctx: Context) -> Part:
 
 @section()
 def runs(ctx: Context) -> Part:
-    return Part([], ["## Runs", ""] + _manifest_summary(ctx.recs) + [""])
+    prov = ctx.res.provenance
+    pooled = (["What was pooled (the code in hpcdl/, the study file and the box's settings must "
+               "be the same in every record; runs sharing a machine must not overlap in time):",
+               ""] + prov.lines() + [""]) if prov else []
+    return Part([], ["## Runs", ""] + _manifest_summary(ctx.recs) + [""] + pooled)
 
 
 # --- tables and words the sections use ----------------------------------------------------------------

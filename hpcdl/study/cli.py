@@ -89,6 +89,9 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
                    help="for records made outside a study, which declare no scaling kind")
     p.add_argument("--no-plots", action="store_true", help="tables and model only")
     p.add_argument("--study", default=None, help="only records of this study name")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="pool records of different code (hpcdl/), study files or box settings "
+                        "(refused by default); the report lists what it mixed")
 
 
 # --- the subcommands --------------------------------------------------------------------------
@@ -136,7 +139,7 @@ def report_main(opts) -> int:
     written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
                                   algorithm=opts.algorithm,
                                   max_ranks=opts.max_ranks, plots=not opts.no_plots,
-                                  scaling=opts.scaling)
+                                  scaling=opts.scaling, allow_mixed=opts.allow_mixed)
     for kind, path in written.items():
         if kind != "files":
             print(f"{kind}: {path}")

@@ -47,7 +47,8 @@ def spread(values) -> dict:
 def rank_phases(rank: int, host: str, loop) -> dict:
     """This rank's phases per timed step, summarised (records stay small): input, the step call,
     the bookkeeping after it; from the probes, compute alone, the exchange alone and the wait for
-    the slowest rank before it; and the time spent writing checkpoints."""
+    the slowest rank before it (medians, and every probe's compute and exchange); and the time
+    spent writing checkpoints."""
     def med(values):
         return statistics.median(values) if values else None
     return {"rank": rank, "host": host, "input": spread(loop.input_times),
@@ -55,7 +56,10 @@ def rank_phases(rank: int, host: str, loop) -> dict:
             "compute_s": med(loop.probe_times),
             "compute_min_s": min(loop.probe_times) if loop.probe_times else None,
             "exchange_s": med(loop.probe_exch_times),
-            "wait_s": med(loop.probe_waits), "ckpt_s": loop.ckpt_time}
+            "wait_s": med(loop.probe_waits), "ckpt_s": loop.ckpt_time,
+            # every probe, in order: a model of the slowest of p ranks needs the distribution
+            "compute_probes_s": [float(t) for t in loop.probe_times],
+            "exchange_probes_s": [float(t) for t in loop.probe_exch_times]}
 
 
 def slowest_rank_iterations(hvd, tf, iters) -> list:

@@ -9,7 +9,7 @@ from hpcdl.bench import boxcheck
 from hpcdl.errors import UserError
 
 BOX = {"box": "b1", "nodes_count": 2, "link_rate": "200mbit", "latency": "0",
-       "cpus_per_node": 0.8, "subnet": "10.77.0.0/24",
+       "cpus_per_node": 0.8, "subnet": "10.77.0.0/24", "licence": "box",
        "nodes": {"n1": {"iface": "eth0"}, "n2": {"iface": "eth0"}}}
 
 
@@ -88,5 +88,13 @@ def test_submit_on_a_checked_box_takes_the_points_of_its_link_rate_and_exports_i
     plan = submit.plan_study(st, Software.here(), unchecked_box=True)
     assert [s.point_id for s in plan.steps] == ["n1-r1-ps-none-200mbit-rep0", "n2-r1-ps-none-200mbit-rep0"]
     assert plan.waiting == ["n1-r1-ps-none-1gbit-rep0", "n2-r1-ps-none-1gbit-rep0"]
+    # every point's job takes the box's one licence, so Slurm runs them one at a time
+    for step in plan.steps:
+        assert "#SBATCH --licenses=box:1" in step.text.splitlines()
+    assert "--licenses" not in plan.report.text
+    # a box brought up without the licence would run the points side by side: refused
+    (tmp_path / "box.json").write_text(json.dumps({k: v for k, v in BOX.items() if k != "licence"}))
+    with pytest.raises(UserError, match="one at a time"):
+        submit.plan_study(st, Software.here(), unchecked_box=True)
     sw = submit.study_software(st)
     assert dict(sw.exports)["OMPI_MCA_btl_tcp_if_include"] == "10.77.0.0/24"

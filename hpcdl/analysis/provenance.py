@@ -1,0 +1,190 @@
+"""Where a study's records come from, whether they may be pooled, and whether runs overlapped.
+
+A figure pooled over records is one measurement only when the records were made by the same code
+(git's tree of ``hpcdl/``; older records name only their commit), from the same study file (its
+SHA-256, which the study declares in every record) and, on the cluster box, on boxes of the same
+settings: nodes, CPU share, latency and the machine under them (the link rate is the study's
+network axis, so it may differ between points, never within one). :func:`check` groups the records
+by that key and refuses more than one group unless told to pool them anyway (``--allow-mixed``);
+either way :attr:`Provenance.lines` says what was pooled.
+
+Runs that share a machine (the box's nodes all share the host's cores; local runs share the
+host) must not run at the same time, or each slows the other. A run's interval is the record's
+``manifest.started`` (the job attempt's or the process's start) to the record's ``time``; a record
+without ``started`` gives only its timed training (``time`` − ``wall_time_s``), a lower bound.
+:attr:`Provenance.overlaps` lists the pairs whose intervals intersect. Standard library only.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["Provenance", "check", "code_of", "box_setting", "interval", "MixedRecords"]
+
+# The box's settings that records pooled together must share; its link rate is the network axis.
+BOX_SETTINGS = ("nodes_in_box", "cpus_per_node", "latency", "host", "cores")
+
+
+class MixedRecords(ValueError):
+    """The records come from different code, study files or box settings."""
+
+
+def code_of(rec: dict) -> str:
+    """The code that made a record: hpcdl/'s tree, else (older records) the whole commit."""
+    man = rec.get("manifest") or {}
+    if man.get("code_tree"):
+        return f"hpcdl/ tree {man['code_tree'][:12]}" + (
+            "-dirty" if str(man["code_tree"]).endswith("-dirty") else "")
+    if man.get("git_commit"):
+        return f"commit {str(man['git_commit'])[:12]}" + (
+            "-dirty" if str(man["git_commit"]).endswith("-dirty") else "")
+    return "unknown code"
+
+
+def study_hash(rec: dict) -> str:
+    h = (rec.get("declared") or {}).get("study_sha256")
+    return f"study file {h[:12]}" if h else "no study file"
+
+
+def box_setting(rec: dict) -> str:
+    """The box's settings a record ran on, as one string ("" off the box)."""
+    box = rec.get("box")
+    if not isinstance(box, dict):
+        return ""
+    parts = [f"{k}={box[k]}" for k in BOX_SETTINGS if box.get(k) not in (None, "")]
+    return "box " + ", ".join(parts)
+
+
+def _parse(stamp) -> Optional[_dt.datetime]:
+    try:
+        t = _dt.datetime.fromisoformat(str(stamp))
+    except (TypeError, ValueError):
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+
+
+def interval(rec: dict) -> Optional[Tuple[_dt.datetime, _dt.datetime, bool]]:
+    """(start, end, whole) of a run: ``whole`` False when only its timed training is known."""
+    end = _parse(rec.get("time"))
+    if end is None:
+        return None
+    start = _parse((rec.get("manifest") or {}).get("started"))
+    if start is not None:
+        return start, end, True
+    wall = (rec.get("metrics") or {}).get("wall_time_s")
+    if not isinstance(wall, (int, float)):
+        return None
+    return end - _dt.timedelta(seconds=float(wall)), end, False
+
+
+def machine(rec: dict) -> Tuple[str, frozenset]:
+    """What a run shared with other runs: the box it ran on (all its nodes share one host), or
+    its hosts."""
+    box = rec.get("box")
+    if isinstance(box, dict) and box.get("box"):
+        return "box", frozenset([box["box"]])
+    man = rec.get("manifest") or {}
+    return "hosts", frozenset(man.get("hosts") or (rec.get("layout") or {}).get("hosts") or [])
+
+
+def _point_id(rec: dict) -> str:
+    return str((rec.get("point") or {}).get("id") or rec.get("tag") or "?")
+
+
+@dataclass
+class Provenance:
+    """What a report pooled: its groups (code, study file, box setting → records), the box
+    instances, and the runs that overlapped in time."""
+
+    groups: Dict[Tuple[str, str, str], int]
+    boxes: Dict[str, int] = field(default_factory=dict)
+    overlaps: List[dict] = field(default_factory=list)
+    estimated: int = 0                # records whose start is only their timed training's
+    allowed: bool = False             # several groups pooled because the user said so
+
+    @property
+    def mixed(self) -> bool:
+        return len(self.groups) > 1
+
+    def differences(self) -> List[str]:
+        """What differs between the groups: one phrase per part of the key that differs."""
+        out = []
+        for i, what in enumerate(("code", "study file", "box setting")):
+            values = Counter()
+            for key, n in self.groups.items():
+                values[key[i] or "off the box"] += n
+            if len(values) > 1:
+                out.append(f"{what}: " + "; ".join(f"{v} ({n} record(s))"
+                                                   for v, n in sorted(values.items())))
+        return out
+
+    def lines(self) -> List[str]:
+        """The report's words: what was pooled, and what overlapped."""
+        out = []
+        if self.mixed:
+            out.append(f"- **mixed records** (pooled because --allow-mixed was given): "
+                       + " / ".join(self.differences()))
+        for (code, study, setting), n in sorted(self.groups.items()):
+            out.append(f"- {n} record(s): {code}, {study}" + (f", {setting}" if setting else ""))
+        if self.boxes:
+            out.append(f"- {len(self.boxes)} box instance(s): " + ", ".join(
+                f"{b} ({n})" for b, n in sorted(self.boxes.items())))
+        if self.overlaps:
+            shown = ", ".join(f"{o['a']} and {o['b']} ({o['seconds']:.0f} s)"
+                              for o in self.overlaps[:4])
+            more = f", and {len(self.overlaps) - 4} more" if len(self.overlaps) > 4 else ""
+            out.append(f"- **{len(self.overlaps)} pair(s) of runs overlapped in time** on a "
+                       f"machine they shared, so each may have slowed the other: {shown}{more}")
+        else:
+            out.append("- no two runs overlapped in time on a machine they shared"
+                       + (f" ({self.estimated} record(s) give only their timed training, so an "
+                          "overlap of their start-up would not show)" if self.estimated else ""))
+        return out
+
+    def as_dict(self) -> dict:
+        return {"groups": [{"code": k[0], "study_file": k[1], "box_setting": k[2], "records": n}
+                           for k, n in sorted(self.groups.items())],
+                "mixed": self.mixed, "allowed": self.allowed, "differences": self.differences(),
+                "boxes": dict(sorted(self.boxes.items())), "overlaps": self.overlaps,
+                "estimated_intervals": self.estimated}
+
+
+def overlaps(recs: Sequence[dict]) -> Tuple[List[dict], int]:
+    """Pairs of runs on a shared machine whose intervals intersect, and how many intervals were
+    estimated from the timed training alone."""
+    spans = []
+    estimated = 0
+    for r in recs:
+        iv = interval(r)
+        if iv is None:
+            continue
+        estimated += not iv[2]
+        spans.append((iv[0], iv[1], machine(r), _point_id(r)))
+    spans.sort(key=lambda s: s[0])
+    out = []
+    for i, (s0, e0, m0, p0) in enumerate(spans):
+        for s1, e1, m1, p1 in spans[i + 1:]:
+            if s1 >= e0:
+                break
+            if m0[0] == m1[0] and m0[1] & m1[1]:
+                out.append({"a": p0, "b": p1, "seconds": (min(e0, e1) - s1).total_seconds(),
+                            "from": s1.isoformat()})
+    return out, estimated
+
+
+def check(recs: Sequence[dict], allow_mixed: bool = False) -> Provenance:
+    """The records' provenance; raises :class:`MixedRecords`, saying what differs, when they
+    come from different code, study files or box settings and ``allow_mixed`` is False."""
+    groups = Counter((code_of(r), study_hash(r), box_setting(r)) for r in recs)
+    boxes = Counter(str(r["box"]["box"]) for r in recs
+                    if isinstance(r.get("box"), dict) and r["box"].get("box"))
+    pairs, estimated = overlaps(recs)
+    prov = Provenance(dict(groups), dict(boxes), pairs, estimated, allowed=allow_mixed)
+    if prov.mixed and not allow_mixed:
+        raise MixedRecords("the records were not made alike, so pooling them would mix "
+                           "measurements: " + " / ".join(prov.differences())
+                           + ". Report one kind at a time (move the others to another file), "
+                           "or pass --allow-mixed and the report lists what it mixed")
+    return prov

@@ -1,0 +1,91 @@
+"""What a report pools: records of one code tree, one study file and one box setting, or it
+refuses (unless told) and says what differs; runs sharing a machine that overlapped in time are
+named. Also checked over every committed study in results/."""
+import json
+
+import pytest
+
+from hpcdl.analysis import provenance
+from hpcdl_testing import ROOT
+
+
+def _rec(pid, code="t1", sha="s1", box="b1", cpus=0.2, start="2026-11-24T00:00:00+00:00",
+         end="2026-11-24T00:00:30+00:00", rate="200mbit", wall=None):
+    man = {"code_tree": code, "git_commit": "c" + code, "hosts": ["n1"]}
+    if start:
+        man["started"] = start
+    r = {"point": {"id": pid}, "manifest": man, "declared": {"study_sha256": sha},
+         "time": end, "metrics": {"wall_time_s": wall} if wall else {}}
+    if box:
+        r["box"] = {"box": box, "nodes_in_box": 8, "cpus_per_node": cpus, "latency": "0",
+                    "link_rate": rate, "host": "vm", "cores": 2}
+    return r
+
+
+def _later(minute):
+    return dict(start=f"2026-11-24T00:{minute:02d}:00+00:00",
+                end=f"2026-11-24T00:{minute:02d}:30+00:00")
+
+
+def test_records_made_alike_pool_and_say_so():
+    recs = [_rec("a", **_later(0)), _rec("b", rate="500mbit", box="b2", **_later(1))]
+    prov = provenance.check(recs)
+    assert not prov.mixed and not prov.overlaps
+    text = "\n".join(prov.lines())
+    assert "2 record(s): hpcdl/ tree t1, study file s1, box nodes_in_box=8" in text
+    assert "2 box instance(s)" in text and "no two runs overlapped" in text
+
+
+@pytest.mark.parametrize("change, what", [
+    ({"code": "t2"}, "code: hpcdl/ tree t1 (1 record(s)); hpcdl/ tree t2 (1 record(s))"),
+    ({"sha": "s2"}, "study file: study file s1"),
+    ({"cpus": 0.4}, "box setting: box nodes_in_box=8, cpus_per_node=0.2"),
+])
+def test_records_of_other_code_study_files_or_box_settings_are_refused_unless_allowed(change, what):
+    recs = [_rec("a", **_later(0)), _rec("b", **change, **_later(1))]
+    with pytest.raises(provenance.MixedRecords, match="--allow-mixed") as err:
+        provenance.check(recs)
+    assert what in str(err.value)
+    prov = provenance.check(recs, allow_mixed=True)
+    assert prov.mixed and "**mixed records**" in prov.lines()[0] and what in prov.lines()[0]
+
+
+def test_runs_that_overlapped_on_the_box_are_named_and_runs_on_other_machines_are_not():
+    a = _rec("a", start="2026-11-24T00:00:00+00:00", end="2026-11-24T00:00:30+00:00")
+    b = _rec("b", start="2026-11-24T00:00:20+00:00", end="2026-11-24T00:00:50+00:00")
+    prov = provenance.check([a, b])
+    assert prov.overlaps == [{"a": "a", "b": "b", "seconds": 10.0,
+                              "from": "2026-11-24T00:00:20+00:00"}]
+    assert "1 pair(s) of runs overlapped" in "\n".join(prov.lines())
+    other = _rec("b", box="another-box", start="2026-11-24T00:00:20+00:00",
+                 end="2026-11-24T00:00:50+00:00")
+    assert provenance.check([a, other]).overlaps == []
+    # back to back is no overlap
+    c = _rec("c", start="2026-11-24T00:00:30+00:00", end="2026-11-24T00:00:40+00:00")
+    assert provenance.check([a, c]).overlaps == []
+
+
+def test_a_record_without_its_start_is_bounded_by_its_timed_training():
+    a = _rec("a", start=None, end="2026-11-24T00:00:30+00:00", wall=20)
+    b = _rec("b", start=None, end="2026-11-24T00:00:15+00:00", wall=5)
+    prov = provenance.check([a, b])
+    assert prov.estimated == 2 and len(prov.overlaps) == 1
+    a2 = _rec("a", start=None, end="2026-11-24T00:00:30+00:00", wall=10)
+    prov = provenance.check([a2, b])
+    assert prov.overlaps == [] and "2 record(s) give only their timed training" in prov.lines()[-1]
+
+
+def _committed():
+    for runs in sorted((ROOT / "results").glob("*/runs.jsonl")):
+        recs = [json.loads(line) for line in runs.read_text().splitlines() if line.strip()]
+        yield runs.parent, [r for r in recs if r.get("kind", "train") == "train"]
+
+
+@pytest.mark.parametrize("folder, recs", list(_committed()), ids=lambda x: getattr(x, "name", ""))
+def test_every_committed_report_pools_alike_records_or_says_what_it_mixed(folder, recs):
+    prov = provenance.check(recs, allow_mixed=True)
+    report = (folder / "report.md").read_text()
+    said_mixed = "--allow-mixed" in report.splitlines()[0] and "**mixed records**" in report
+    assert said_mixed == prov.mixed, f"{folder.name}: mixed {prov.mixed}, report says {said_mixed}"
+    # overlaps are named in the report wherever the records show them
+    assert ("overlapped in time on a machine they shared, so" in report) == bool(prov.overlaps)
