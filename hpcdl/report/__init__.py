@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 
 from . import sections
 from .plots import draw_plots  # matplotlib is imported only when plots are drawn
-from .table import Table
+from .table import Table, stable
 from .. import analysis, costmodel, records
 from ..errors import UserError
 
@@ -99,8 +99,9 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
         _opening(res, runs) + lines
         + ["Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""]))
     js = out / "report.json"
-    js.write_text(json.dumps({**res.as_dict(), **extra}, indent=1, sort_keys=True,
-                             default=_jsonable))
+    js.write_text(json.dumps(stable(json.loads(json.dumps({**res.as_dict(), **extra},
+                                                          default=_jsonable))),
+                             indent=1, sort_keys=True))
     files += [report, js]
     return {"report": report, "json": js, "files": files}
 

@@ -23,6 +23,19 @@ def _f(x, digits=3, pct=False):
     return f"{x:.{digits}f}" if ax < 10 else f"{x:.1f}"
 
 
+def stable(x):
+    """``x`` with every float kept to 10 significant digits (recursively through dicts, lists and
+    tuples), for the CSV and JSON files: a least-squares fit's last bits differ between machines'
+    numpy builds, and a committed report must render the same wherever it is rendered again."""
+    if isinstance(x, float):
+        return float(f"{x:.10g}") if math.isfinite(x) else x
+    if isinstance(x, dict):
+        return {k: stable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [stable(v) for v in x]
+    return x
+
+
 def _ms(x):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.3f}"
 
@@ -56,7 +69,7 @@ class Table:
         w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
         w.writeheader()
         for r in self.raw:
-            w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+            w.writerow({k: ("" if v is None else stable(v)) for k, v in r.items()})
         return buf.getvalue()
 
     def as_json(self) -> dict:

@@ -77,6 +77,8 @@ def test_a_record_without_its_start_is_bounded_by_its_timed_training():
 
 def _committed():
     for runs in sorted((ROOT / "results").glob("*/runs.jsonl")):
+        if not (runs.parent / "report.md").exists():
+            continue                      # records whose report is still to come
         recs = [json.loads(line) for line in runs.read_text().splitlines() if line.strip()]
         yield runs.parent, [r for r in recs if r.get("kind", "train") == "train"]
 
@@ -88,4 +90,4 @@ def test_every_committed_report_pools_alike_records_or_says_what_it_mixed(folder
     said_mixed = "--allow-mixed" in report.splitlines()[0] and "**mixed records**" in report
     assert said_mixed == prov.mixed, f"{folder.name}: mixed {prov.mixed}, report says {said_mixed}"
     # overlaps are named in the report wherever the records show them
-    assert ("overlapped in time on a machine they shared, so" in report) == bool(prov.overlaps)
+    assert ("overlapped in time** on a machine they shared, so" in report) == bool(prov.overlaps)
