@@ -65,7 +65,7 @@ class Table:
             buf.write(f"# command: {command}\n")
         for k, v in self.meta.items():
             buf.write(f"# {k}: {v}\n")
-        keys = list(self.raw[0]) if self.raw else []
+        keys = list(dict.fromkeys(k for r in self.raw for k in r))   # every row's, in order
         w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
         w.writeheader()
         for r in self.raw:
