@@ -140,9 +140,12 @@ def plan_study(study, software: Software, force: bool = False,
                                      args, str(results_dir / "checkpoints" / pid), script_name=name)
         steps.append(Step(pid, point.as_dict(), jobs_dir / name, text, job, spec))
     s = _slurm_settings(study, overrides)
+    # on the box the report job takes the licence too: it runs on a node, and drawing plots
+    # there beside another study's measurement would slow that measurement
     rjob = Job(name=f"hpcdl-{study.name}-report", nodes=1, ntasks_per_node=1, cpus_per_task=1,
                time=str(s.get("report_time") or "00:15:00"), partition=s.get("partition"),
-               account=s.get("account"), signal_lead=None)
+               account=s.get("account"), signal_lead=None,
+               extra=(f"--licenses={box['licence']}:1",) if (box or {}).get("licence") else ())
     rtext = render_report(rjob, software, study.name, str(results_dir), script_name="report.sbatch")
     report = Step("report", {}, jobs_dir / "report.sbatch", rtext, rjob)
     return StudyPlan(study.name, study_path, results_dir, jobs_dir, steps, report, skipped,

@@ -88,10 +88,10 @@ def test_submit_on_a_checked_box_takes_the_points_of_its_link_rate_and_exports_i
     plan = submit.plan_study(st, Software.here(), unchecked_box=True)
     assert [s.point_id for s in plan.steps] == ["n1-r1-ps-none-200mbit-rep0", "n2-r1-ps-none-200mbit-rep0"]
     assert plan.waiting == ["n1-r1-ps-none-1gbit-rep0", "n2-r1-ps-none-1gbit-rep0"]
-    # every point's job takes the box's one licence, so Slurm runs them one at a time
+    # every point's job and the report's take the box's one licence, so Slurm runs them one at a time
     for step in plan.steps:
         assert "#SBATCH --licenses=box:1" in step.text.splitlines()
-    assert "--licenses" not in plan.report.text
+    assert "#SBATCH --licenses=box:1" in plan.report.text.splitlines()
     # a box brought up without the licence would run the points side by side: refused
     (tmp_path / "box.json").write_text(json.dumps({k: v for k, v in BOX.items() if k != "licence"}))
     with pytest.raises(UserError, match="one at a time"):
