@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import budget, convergence, provenance
+from . import budget, convergence, predict, provenance
 from .. import costmodel
 from ..costmodel import Network, PRESETS, StepModel
 from ..records import lookup as _get
@@ -513,6 +513,10 @@ class StudyAnalysis:
     remedies: List[dict] = field(default_factory=list)      # MODEL: what the standard remedies give
     systems: List[dict] = field(default_factory=list)       # asynchronous and pipeline runs' own
     provenance: Optional[provenance.Provenance] = None      # what was pooled (provenance.py)
+    prediction: dict = field(default_factory=dict)          # held-out points, part by part
+    extrapolation_why: str = ""        # why nothing is extrapolated ("" when something is)
+    extrapolation_flat: List[str] = field(default_factory=list)   # networks left out: no effect
+    extrapolation_source: str = ""     # what the extrapolated parameters were fitted to
 
     @property
     def axes(self) -> List[str]:
@@ -526,14 +530,18 @@ class StudyAnalysis:
                 "models": {k: m.as_dict() for k, m in self.models.items()},
                 "extrapolation": {"axis": self.extrapolation_axis, "batch": self.extrapolation_batch,
                                   "gradient_bytes": self.extrapolation_bytes,
-                                  "points": self.extrapolation},
+                                  "points": self.extrapolation,
+                                  "why_none": self.extrapolation_why or None,
+                                  "left_out": self.extrapolation_flat,
+                                  "fitted_to": self.extrapolation_source},
                 "published": {"setup": PUBLISHED_SETUP, "inputs": PUBLISHED_INPUTS,
                               "rows": self.published},
                 "cores": self.cores,
                 "all_points_models": {k: m.as_dict() for k, m in self.all_points_models.items()},
                 "convergence": self.convergence, "budget": self.budget,
                 "remedies": self.remedies, "systems": self.systems,
-                "provenance": self.provenance.as_dict() if self.provenance else None}
+                "provenance": self.provenance.as_dict() if self.provenance else None,
+                "prediction": self.prediction}
 
 
 def declared_scaling(recs: Sequence[dict], given: Optional[str] = None):
@@ -596,15 +604,23 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
     first = order[0] if order else axes(rows)[0]
     base = [r for r in rows if r.axis == first]
     batch = base[0].global_batch if kind == "strong" else base[0].batch_size
-    extra = []
-    if first in models and models[first].compute_probed:
-        nets = dict(PRESETS)
-        if models[first].determined:
-            nets = {"local": Network("measured here (calibrated)", models[first].alpha,
-                                     models[first].beta, "this study's fit"), **nets}
-        extra = extrapolate(models[first], kind, batch, base[0].wire_bytes, nets,
+    # extrapolate only from parameters the runs determine: the model fitted to every point of
+    # the axis, from at least two multi-rank configurations
+    src = everything.get(first) or models.get(first)
+    extra, why, flat = [], _undetermined(src, fit_doc is not None), []
+    if not why:
+        nets = {"local": Network("measured here (calibrated)", src.alpha, src.beta,
+                                 "this study's fit"), **PRESETS}
+        extra = extrapolate(src, kind, batch, base[0].wire_bytes, nets,
                             [p for p in EXTRAPOLATE_RANKS if p <= max_ranks])
+        extra, flat = _network_effect(extra)
     spent = budget.analyse(recs, _row_key, rows)
+    ahead = predict.analyse(recs, _row_key, nodes_max, kind)
+    errors = {(ax["axis"], pt["nodes"]): pt["error"]["step"]
+              for ax in ahead.get("axes", []) for pt in ax["points"] if not pt["fitted"]}
+    for r in rows:
+        if (r.axis, r.nodes) in errors and r.ranks == r.nodes:
+            r.heldout_error = errors[(r.axis, r.nodes)]
     return StudyAnalysis(
         study=name, workload=_get(recs[0], "params", "workload"), scaling=kind,
         scaling_source=source, calibration=f"fit:{fit_label}" if fit_doc else (
@@ -613,13 +629,17 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         records=len(recs), rows=rows, models=models, extrapolation=extra,
         extrapolation_axis=first, extrapolation_batch=batch,
         extrapolation_bytes=base[0].wire_bytes, cores=cores,
-        published=published_comparison(measured_window=_measured_window(models[first])
-                                       if first in models else None),
+        extrapolation_why=why, extrapolation_flat=flat,
+        extrapolation_source=("every point of the axis" if first in everything else
+                              f"{src.configs} multi-rank configurations" if src else ""),
+        published=published_comparison(measured_window=None if why else _measured_window(src)),
         all_points_models=everything,
         convergence=convergence.analyse(recs, lambda rec: axis_name(*record_axis(rec)),
                                         {(r.axis, r.ranks): r.speedup for r in rows}),
-        budget=spent, remedies=remedies(rows, models, spent, kind), systems=systems(recs),
-        provenance=origin)
+        # where the part-by-part prediction gives the remedies (and checks them), it alone does
+        budget=spent, remedies=[] if ahead.get("remedies") else remedies(rows, models, spent, kind),
+        systems=systems(recs),
+        provenance=origin, prediction=ahead)
 
 
 def systems(recs: Sequence[dict]) -> List[dict]:
@@ -708,6 +728,35 @@ def remedies(rows: Sequence[Row], models: Dict[str, StepModel], spent: List[dict
                                "divides by is slow; check the baseline run's notes")
         out.append(row)
     return out
+
+
+def _undetermined(m: Optional[StepModel], from_fit: bool) -> str:
+    """Why a model's parameters cannot be extrapolated ("" when they can)."""
+    if m is None:
+        return "no axis with a timed step"
+    if not m.compute_probed:
+        return "the compute is not probed in these runs, so compute(b) is not determined"
+    if not m.determined:
+        return "α and β are not determined from these runs (" + "; ".join(m.why) + ")"
+    if m.configs < 2 and not from_fit:
+        return (f"the exchange was measured at {m.configs} multi-rank configuration(s), and one "
+                "cannot tell latency from bandwidth nor fix the window and the multi-rank "
+                "compute; measure more rank counts or calibrate from 'hpcdl bench fit' (--fit)")
+    return ""
+
+
+NETWORK_EFFECT = 0.01     # a network whose exchange is under 1% of every step shows no effect
+
+
+def _network_effect(extra: List[dict]):
+    """(the points of networks whose exchange shows in the step, the networks left out): a
+    column whose exchange share stays under ``NETWORK_EFFECT`` at every rank count repeats the
+    compute's ratio, not a network result."""
+    nets = {e["network"] for e in extra}
+    flat = sorted(n for n in nets if all(e["exchange_share"] < NETWORK_EFFECT
+                                         for e in extra if e["network"] == n))
+    labels = {e["network"]: e["label"] for e in extra}
+    return [e for e in extra if e["network"] not in flat], [labels[n] for n in flat]
 
 
 def _model_efficiency(m: StepModel, kind: str, p: int, b: float, nbytes: float, net) -> float:

@@ -144,6 +144,20 @@ def model(ctx: Context) -> Part:
     return Part(tables, _model_markdown(res, _by_name(tables)))
 
 
+@section(files_at=1)
+def prediction(ctx: Context) -> Part:
+    """The points not calibrated on, predicted part by part, beside two baselines and a band."""
+    pred = ctx.res.prediction
+    if not pred:
+        return Part()
+    tables = [_prediction_table(pred)]
+    if pred["cross_rate"]:
+        tables.append(_cross_rate_table(pred))
+    if pred["remedies"]:
+        tables.append(_remedy_table(pred))
+    return Part(tables, _prediction_markdown(pred, _by_name(tables)))
+
+
 @section()
 def runs(ctx: Context) -> Part:
     prov = ctx.res.provenance
@@ -532,6 +546,8 @@ def _budget_markdown(res, by_name) -> List[str]:
                   "leave of the measured loss (the parts are medians of different steps; the "
                   "loss comes from the throughput).", "", t.markdown(), "",
                   f"CSV: `{t.name}.csv`", ""]
+        notes = sorted({(b.get("budget") or {}).get("note") for b in res.budget} - {None})
+        lines += [f"- {n}." for n in notes] + ([""] if notes else [])
     lines += [f"**Stragglers** (a rank ≥ {RATIO:.2f}× the other ranks' median in compute or "
               f"input, costing them ≥ {LOST_SHARE * 100:.0f}% of the step): "
               + ("none named." if not named else ""), ""]
@@ -615,12 +631,14 @@ def _model_markdown(res, by_name) -> List[str]:
               "calibrated on the other repeats only.", ""]
     lines += _prediction_summary(res)
     lines += ["### MODEL extrapolation to larger rank counts", ""]
-    m = res.models[res.extrapolation_axis]
+    m = (res.all_points_models.get(res.extrapolation_axis)
+         or res.models[res.extrapolation_axis])
     if res.extrapolation:
         t = by_name["model-extrapolation"]
         lines += [f"Efficiency predicted for {res.extrapolation_axis} at {res.scaling} scaling "
                   f"(batch {res.extrapolation_batch}, {int(res.extrapolation_bytes):,} gradient "
-                  "bytes), one rank per link, compute and fixed cost as measured here, "
+                  f"bytes) from the model fitted to {res.extrapolation_source}, one rank per "
+                  "link, compute and fixed cost as measured here, "
                   + (f"the exchange hidden behind at most {m.window * 100:.0f}% of the compute "
                      "(measured here), "
                      if m.window_measured else
@@ -632,10 +650,13 @@ def _model_markdown(res, by_name) -> List[str]:
                      f"from these runs ({'; '.join(m.why)})."), "", t.markdown(), "",
                   "Network presets (MODEL parameters): "
                   + "; ".join(f"{n.name}: α = {n.alpha * 1e6:.1f} µs, {n.bandwidth_GBps:.2f} GB/s"
-                              for n in costmodel.PRESETS.values()) + " (90% of the line rate).", ""]
+                              for n in costmodel.PRESETS.values()) + " (90% of the line rate)."
+                  + (" Left out: " + ", ".join(res.extrapolation_flat) + ", whose exchange stays "
+                     f"under {analysis.NETWORK_EFFECT * 100:.0f}% of every step, so its column "
+                     "would repeat the compute's ratio, not show a network effect."
+                     if res.extrapolation_flat else ""), ""]
     else:
-        lines += [f"None: the compute of {res.extrapolation_axis} is not probed in these runs, so "
-                  "the model's compute(b) is not determined and nothing is extrapolated.", ""]
+        lines += [f"None for {res.extrapolation_axis}: {res.extrapolation_why}.", ""]
     lines += _published_markdown(by_name["model-vs-published"])
     return lines
 
@@ -649,7 +670,10 @@ def _prediction_summary(res) -> List[str]:
     lines = ["### MODEL prediction of the points it was not fitted to", "",
              f"Calibrated on {res.calibration}. Error = (predicted − measured) / measured step "
              "time; the band is the prediction's 5–95% range over a bootstrap of the calibration "
-             "points' repeats.", ""]
+             "points' repeats."
+             + (" This whole-step model holds compute at its calibrated value and takes every "
+                "allreduce as a ring; the part-by-part prediction below replaces it for planning."
+                if res.prediction else ""), ""]
     for axis in res.axes:
         sel = [r for r in held if r.axis == axis]
         if sel:
@@ -659,12 +683,154 @@ def _prediction_summary(res) -> List[str]:
     lines += ["", "The same model calibrated on every point of each axis (parameters only, not a "
               "prediction): how the fitted latency α, time per byte β, fixed cost, window and "
               "compute alone (single) "
-              "move between axes (e.g. between link rates).", "",
+              "move between axes (e.g. between link rates). α is what the fit attributes to each "
+              "message of the ring (software, progress, and whatever the ring's terms miss, such "
+              "as another algorithm's), not a measured link latency.", "",
               "| axis | α (µs) | β (ns/B) | fixed (ms) | window | single | determined |",
               "|---|---:|---:|---:|---:|---:|---|"]
     for axis, m in res.all_points_models.items():
         lines.append(f"| {axis} | {m.alpha * 1e6:.1f} | {m.beta * 1e9:.3f} | {m.fixed * 1e3:.2f} | "
                      f"{m.window * 100:.0f}% | {m.single:.2f} | {'yes' if m.determined else 'no: ' + '; '.join(m.why)} |")
+    return lines + [""]
+
+
+def _prediction_table(pred) -> Table:
+    t = Table("prediction-vs-measured", "Prediction beside measurement, part by part",
+              ["axis", "nodes", "point", "allreduce", "compute meas (ms)", "pred", "err",
+               "exchange meas (ms)", "pred", "err", "step meas (ms)", "pred", "err",
+               f"{pred['nominal'] * 100:.0f}% band (ms)", "in band", "naive err",
+               "one-β err"],
+              meta={"calibration": f"runs with at most {pred['nodes_max']} node(s)",
+                    "compute": "the slowest rank's median probe, first probe left out",
+                    "exchange": "the slowest rank's median exchange timed alone",
+                    "band": f"conformal, {pred['nominal'] * 100:.0f}% nominal, "
+                            f"±{_f(pred['band_halfwidth'], pct=True)}",
+                    "naive": "efficiency stays at the largest calibrated point's",
+                    "one_beta": "1-node step + one beta (alpha = 0) from the largest calibrated "
+                                "point's excess"})
+    for ax in pred["axes"]:
+        for pt in ax["points"]:
+            m, p, e = pt["measured"], pt["predicted"], pt["error"]
+            band = pt.get("band")
+            t.add([ax["axis"], pt["nodes"], "fitted" if pt["fitted"] else "PREDICTED",
+                   pt["algorithm"], _ms(m["compute"]), _ms(p["compute"]), _f(e["compute"], pct=True),
+                   _ms(m["exchange"]), _ms(p["exchange"]), _f(e["exchange"], pct=True),
+                   _ms(m["step"]), _ms(p["step"]), _f(e["step"], pct=True),
+                   f"{band[0] * 1e3:.4g}–{band[1] * 1e3:.4g}" if band else "-",
+                   {True: "yes", False: "**no**"}.get(pt.get("inside"), "-"),
+                   _f(pt["naive_error"], pct=True), _f(pt["one_parameter_error"], pct=True)],
+                  {"axis": ax["axis"], "nodes": pt["nodes"], "fitted": pt["fitted"],
+                   "algorithm": pt["algorithm"], "runs": pt["runs"],
+                   **{f"measured_{k}_s": m[k] for k in m}, **{f"model_{k}_s": p[k] for k in p},
+                   **{f"{k}_error": e[k] for k in e}, "band_s": band, "inside": pt.get("inside"),
+                   "naive_step_s": pt["naive"], "naive_error": pt["naive_error"],
+                   "one_parameter_step_s": pt["one_parameter"],
+                   "one_parameter_error": pt["one_parameter_error"]})
+    return t
+
+
+def _cross_rate_table(pred) -> Table:
+    t = Table("prediction-across-rates", "Calibrated at one link rate, predicting another",
+              ["calibrated on", "predicts", "nodes", "step meas (ms)", "pred", "err",
+               "exchange meas (ms)", "pred", "err"],
+              meta={"given": "only the other link rate"})
+    for c in pred["cross_rate"]:
+        t.add([c["calibrated"], c["predicted"], c["nodes"], _ms(c["measured_step"]),
+               _ms(c["model_step"]), _f(c["error"], pct=True), _ms(c["measured_exchange"]),
+               _ms(c["model_exchange"]), _f(c["exchange_error"], pct=True)], dict(c))
+    return t
+
+
+def _remedy_table(pred) -> Table:
+    t = Table("prediction-remedies", "Remedies: the gain predicted, and measured where run",
+              ["axis", "nodes", "remedy", "MODEL E as run", "MODEL E", "MODEL gain",
+               "measured E as run", "measured E", "measured gain", "gain error"],
+              meta={"efficiency": "1-node step / p-node step (weak scaling)"})
+    for r in pred["remedies"]:
+        t.add([r["axis"], r["nodes"], r["remedy"], _f(r["model_efficiency_as_run"], pct=True),
+               _f(r["model_efficiency"], pct=True),
+               "-" if r["model_gain"] is None else f"{r['model_gain']:.3f}×",
+               _f(r["measured_efficiency_as_run"], pct=True), _f(r["measured_efficiency"], pct=True),
+               "-" if r["measured_gain"] is None else f"{r['measured_gain']:.3f}×",
+               _f(r["gain_error"], pct=True)], dict(r))
+    return t
+
+
+def _prediction_markdown(pred, by_name) -> List[str]:
+    h = pred["heldout"]
+    lines = ["## Prediction of the points not calibrated on (MODEL, checked against measurement)",
+             "",
+             f"Calibrated on the runs with at most {pred['nodes_max']} node(s) of each axis "
+             "(`hpcdl.analysis.predict`), every larger point predicted part by part. Compute: the "
+             "1-node compute per sample, grown with the rank count as measured at the largest "
+             "calibrated point (Horovod: 1 + k·log2 p, its background cycle's allreduce; hpcdl's "
+             "own backends: a constant factor beyond one rank), times the expected maximum over "
+             "p ranks of the ranks' compute spread measured at the calibration points (the step "
+             "waits for its slowest rank). Exchange: the bytes on each link of the allreduce "
+             "algorithm the MPI library runs at that rank count and size (named per row; Open "
+             "MPI's fixed decision unless the run pinned one) at the link's payload rate (on the "
+             "box; elsewhere at the time per byte the calibration measured), plus what the "
+             "calibration runs spent beyond that: where the algorithm sends and receives over "
+             "one connection at once (recursive halving and doubling, a ring of two), a share of "
+             "the other direction's bytes (on a shaped link each direction's data queues with "
+             "the other's acknowledgements), else a fixed time per exchange. Step: compute + fixed + exchange − the part hidden behind the measured "
+             "window of compute (none for the parameter server). Beside it, two baselines: "
+             "**naive** (efficiency stays at the largest calibrated point's) and **one-β** (the "
+             "1-node step plus one β, α = 0, from the largest calibrated point's excess).", "",
+             by_name["prediction-vs-measured"].markdown(), ""]
+    for ax in pred["axes"]:
+        m = ax["model"]
+        lines.append(f"- **{ax['axis']}**: compute {m['per_sample_s'] * 1e6:.1f} µs/sample at one "
+                     f"rank, growth {m['growth']} with k = {m['k']:.3f}; spread from "
+                     f"{m['probe_draws']} probes and {m['rank_draws']} rank medians; fixed "
+                     f"{m['fixed_s'] * 1e3:.1f} ms; window {m['window'] * 100:.0f}%; "
+                     + (f"exchange: link bytes at the link's payload rate, "
+                        + (f"+{m['duplex'] * 100:.0f}% of the other direction's where both "
+                           "ways share a connection" if m["duplex"] else
+                           f"+{m['per_exchange_s'] * 1e3:.1f} ms per exchange")
+                        if m["rated"] else
+                        f"{m['seconds_per_link_byte'] * 1e9:.3f} ns per link byte"
+                        if m["seconds_per_link_byte"] is not None else "exchange not measured")
+                     + ".")
+    if h["points"]:
+        mae = h["mae_model"]
+        half = h["mae_one_parameter"] / 2 if h["mae_one_parameter"] is not None else None
+        verdict = ("" if mae is None or half is None else
+                   " The model's error is at most half the one-β baseline's." if mae <= half else
+                   " The model does **not** reach half the one-β baseline's error."
+                   if mae < h["mae_one_parameter"] else
+                   " The model does **not** beat the one-β baseline.")
+        lines += ["", f"Held-out points: {h['points']}. Step within 10%: {h['within_10']} of "
+                  f"{h['points']}; compute and exchange each within 15%: {h['parts_within_15']} "
+                  f"of {h['points']}. Mean absolute step error: model {_f(mae, pct=True)}, naive "
+                  f"{_f(h['mae_naive'], pct=True)}, one-β {_f(h['mae_one_parameter'], pct=True)} "
+                  f"(compute {_f(h['mae_compute'], pct=True)}, exchange "
+                  f"{_f(h['mae_exchange'], pct=True)})." + verdict]
+        if pred["band_halfwidth"] is None:
+            lines.append(f"No band: {pred['band_residuals']} out-of-sample residual(s) are too "
+                         f"few for a {pred['nominal'] * 100:.0f}% conformal quantile.")
+        else:
+            lines.append(f"Band: ±{_f(pred['band_halfwidth'], pct=True)}, the "
+                         f"{pred['nominal'] * 100:.0f}% conformal quantile of "
+                         f"{pred['band_residuals']} out-of-sample errors (each multi-rank "
+                         "calibration run predicted by the model calibrated without its repeat, "
+                         f"all axes pooled); nominal coverage {pred['nominal'] * 100:.0f}%, "
+                         f"measured {h['covered']} of {h['banded']} held-out points "
+                         f"({_f(h['coverage'], pct=True)}).")
+    if pred["cross_rate"]:
+        errs = [abs(c["error"]) for c in pred["cross_rate"] if c["error"] is not None]
+        lines += ["", "Across link rates: each axis's model, calibrated at its rate, predicting "
+                  "the same configuration's held-out points at the other rate, given only that "
+                  f"rate: {sum(e <= 0.15 for e in errs)} of {len(errs)} within 15%.", "",
+                  by_name["prediction-across-rates"].markdown()]
+    if pred["remedies"]:
+        lines += ["", "**What to try** (MODEL, checked where run): at the largest point of each "
+                  "uncompressed axis, the efficiency the model above predicts with fp16 gradients "
+                  "(half the bytes on every link) and with twice the batch per rank (twice the "
+                  "compute per exchange), and its gain over the efficiency it predicts as run. "
+                  "Measured: fp16 by this study's fp16 axis; twice the batch by a study of the same "
+                  "workload with that batch (`benchmarks/remedy_check.py` sets the two side by "
+                  "side).", "", by_name["prediction-remedies"].markdown()]
     return lines + [""]
 
 

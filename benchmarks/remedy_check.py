@@ -1,0 +1,59 @@
+#!/usr/bin/env python
+"""Do the remedies a weak-scaling report predicts deliver their gain? Predicted beside measured.
+
+For the largest point of each uncompressed axis of a study calibrated on its smallest node counts,
+:func:`hpcdl.analysis.predict.remedies` gives the efficiency the part-by-part model predicts with
+each remedy (fp16 gradients; twice the batch per rank) and the gain over the efficiency it
+predicts as run. The measured gain comes from the same study's fp16 axis (same box, same commit)
+and from a second study of the same workload with the remedy applied (twice the batch).
+
+    python benchmarks/remedy_check.py results/box-cnn-weak results/box-cnn-b256-weak \\
+        > results/remedy-check.txt
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hpcdl.analysis import _row_key, declared_nodes_max, predict  # noqa: E402
+
+
+def load(folder: Path):
+    path = folder / "runs.jsonl" if folder.is_dir() else folder
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in recs if r.get("kind", "train") == "train"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("study", type=Path, help="the study's results folder (calibrated on ≤ N nodes)")
+    ap.add_argument("remedied", type=Path, nargs="*",
+                    help="results folders of the same workload run with a remedy applied")
+    a = ap.parse_args(argv)
+    recs = load(a.study)
+    others = [r for f in a.remedied for r in load(f)]
+    res = predict.analyse(recs, _row_key, declared_nodes_max(recs) or 2, "weak", others)
+    print(f"# python benchmarks/remedy_check.py {a.study} {' '.join(map(str, a.remedied))}")
+    print("# model: calibrated on each axis's runs with at most "
+          f"{res.get('nodes_max')} node(s); efficiency = 1-node step / p-node step")
+    print(f"{'axis':24s} {'nodes':>5s}  {'remedy':26s} {'E model':>8s} {'gain model':>10s} "
+          f"{'E meas':>8s} {'gain meas':>9s} {'gain err':>8s}")
+    for r in res.get("remedies", []):
+        def pct(x):
+            return "-" if x is None else f"{x * 100:.1f}%"
+
+        def ratio(x):
+            return "-" if x is None else f"{x:.3f}x"
+        print(f"{r['axis']:24s} {r['nodes']:5d}  {r['remedy']:26s} {pct(r['model_efficiency']):>8s} "
+              f"{ratio(r['model_gain']):>10s} {pct(r['measured_efficiency']):>8s} "
+              f"{ratio(r['measured_gain']):>9s} {pct(r['gain_error']):>8s}")
+        print(f"{'':24s} {'':5s}  {'  (as run)':26s} {pct(r['model_efficiency_as_run']):>8s} "
+              f"{'':>10s} {pct(r['measured_efficiency_as_run']):>8s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

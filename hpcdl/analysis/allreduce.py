@@ -1,0 +1,102 @@
+"""What the MPI library runs and what each link carries: Open MPI's allreduce decision, the
+algorithm a record's exchange ran, the bytes each rank's link carries in it, and whether it sends
+and receives over one connection at once. Numpy-free."""
+from __future__ import annotations
+
+import math
+
+from .. import costmodel
+from ..records import lookup as _get
+
+FRAMING = 1448.0 / 1514.0      # TCP payload per Ethernet frame (MSS 1448 with timestamps in a
+#                                1500-byte MTU, 14 bytes of Ethernet header that tbf counts)
+
+# Open MPI's tuned allreduce algorithms (coll_tuned_allreduce_algorithm)
+OMPI_ALLREDUCE = {1: "linear", 2: "nonoverlapping", 3: "recursive doubling", 4: "ring",
+                  5: "segmented ring", 6: "rabenseifner"}
+
+
+def ompi_allreduce(p: int, nbytes: float) -> int:
+    """The allreduce algorithm Open MPI 4.1's tuned module picks by its fixed rules
+    (ompi_coll_tuned_allreduce_intra_dec_fixed, commutative operations) for ``p`` ranks and a
+    message of ``nbytes``."""
+    n = nbytes
+    if p < 4:
+        for limit, alg in ((8, 4), (4096, 3), (8192, 4), (16384, 3), (65536, 4), (262144, 5)):
+            if n < limit:
+                return alg
+        return 6
+    if p < 8:
+        return 4 if n < 16 else 3 if n < 8192 else 6
+    if p < 16:
+        return 3 if n < 8192 else 6
+    if p < 32:
+        return 5 if n < 64 else 3 if n < 4096 else 6
+    if p < 64:
+        return 5 if n < 128 else 6
+    if p < 128:
+        return 3 if n < 262144 else 6
+    if p < 256:
+        return 2 if n < 131072 else 3 if n < 262144 else 6
+    if p < 512:
+        return 2 if n < 4096 else 6
+    if p < 2048:
+        return 2 if n < 2048 else 3 if n < 16384 else 6
+    if p < 4096:
+        return 2 if n < 2048 else 5 if n < 4096 else 3 if n < 16384 else 6
+    return 2 if n < 2048 else 5 if n < 16384 else 3 if n < 32768 else 6
+
+
+def link_bytes(algorithm: str, n: float, p: int) -> float:
+    """Bytes one rank's link carries each way in one allreduce of ``n`` bytes on ``p`` ranks
+    (one rank per node)."""
+    if p <= 1:
+        return 0.0
+    lg = math.log2(p)
+    if algorithm in ("ring", "segmented ring"):
+        return 2.0 * (p - 1) / p * n
+    if algorithm == "rabenseifner":
+        q = 2 ** int(lg)                      # the ranks beyond a power of two fold in first
+        return 2.0 * (q - 1) / q * n + (2.0 * n if q < p else 0.0)
+    if algorithm == "recursive doubling":
+        return math.ceil(lg) * n
+    if algorithm in ("linear", "nonoverlapping", "ps"):
+        return 2.0 * (p - 1) * n              # the root's link carries everyone's buffer
+    if algorithm == "allgather":
+        return (p - 1) * n
+    raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")
+
+
+def pairwise(algorithm: str, p: int) -> bool:
+    """Whether every step of the algorithm sends to and receives from the same peer at once
+    (one connection carrying data both ways): recursive halving and doubling always; a ring of
+    two ranks, whose left and right neighbour are one rank. The ring of three or more sends to
+    one neighbour and receives from another; a parameter server gathers, then sends back."""
+    if p < 2:
+        return False
+    if algorithm in ("rabenseifner", "recursive doubling"):
+        return True
+    return algorithm in ("ring", "segmented ring", "allgather") and p == 2
+
+
+def algorithm_of(rec: dict, p: int, nbytes: float) -> str:
+    """The allreduce algorithm a record's exchange ran at ``p`` ranks: hpcdl's own for its ring
+    and parameter server, the MPI library's (pinned in the run's environment, or Open MPI's fixed
+    decision) for Horovod over MPI and the mpi backend."""
+    params = rec.get("params") or {}
+    backend, comp = params.get("backend", "horovod"), params.get("compression", "none")
+    own = costmodel.algorithm_for(backend, comp)
+    if own != "ring" or backend not in ("horovod", "mpi"):
+        return own
+    env = _get(rec, "manifest", "env") or {}
+    if str(env.get("HOROVOD_CONTROLLER", "")).lower() == "gloo":
+        return "ring"
+    pinned = str(env.get("OMPI_MCA_coll_tuned_allreduce_algorithm", "0"))
+    if str(env.get("OMPI_MCA_coll_tuned_use_dynamic_rules", "0")) == "1" and pinned not in ("", "0"):
+        return OMPI_ALLREDUCE.get(int(pinned), "ring")
+    return OMPI_ALLREDUCE[ompi_allreduce(p, nbytes)]
+
+
+def on_link(algorithm: str, wire: float, p: int, rate: float) -> float:
+    """Seconds the link's bytes take one way at the payload rate of a ``rate`` bit/s link."""
+    return link_bytes(algorithm, wire, p) / (rate / 8.0 * FRAMING)

@@ -1,0 +1,383 @@
+"""Held-out prediction: a study calibrated on its runs with at most N nodes predicts its larger
+points part by part (compute, exchange, step), checked at every point it was not fitted to,
+beside two baselines, with bands from its own out-of-sample error and their measured coverage.
+
+The parts, for p ranks (one per node) at per-rank batch b, from the calibration runs only:
+
+- **compute** of one rank is ``center(p, b) = c·b·(1 + k·log2 p)``: c per sample from the 1-node
+  runs (compute proportional to the batch), k from the largest calibrated p. The log2 p is
+  Horovod's background cycle: every cycle (1 ms) its ranks agree on what is ready by a small
+  allreduce, which Open MPI runs by recursive doubling (log2 p rounds of messages), and on a node
+  with a fraction of a core that work is taken from compute. A step waits for its slowest rank,
+  so the step's compute is ``center × E[max of p draws]`` of the ranks' probes relative to their
+  run's center (the spread measured at the calibration points, first probe of each rank left out:
+  it traces the graph), and the slowest rank's median probe, the figure records carry, is
+  ``center × E[max of p draws]`` of the ranks' medians relative to their run's.
+- **exchange** timed alone is the bytes the allreduce algorithm puts on each link: the algorithm
+  the MPI library runs at that rank count and size (Open MPI's fixed decision, or the one the run
+  pinned with ``coll_tuned_allreduce_algorithm``; hpcdl's own ring and parameter server as they
+  are written), over one effective link throughput measured at the calibration points. On the
+  cluster box that throughput is kept as a share of the link rate, so a run at another rate is
+  predicted from its rate alone. The latency term is left out: one multi-rank node count cannot
+  tell it from bandwidth, and the box's links add none.
+- **step** = step compute + fixed + exchange − min(exchange, window × step compute): fixed is
+  the 1-node step beyond its compute, window the share of the compute the exchange hid behind
+  at the calibration points (0 for the parameter server, whose exchange follows the backward
+  pass).
+
+Baselines, on the same calibration points: *naive*, efficiency stays at its largest calibrated
+point's; *one-parameter*, the 1-node step plus one β (α = 0) from the largest calibrated point's
+excess over it, with the ring's (or the parameter server's) coefficient. The band is conformal:
+the 90% quantile of the relative errors of predicting each calibration run left out of the
+calibration (leave one repeat out, pooled over the study's axes), applied to the prediction;
+its coverage is then counted on the held-out points.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .allreduce import algorithm_of, link_bytes, on_link, pairwise
+from .baselines import conformal_quantile, naive, one_parameter, scores
+from .. import costmodel
+from ..records import lookup as _get
+
+NOMINAL = 0.90                 # the band's nominal coverage
+
+
+def expected_max(values: Sequence[float], p: int) -> float:
+    """E[max of p independent draws] from the empirical distribution of ``values``."""
+    x = np.sort(np.asarray(values, dtype=float))
+    n = x.size
+    if n == 0:
+        return 1.0
+    i = np.arange(1, n + 1)
+    return float(np.sum(x * ((i / n) ** p - ((i - 1) / n) ** p)))
+
+
+# --- what a record measured ---------------------------------------------------------------------
+
+def _probes(rank: dict, key: str) -> List[float]:
+    """A rank's probes without the first (it traces the graph), else its median."""
+    probes = rank.get(f"{key}_probes_s") or []
+    if len(probes) >= 2:
+        return [float(v) for v in probes[1:]]
+    return [float(rank[f"{key}_s"])] if rank.get(f"{key}_s") is not None else []
+
+
+def measured(rec: dict) -> Optional[dict]:
+    """compute (slowest rank's median probe), exchange (slowest rank's median probe, timed
+    alone), the step and the ranks' probes relative to their run's center; None without probes."""
+    ranks = _get(rec, "metrics", "ranks") or []
+    comp = [_probes(r, "compute") for r in ranks]
+    comp = [c for c in comp if c]
+    step = _get(rec, "metrics", "step_time", "median")
+    split = _get(rec, "metrics", "split") or {}
+    if not comp and split.get("method") == "timed" and split.get("compute_s") and step:
+        # a flat backend's phases timed around its calls on rank 0, no probes to spread
+        return {"compute": float(split["compute_s"]), "center": float(split["compute_s"]),
+                "step": float(step), "exchange": split.get("exchange_s"),
+                "probe_dev": [], "rank_dev": []}
+    if not comp or step is None:
+        return None
+    center = float(np.median([v for c in comp for v in c]))
+    medians = [float(np.median(c)) for c in comp]
+    exch = [float(np.median(e)) for e in (_probes(r, "exchange") for r in ranks) if e]
+    return {"compute": max(medians), "center": center, "step": float(step),
+            "exchange": max(exch) if exch else None,
+            "probe_dev": [v / center for c in comp for v in c],
+            "rank_dev": [m / center for m in medians] if len(medians) > 1 else []}
+
+
+# --- the model ----------------------------------------------------------------------------------
+
+class PartModel:
+    """compute, exchange and step of one axis, calibrated on its points with at most
+    ``nodes_max`` nodes (see the module's docstring)."""
+
+    def __init__(self, cal: Sequence[dict], backend: str):
+        one = [c for c in cal if c["ranks"] == 1]
+        if not one:
+            raise ValueError("no 1-node run among the calibration points")
+        self.per_sample = float(np.median([c["m"]["center"] / c["batch"] for c in one]))
+        self.probe_dev = [d for c in cal for d in c["m"]["probe_dev"]]
+        self.rank_dev = [d for c in cal for d in c["m"]["rank_dev"]]
+        multi = [c for c in cal if c["ranks"] > 1]
+        self.p_cal = max((c["ranks"] for c in multi), default=1)
+        top = [c for c in multi if c["ranks"] == self.p_cal]
+        # Horovod's cycle talks to log2 p ranks every millisecond; hpcdl's own backends have no
+        # background thread, so what slows their compute among several ranks does not grow with p
+        self.growth = "log2 p" if backend == "horovod" else "constant"
+        self.k = 0.0
+        if top:
+            ratio = float(np.median([c["m"]["center"] / (self.per_sample * c["batch"]) for c in top]))
+            self.k = (ratio - 1.0) / (math.log2(self.p_cal) if self.growth == "log2 p" else 1.0)
+        self.fixed = float(np.median([max(0.0, c["m"]["step"] - self.step_compute(1, c["batch"]))
+                                      for c in one]))
+        # the exchange: each link's bytes at the link's payload rate, plus what the calibration
+        # runs spent beyond that: where the algorithm exchanges both ways over one connection, a
+        # share ``duplex`` of the other direction's bytes (data one way queues with the other
+        # way's acknowledgements on a shaped link); else a fixed time per exchange
+        self.duplex = self.per_exchange = 0.0
+        self.seconds_per_byte = None
+        ex = [c for c in multi if c["m"]["exchange"]]
+        rates = {c["rate"] for c in ex}
+        self.rated = bool(ex) and all(rates)
+        if ex and self.rated:
+            pair = [c for c in ex if pairwise(c["algorithm"], c["ranks"])]
+            if pair:
+                self.duplex = float(np.median([
+                    c["m"]["exchange"] / on_link(c["algorithm"], c["wire"], c["ranks"], c["rate"])
+                    - 1.0 for c in pair]))
+            else:
+                self.per_exchange = max(0.0, float(np.median([
+                    c["m"]["exchange"] - on_link(c["algorithm"], c["wire"], c["ranks"], c["rate"])
+                    for c in ex])))
+        elif ex:
+            lb = np.array([link_bytes(c["algorithm"], c["wire"], c["ranks"]) for c in ex])
+            t = np.array([c["m"]["exchange"] for c in ex])
+            self.seconds_per_byte = float(np.dot(lb, t) / np.dot(lb, lb))
+        # the window: the share of the step's compute the exchange hid behind
+        self.window = 0.0
+        if backend != "ps" and ex:
+            shares = [(self.step_compute(c["ranks"], c["batch"]) + self.fixed + c["m"]["exchange"]
+                       - c["m"]["step"]) / self.step_compute(c["ranks"], c["batch"]) for c in ex]
+            self.window = float(min(1.0, max(0.0, np.median(shares))))
+
+    def center(self, p: int, b: float) -> float:
+        grow = math.log2(p) if self.growth == "log2 p" else float(p > 1)
+        return self.per_sample * b * (1.0 + self.k * grow)
+
+    def step_compute(self, p: int, b: float) -> float:
+        return self.center(p, b) * expected_max(self.probe_dev, p)
+
+    def compute(self, p: int, b: float) -> float:
+        """The slowest rank's median compute."""
+        return self.center(p, b) * (expected_max(self.rank_dev, p) if p > 1 else 1.0)
+
+    def exchange(self, p: int, algorithm: str, wire: float, rate: float) -> Optional[float]:
+        if p <= 1:
+            return 0.0
+        if self.rated and rate:
+            both = self.duplex if pairwise(algorithm, p) else 0.0
+            return on_link(algorithm, wire, p, rate) * (1.0 + both) + self.per_exchange
+        if self.seconds_per_byte is not None:
+            return link_bytes(algorithm, wire, p) * self.seconds_per_byte
+        return None
+
+    def step(self, p: int, b: float, algorithm: str, wire: float, rate: float) -> Optional[float]:
+        e = self.exchange(p, algorithm, wire, rate)
+        if e is None:
+            return None
+        c = self.step_compute(p, b)
+        return c + self.fixed + e - min(e, self.window * c)
+
+    def as_dict(self) -> dict:
+        return {"per_sample_s": self.per_sample, "growth": self.growth, "k": self.k, "calibrated_p": self.p_cal,
+                "fixed_s": self.fixed, "window": self.window, "rated": self.rated,
+                "duplex": self.duplex, "per_exchange_s": self.per_exchange,
+                "seconds_per_link_byte": self.seconds_per_byte,
+                "probe_draws": len(self.probe_dev), "rank_draws": len(self.rank_dev),
+                "step_max_factor_2": expected_max(self.probe_dev, 2)}
+
+
+# --- the study ----------------------------------------------------------------------------------
+
+def _points(recs: Sequence[dict], row_key) -> Dict[tuple, List[dict]]:
+    out: Dict[tuple, List[dict]] = {}
+    for rec in recs:
+        if rec.get("kind", "train") != "train" or rec.get("status", "ok") != "ok":
+            continue
+        m = measured(rec)
+        if m is None:
+            continue
+        p = int(_get(rec, "layout", "size") or 1)
+        if int(_get(rec, "layout", "nodes") or 1) != p:
+            continue                                # the model is one rank per node
+        params = rec.get("params") or {}
+        grad = int(rec.get("gradient_bytes") or 0)
+        wire = float(costmodel.wire_bytes(grad // 4, params.get("compression", "none")))
+        out.setdefault(row_key(rec), []).append({
+            "m": m, "ranks": p, "batch": int(params.get("batch_size") or 0), "wire": wire,
+            "rate": float(_get(rec, "box", "link_bits_per_s") or 0.0),
+            "algorithm": algorithm_of(rec, p, wire), "backend": params.get("backend", "horovod"),
+            "repeat": int(_get(rec, "point", "repeat", default=0))})
+    return out
+
+
+def _med(runs: List[dict], key: str) -> Optional[float]:
+    vals = [r["m"][key] for r in runs if r["m"][key] is not None]
+    return float(np.median(vals)) if vals else None
+
+
+def _summary(runs: List[dict]) -> dict:
+    r0 = runs[0]
+    return {"ranks": r0["ranks"], "batch": r0["batch"], "wire": r0["wire"], "rate": r0["rate"],
+            "algorithm": r0["algorithm"], "step": _med(runs, "step"),
+            "compute": _med(runs, "compute"), "exchange": _med(runs, "exchange")}
+
+
+def _fit(cal: Dict[int, List[dict]], backend: str) -> PartModel:
+    """The model from the calibration runs: each run's own figures, the medians where pooled."""
+    pooled = []
+    for p, runs in sorted(cal.items()):
+        s = _summary(runs)
+        m = {"center": _med(runs, "center"), "step": s["step"], "exchange": s["exchange"],
+             "probe_dev": [d for r in runs for d in r["m"]["probe_dev"]],
+             "rank_dev": [d for r in runs for d in r["m"]["rank_dev"]]}
+        pooled.append({**s, "m": m})
+    return PartModel(pooled, backend)
+
+
+def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
+            remedied: Sequence[dict] = ()) -> dict:
+    """Per axis, the model's and the baselines' predictions of every point; the errors at the
+    held-out points, the band and its coverage; the remedies' predicted gains, measured where
+    the study (fp16) or ``remedied`` (the records of the same workload run with a remedy
+    applied, e.g. twice the batch) ran them. Empty when the study declares no calibration
+    subset or its records carry no probes."""
+    if not nodes_max:
+        return {}
+    pts = _points(recs, row_key)
+    axes = sorted({k[0] for k in pts})
+    out_axes, loro = [], []
+    for axis in axes:
+        by_p = {k[1]: v for k, v in pts.items() if k[0] == axis}
+        cal = {p: v for p, v in by_p.items() if p <= nodes_max}
+        if 1 not in cal or len(cal) < 2 or len(by_p) == len(cal):
+            continue
+        backend = next(iter(by_p.values()))[0]["backend"]
+        model = _fit(cal, backend)
+        cal_rows = [_summary(v) for _, v in sorted(cal.items())]
+        # leave one repeat out: the error of predicting a calibration run not calibrated on
+        for rep in sorted({r["repeat"] for v in cal.values() for r in v}):
+            kept = {p: [r for r in v if r["repeat"] != rep] for p, v in cal.items()}
+            if any(not v for v in kept.values()):
+                continue
+            m = _fit(kept, backend)
+            for p, v in cal.items():
+                for r in v:
+                    pred = m.step(p, r["batch"], r["algorithm"], r["wire"], r["rate"])
+                    if r["repeat"] == rep and p > 1 and pred is not None:
+                        loro.append((pred - r["m"]["step"]) / r["m"]["step"])
+        points = []
+        for p, runs in sorted(by_p.items()):
+            s = _summary(runs)
+            pred = {"compute": model.compute(p, s["batch"]),
+                    "exchange": model.exchange(p, s["algorithm"], s["wire"], s["rate"]),
+                    "step": model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"])}
+            points.append({"nodes": p, "ranks": p, "fitted": p <= nodes_max, "runs": len(runs),
+                           "algorithm": s["algorithm"],
+                           "measured": {k: s[k] for k in ("compute", "exchange", "step")},
+                           "predicted": pred,
+                           "error": {k: _err(pred[k], s[k]) for k in pred},
+                           "naive": naive(cal_rows, p, s["batch"], kind),
+                           "one_parameter": one_parameter(cal_rows, p, s["batch"], s["wire"],
+                                                          backend)})
+        out_axes.append({"axis": axis, "backend": backend, "model": model.as_dict(),
+                         "points": points, "_model": model, "_by_p": by_p})
+    if not out_axes:
+        return {}
+    q = conformal_quantile([abs(e) for e in loro], NOMINAL)
+    held = []
+    for ax in out_axes:
+        for pt in ax["points"]:
+            step = pt["predicted"]["step"]
+            pt["band"] = ([step * (1 - q), step * (1 + q)]
+                          if step is not None and q is not None else None)
+            pt["naive_error"] = _err(pt["naive"], pt["measured"]["step"])
+            pt["one_parameter_error"] = _err(pt["one_parameter"], pt["measured"]["step"])
+            if not pt["fitted"]:
+                pt["inside"] = (None if pt["band"] is None else
+                                pt["band"][0] <= pt["measured"]["step"] <= pt["band"][1])
+                held.append(pt)
+    cross = cross_rate(out_axes, nodes_max)
+    others = {}
+    for key, runs in _points(remedied, row_key).items():
+        others.setdefault(key[0], {})[key[1]] = runs
+    fixes = remedies(out_axes, kind, [{"axis": a, "_by_p": v} for a, v in others.items()])
+    for ax in out_axes:
+        del ax["_model"], ax["_by_p"]
+    return {"nodes_max": nodes_max, "nominal": NOMINAL, "band_halfwidth": q,
+            "band_residuals": len(loro), "axes": out_axes,
+            "heldout": scores(held), "cross_rate": cross, "remedies": fixes}
+
+
+REMEDIES = (("fp16 gradients", 1, 0.5), ("twice the batch per rank", 2, 1.0))
+
+
+def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> List[dict]:
+    """For the largest point of each uncompressed axis (weak scaling): the efficiency the model
+    predicts with each remedy (fp16 gradients: half the bytes; twice the batch per rank) beside
+    the one it predicts as run, so the predicted gain; and the measured gain where the remedy was
+    run: fp16 by the same study's fp16 axis at the same rate, a larger batch by ``others`` (a
+    study of the same workload with another batch, its axes as :func:`analyse` returns them)."""
+    if kind != "weak":
+        return []
+    out = []
+    for ax in out_axes:
+        base, _, rate = ax["axis"].partition("@")
+        if not base.endswith("/none") or ax["backend"] == "ps":
+            continue
+        model, by_p = ax["_model"], ax["_by_p"]
+        p = max(by_p)
+        if p <= 1 or 1 not in by_p:
+            continue
+        s1, sp = _summary(by_p[1]), _summary(by_p[p])
+
+        def efficiency(batch, wire):
+            t1 = model.step(1, batch, sp["algorithm"], wire, sp["rate"])
+            tp = model.step(p, batch, sp["algorithm"], wire, sp["rate"])
+            return None if t1 is None or tp is None else t1 / tp
+        e0 = efficiency(sp["batch"], sp["wire"])
+        measured0 = s1["step"] / sp["step"]
+        for name, bmul, wmul in REMEDIES:
+            e = efficiency(sp["batch"] * bmul, sp["wire"] * wmul)
+            meas = None
+            twin = ([a for a in out_axes if a["axis"] == base.replace("/none", "/fp16")
+                     + (f"@{rate}" if rate else "")] if wmul != 1 else
+                    [a for a in others if a["axis"] == ax["axis"]])
+            for t in twin:
+                if p in t["_by_p"] and 1 in t["_by_p"]:
+                    r1, rp = _summary(t["_by_p"][1]), _summary(t["_by_p"][p])
+                    if rp["batch"] == sp["batch"] * bmul:
+                        meas = r1["step"] / rp["step"]
+            out.append({"axis": ax["axis"], "nodes": p, "remedy": name,
+                        "model_efficiency": e, "model_efficiency_as_run": e0,
+                        "model_gain": None if e is None or not e0 else e / e0,
+                        "measured_efficiency": meas, "measured_efficiency_as_run": measured0,
+                        "measured_gain": None if meas is None else meas / measured0})
+    for r in out:
+        r["gain_error"] = (None if r["measured_gain"] is None or r["model_gain"] is None else
+                           (r["model_gain"] - r["measured_gain"]) / r["measured_gain"])
+    return out
+
+
+def cross_rate(out_axes: List[dict], nodes_max: int) -> List[dict]:
+    """Each axis's model, calibrated at its link rate, predicting the held-out points of the
+    same configuration at another rate, given only that rate."""
+    out = []
+    for a in out_axes:
+        for b in out_axes:
+            base_a, _, rate_a = a["axis"].partition("@")
+            base_b, _, rate_b = b["axis"].partition("@")
+            if a is b or base_a != base_b or not rate_a or not rate_b or rate_a == rate_b:
+                continue
+            for p, runs in sorted(b["_by_p"].items()):
+                if p <= nodes_max:
+                    continue
+                s = _summary(runs)
+                pred = a["_model"].step(p, s["batch"], s["algorithm"], s["wire"], s["rate"])
+                ex = a["_model"].exchange(p, s["algorithm"], s["wire"], s["rate"])
+                out.append({"calibrated": a["axis"], "predicted": b["axis"], "nodes": p,
+                            "measured_step": s["step"], "model_step": pred,
+                            "error": _err(pred, s["step"]),
+                            "measured_exchange": s["exchange"], "model_exchange": ex,
+                            "exchange_error": _err(ex, s["exchange"])})
+    return out
+
+
+def _err(pred, meas) -> Optional[float]:
+    return None if pred is None or not meas else (pred - meas) / meas

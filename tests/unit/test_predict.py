@@ -1,0 +1,245 @@
+"""The part-by-part prediction of held-out points (hpcdl.analysis.predict): the MPI library's
+allreduce decision, the bytes on each link, the expected slowest rank, the calibration from the
+smallest node counts recovering a study made by known parts, the two baselines, the conformal
+band and its coverage, the prediction across link rates, and the remedies' gains."""
+import math
+import random
+
+import pytest
+
+from hpcdl import analysis, costmodel
+from hpcdl.analysis import allreduce, baselines, predict
+from hpcdl.report import sections
+
+MB = 4_617_088          # box-cnn-weak's gradient bytes
+
+
+def test_open_mpi_fixed_decision_for_the_sizes_training_exchanges():
+    # 4.6 MB (fp32) and 2.3 MB (fp16) on 2..8 ranks: Rabenseifner (6) everywhere
+    for p in (2, 3, 4, 5, 8):
+        for n in (MB, MB / 2):
+            assert allreduce.ompi_allreduce(p, n) == 6
+    # small messages: recursive doubling (3) or ring (4), by the communicator's size
+    assert allreduce.ompi_allreduce(2, 4) == 4 and allreduce.ompi_allreduce(2, 1000) == 3
+    assert allreduce.ompi_allreduce(2, 100_000) == 5
+    assert allreduce.ompi_allreduce(4, 8) == 4 and allreduce.ompi_allreduce(4, 4096) == 3
+    assert allreduce.ompi_allreduce(8, 4096) == 3 and allreduce.ompi_allreduce(300, 1000) == 2
+
+
+def _rec(p, backend="horovod", compression="none", env=None):
+    return {"params": {"backend": backend, "compression": compression},
+            "manifest": {"env": env or {}}}
+
+
+def test_the_algorithm_a_record_ran_pinned_or_decided():
+    assert allreduce.algorithm_of(_rec(4), 4, MB) == "rabenseifner"
+    pinned = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+              "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}
+    assert allreduce.algorithm_of(_rec(4, env=pinned), 4, MB) == "ring"
+    # a pinned algorithm without dynamic rules is ignored by Open MPI, and so here
+    assert allreduce.algorithm_of(_rec(4, env={"OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}),
+                                4, MB) == "rabenseifner"
+    assert allreduce.algorithm_of(_rec(4, backend="ps"), 4, MB) == "ps"
+    assert allreduce.algorithm_of(_rec(4, backend="ring"), 4, MB) == "ring"
+    assert allreduce.algorithm_of(_rec(4, env={"HOROVOD_CONTROLLER": "gloo"}), 4, MB) == "ring"
+
+
+def test_bytes_on_a_link_and_which_algorithms_exchange_both_ways_with_one_peer():
+    n = 1000.0
+    assert allreduce.link_bytes("ring", n, 4) == pytest.approx(1500)
+    assert allreduce.link_bytes("rabenseifner", n, 8) == pytest.approx(1750)
+    assert allreduce.link_bytes("rabenseifner", n, 6) == pytest.approx(1500 + 2000)   # 2 fold in
+    assert allreduce.link_bytes("recursive doubling", n, 8) == pytest.approx(3000)
+    assert allreduce.link_bytes("ps", n, 4) == pytest.approx(6000)
+    assert allreduce.link_bytes("ring", n, 1) == 0
+    assert allreduce.pairwise("rabenseifner", 8) and allreduce.pairwise("ring", 2)
+    assert not allreduce.pairwise("ring", 4) and not allreduce.pairwise("ps", 2)
+
+
+def test_expected_maximum_of_draws():
+    assert predict.expected_max([1.0, 2.0], 1) == pytest.approx(1.5)
+    assert predict.expected_max([1.0, 2.0], 2) == pytest.approx(1.75)
+    assert predict.expected_max([1.0, 2.0, 3.0], 50) == pytest.approx(3.0, abs=1e-6)
+    assert predict.expected_max([], 4) == 1.0
+
+
+def test_conformal_quantile_needs_enough_residuals_for_its_level():
+    assert baselines.conformal_quantile([0.1 * i for i in range(1, 10)], 0.9) == pytest.approx(0.9)
+    assert baselines.conformal_quantile([0.1, 0.2, 0.3], 0.9) is None
+
+
+# --- a study made by known parts --------------------------------------------------------------
+
+RATE = 200e6
+
+
+def truth(p, b=128, per_sample=3.2e-3, k=0.05, duplex=0.9, window=0.1, fixed=2e-3,
+          wire=MB, rate=RATE, backend="horovod", spread=(1.0,)):
+    """compute center, slowest rank's compute, exchange alone and step of the known parts."""
+    center = per_sample * b * (1 + (k * math.log2(p) if backend == "horovod" else k * (p > 1)))
+    algo = "ps" if backend == "ps" else allreduce.OMPI_ALLREDUCE[allreduce.ompi_allreduce(p, wire)]
+    ex = 0.0
+    if p > 1:
+        ex = allreduce.link_bytes(algo, wire, p) / (rate / 8 * allreduce.FRAMING)
+        ex *= 1 + (duplex if allreduce.pairwise(algo, p) else 0.0)
+    step_c = center * predict.expected_max(spread, p)
+    w = 0.0 if backend == "ps" else window
+    return center, ex, step_c + fixed + ex - min(ex, w * step_c)
+
+
+def study(nodes=(1, 2, 4, 8), repeats=3, rates=(RATE,), compressions=("none",),
+          backend="horovod", batch=128, **kw):
+    out = []
+    for rate in rates:
+        net = f"{int(rate / 1e6)}mbit"
+        for comp in compressions:
+            wire = costmodel.wire_bytes(MB // 4, comp)
+            for rep in range(repeats):
+                for p in nodes:
+                    center, ex, step = truth(p, b=batch, wire=wire, rate=rate, backend=backend, **kw)
+                    ranks = [{"host": f"n{i + 1}", "compute_probes_s": [9.9] + [center] * 5,
+                              "exchange_probes_s": [9.9] + [ex] * 5 if p > 1 else []}
+                             for i in range(p)]
+                    out.append({
+                        "kind": "train", "status": "ok",
+                        "declared": {"scaling": "weak", "calibration": "runs:nodes<=2"},
+                        "point": {"id": f"n{p}-{backend}-{comp}-{net}-rep{rep}", "repeat": rep,
+                                  "network": net},
+                        "params": {"batch_size": batch, "global_batch": batch * p,
+                                   "backend": backend, "compression": comp, "workload": "cnn"},
+                        "layout": {"size": p, "nodes": p, "ranks_per_node": 1},
+                        "box": {"link_bits_per_s": rate, "link_rate": net},
+                        "manifest": {"env": {}},
+                        "metrics": {"throughput": {"mean": batch * p / step, "std": 1.0, "n": 15,
+                                                   "unit": "img/s"},
+                                    "step_time": {"median": step},
+                                    "split": {"method": "probe", "compute_s": center,
+                                              "exchange_alone_s": ex if p > 1 else None},
+                                    "ranks": ranks},
+                        "gradient_bytes": MB})
+    return out
+
+
+def _run(recs, remedied=()):
+    return predict.analyse(recs, analysis._row_key, 2, "weak", remedied)
+
+
+def test_a_study_made_by_known_parts_is_predicted_exactly_at_every_held_out_point():
+    res = _run(study(rates=(RATE, 500e6), compressions=("none", "fp16")))
+    assert len(res["axes"]) == 4
+    for ax in res["axes"]:
+        m = ax["model"]
+        assert m["k"] == pytest.approx(0.05) and m["duplex"] == pytest.approx(0.9)
+        assert m["window"] == pytest.approx(0.1) and m["fixed_s"] == pytest.approx(2e-3)
+        for pt in ax["points"]:
+            assert pt["algorithm"] == "rabenseifner" or pt["nodes"] == 1
+            for part in ("compute", "exchange", "step"):
+                if pt["measured"][part]:
+                    assert pt["predicted"][part] == pytest.approx(pt["measured"][part], rel=1e-9)
+    h = res["heldout"]
+    assert h["points"] == 8 and h["within_10"] == 8 and h["parts_within_15"] == 8
+    assert h["mae_model"] == pytest.approx(0, abs=1e-9)
+    # the baselines miss what grows with p: the naive one most
+    assert h["mae_naive"] > h["mae_one_parameter"] > 0
+    # across rates the model needs only the other rate
+    assert res["cross_rate"] and all(abs(c["error"]) < 1e-9 for c in res["cross_rate"])
+
+
+def test_the_first_probe_is_left_out_and_the_slowest_rank_is_the_expected_maximum():
+    recs = study(spread=(0.9, 1.1))
+    # the same study, but the ranks' probes spread: rank i of each run at 0.9 or 1.1 x center
+    for r in recs:
+        for i, rank in enumerate(r["metrics"]["ranks"]):
+            c = rank["compute_probes_s"][1]
+            f = 1.1 if i % 2 else (0.9 if r["layout"]["size"] > 1 else 1.0)
+            rank["compute_probes_s"] = [50.0] + [c * f] * 5
+    res = _run(recs)
+    pts = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
+    # the 2-node run's slowest rank is 1.1 x its center (the median of its ranks' probes)
+    assert pts[2]["measured"]["compute"] == pytest.approx(1.1 * truth(2)[0])
+    assert pts[8]["predicted"]["compute"] > pts[4]["predicted"]["compute"]
+    # the traced first probe (50 s) left no trace
+    assert all(pt["measured"]["compute"] < 1.0 for pt in pts.values())
+
+
+def test_the_one_beta_baseline_is_the_one_node_step_plus_the_two_node_excess_as_bandwidth():
+    res = _run(study())
+    pts = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
+    s1, s2 = pts[1]["measured"]["step"], pts[2]["measured"]["step"]
+    ring = lambda p: float(costmodel.coefficients("ring", MB, p)[1])      # noqa: E731
+    assert pts[8]["one_parameter"] == pytest.approx(s1 + (s2 - s1) / ring(2) * ring(8))
+    assert pts[8]["naive"] == pytest.approx(s2)          # weak: efficiency stays, so the step
+
+
+def test_the_parameter_server_has_no_window_and_a_fixed_time_per_exchange():
+    recs = study(backend="ps", window=0.4)
+    for r in recs:                    # hpcdl's ps times its phases on rank 0, no probes
+        for rank in r["metrics"]["ranks"]:
+            rank["compute_probes_s"], rank["exchange_probes_s"] = [], []
+        r["metrics"]["split"] = {"method": "timed", "compute_s": r["metrics"]["split"]["compute_s"],
+                                 "exchange_s": r["metrics"]["split"]["exchange_alone_s"]}
+        if r["layout"]["size"] > 1:
+            r["metrics"]["split"]["exchange_s"] += 0.1           # the root's own work
+            r["metrics"]["step_time"]["median"] += 0.1
+    res = _run(recs)
+    m = res["axes"][0]["model"]
+    assert m["window"] == 0 and m["growth"] == "constant"
+    assert m["per_exchange_s"] == pytest.approx(0.1)
+    for pt in res["axes"][0]["points"]:
+        assert pt["predicted"]["exchange"] == pytest.approx(pt["measured"]["exchange"] or 0.0)
+
+
+def test_the_band_comes_from_left_out_repeats_and_its_coverage_is_counted():
+    rng = random.Random(1)
+    recs = study(repeats=9)
+    for r in recs:                    # run-to-run noise of a few percent on every step
+        r["metrics"]["step_time"]["median"] *= 1 + rng.gauss(0, 0.03)
+    res = _run(recs)
+    assert res["band_residuals"] == 9            # each 2-node repeat, predicted without it
+    q = res["band_halfwidth"]
+    assert q is not None and 0 < q < 0.2
+    h = res["heldout"]
+    assert h["banded"] == 2 and h["covered"] == sum(
+        pt["band"][0] <= pt["measured"]["step"] <= pt["band"][1]
+        for pt in res["axes"][0]["points"] if not pt["fitted"])
+    assert h["coverage"] == h["covered"] / h["banded"]
+
+
+def test_remedies_predicted_and_measured_by_the_fp16_axis_and_a_larger_batch_study():
+    recs = study(compressions=("none", "fp16"))
+    bigger = study(batch=256)
+    res = _run(recs, remedied=bigger)
+    fixes = {r["remedy"]: r for r in res["remedies"]}
+    assert set(fixes) == {"fp16 gradients", "twice the batch per rank"}
+    for r in fixes.values():
+        assert r["nodes"] == 8 and r["model_gain"] > 1
+        # the studies were made by the model's own parts: the gain comes exactly
+        assert r["gain_error"] == pytest.approx(0, abs=1e-9)
+    # without the larger-batch study its gain is predicted only
+    alone = {r["remedy"]: r for r in _run(recs)["remedies"]}
+    assert alone["twice the batch per rank"]["measured_gain"] is None
+
+
+def test_the_report_says_whether_the_model_beats_the_baselines_and_what_its_band_covered():
+    recs = study(repeats=9)
+    res = _run(recs)
+    lines = "\n".join(sections._prediction_markdown(res, {
+        "prediction-vs-measured": sections._prediction_table(res),
+        "prediction-remedies": sections._remedy_table(res)}))
+    assert "The model's error is at most half the one-β baseline's." in lines
+    assert "Step within 10%: 2 of 2" in lines and "nominal coverage 90%, measured" in lines
+    res["heldout"]["mae_model"] = res["heldout"]["mae_one_parameter"] * 1.5
+    lines = "\n".join(sections._prediction_markdown(res, {
+        "prediction-vs-measured": sections._prediction_table(res),
+        "prediction-remedies": sections._remedy_table(res)}))
+    assert "The model does **not** beat the one-β baseline." in lines
+
+
+def test_a_study_without_a_calibration_subset_or_probes_predicts_nothing():
+    assert predict.analyse(study(), analysis._row_key, 0, "weak") == {}
+    recs = study()
+    for r in recs:
+        for rank in r["metrics"]["ranks"]:
+            rank["compute_probes_s"] = []
+        r["metrics"]["split"] = {"method": "probe"}
+    assert _run(recs) == {}
