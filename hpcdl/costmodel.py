@@ -362,6 +362,7 @@ class StepModel:
     compute_probed: bool = False     # compute(b) comes from probes (else from a step time)
     window_measured: bool = False    # else none of the exchange is taken as hidden
     determined: bool = True
+    configs: int = 0                 # distinct multi-rank configurations the exchange was fitted to
     why: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     measured: Dict[str, float] = field(default_factory=dict)
@@ -418,7 +419,12 @@ def calibrate(obs: Sequence[Observation], algorithm: str = "ring",
         raise ValueError("no measured configuration to calibrate on")
     _calibrate_compute(m, obs)
     multi = [o for o in obs if o.ranks > 1]
-    _measure_window(m, multi)
+    m.configs = len({(o.ranks, o.wire_bytes) for o in multi})
+    if algorithm == "ps":
+        m.notes.append("no window: a parameter server's exchange starts when the backward pass "
+                       "has ended, so none of it hides behind compute")
+    else:
+        _measure_window(m, multi)
     if fit is not None:
         m.alpha, m.beta = float(fit["alpha_s"]), float(fit["beta_s_per_byte"])
         m.gamma = float(fit.get("gamma_s_per_byte") or 0.0)
@@ -438,7 +444,15 @@ def _measure_window(m: StepModel, multi: Sequence[Observation]) -> None:
     hidden = [min(max(o.compute + m.fixed + o.exchange - o.step_time, 0.0), o.exchange)
               for o in split]
     raw = [h / o.compute for h, o in zip(hidden, split)]
-    shares = [min(r, 1.0) for r in raw]      # it cannot hide behind more than the compute
+    shares = raw
+    if raw and float(np.median(raw)) > 1.0:
+        # more hidden than the compute it hides behind: out of range, so not carried anywhere
+        m.notes.append("window not determined: the exchange timed alone cost more than the step "
+                       "paid for it beyond the compute (" + ", ".join(f"{r * 100:.0f}%"
+                                                              for r in raw)
+                       + " of the compute, over 100%: per-call overhead the step does not pay, "
+                       "or noise); none of the exchange is taken as hidden")
+        return
     if shares:
         m.window = float(np.median(shares))
         m.window_measured = True
@@ -450,9 +464,8 @@ def _measure_window(m: StepModel, multi: Sequence[Observation]) -> None:
                                    for h, o in zip(hidden, split)) + ")"
                        + (f"; {whole} configuration(s) hid all of it, so the window may be wider"
                           if whole else "")
-                       + ("; raw " + ", ".join(f"{r * 100:.0f}%" for r in raw) + " capped at "
-                          "100%: the exchange timed alone cost more than the step paid for it "
-                          "(per-call overhead the step does not pay, or noise)"
+                       + ("; some over 100% (" + ", ".join(f"{r * 100:.0f}%" for r in raw)
+                          + "): the median is within range and is what is used"
                           if any(r > 1 for r in raw) else ""))
     elif usable:
         m.notes.append("window not determined: no configuration's probed compute is shorter than "
@@ -490,10 +503,17 @@ def _calibrate_compute(m: StepModel, obs: Sequence[Observation]) -> None:
                       "proportional to the batch (c0 = 0 is not measured, it is assumed)"))
     alone = [o for o in least if o.ranks == 1]
     if multi and alone:
-        m.single = float(np.median([o.compute / float(m.c0 + m.c1 * o.batch_size) for o in alone]))
-        m.notes.append(f"one rank alone computes in {m.single:.2f}x the time of a rank that "
-                       "exchanges gradients (the exchange's progress and copies share the node's "
-                       "cores): multi-rank predictions use the multi-rank compute")
+        single = float(np.median([o.compute / float(m.c0 + m.c1 * o.batch_size) for o in alone]))
+        if single > 1.0:
+            # a rank alone slower than one that also exchanges: out of range, not carried
+            m.notes.append(f"one rank alone computed in {single:.2f}x the time of a rank that "
+                           "exchanges gradients, which cannot be the exchange's doing (noise, or "
+                           "the multi-rank compute's own spread): not carried, single = 1")
+        else:
+            m.single = single
+            m.notes.append(f"one rank alone computes in {m.single:.2f}x the time of a rank that "
+                           "exchanges gradients (the exchange's progress and copies share the "
+                           "node's cores): multi-rank predictions use the multi-rank compute")
     for o in probed:
         if o.ranks_per_node > rpn:
             slow = o.compute / float(m.compute(o.batch_size, o.ranks, measured=False))

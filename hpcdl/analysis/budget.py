@@ -10,7 +10,8 @@ axis), the measured efficiency loss 1 − E = (P − r·P₀)/P is split into, e
 - compute slowdown: the typical rank's compute alone − r × the baseline's (ranks sharing cores);
   the typical rank is the lower median over ranks (of two, the faster);
 - stragglers: the slowest rank's compute + input − the typical rank's (what the others wait);
-- input: the typical rank's input − r × the baseline's;
+- input: the typical rank's input − r × the baseline's (a user's script only: hpcdl's own
+  workloads hold their data in memory, and their next-batch slicing is counted as fixed);
 - fixed: the bookkeeping per step beyond the baseline's (the loss and stop agreements);
 - exchange not hidden: what the typical rank's step holds beyond its compute, the wait for
   stragglers and the baseline's update and overhead. It is the one part not timed apart, so it
@@ -128,6 +129,14 @@ def point_budget(recs: Sequence[dict], base: Sequence[dict]) -> Optional[dict]:
             "stragglers": med["busy_max"] - med["busy_med"],
             "input": (med["input"] or 0.0) - r * (med0["input"] or 0.0),
             "fixed": (med["book"] or 0.0) - (med0["book"] or 0.0)}
+    note = None
+    if not in_pipeline(recs[0]):
+        # hpcdl's own workloads hold their data in memory: the wait for the next batch is a
+        # slice of an array, an overhead of the step, not an input pipeline
+        secs["fixed"] += secs["input"]
+        secs["input"] = 0.0
+        note = ("the data is held in memory (no input pipeline): taking the next batch is "
+                "counted in the fixed per-step overhead")
     exposed = med["step"] - med["compute"] - secs["stragglers"] - fixed0
     bound = med["exchange"] if med["exchange"] is not None else 0.0
     secs["exchange"] = min(max(exposed, 0.0), bound)
@@ -135,7 +144,13 @@ def point_budget(recs: Sequence[dict], base: Sequence[dict]) -> Optional[dict]:
     secs["unexplained"] = loss - sum(secs[k] for k in PARTS)
     return {"loss": loss / P, "shares": {k: v / P for k, v in secs.items()}, "seconds": secs,
             "per_step_s": P, "exchange_alone_s": med["exchange"], "exposed_s": exposed,
-            "wait_s": med["wait"], "repeats": len(ph)}
+            "wait_s": med["wait"], "repeats": len(ph), **({"note": note} if note else {})}
+
+
+def in_pipeline(rec: dict) -> bool:
+    """Whether a record's batches came through an input pipeline: a user's own script (its
+    tf.data or generator) does; hpcdl's workloads slice arrays held in memory."""
+    return bool(_get(rec, "params", "command"))
 
 
 def analyse(recs: Sequence[dict], key_of, rows) -> List[dict]:

@@ -88,3 +88,18 @@ def test_the_report_shows_the_budget_and_names_the_straggler(tmp_path):
     assert "## Where the efficiency goes" in text and "rank 1 on n2: compute" in text
     assert (tmp_path / "efficiency-budget.csv").is_file()
     assert (tmp_path / "efficiency-budget.png").stat().st_size > 0
+
+
+def test_an_in_memory_workload_has_no_input_pipeline_and_a_script_has_one():
+    slow_in = [_rank(0, "n1", 8.5e-3, inp=2.5e-3, step=13.5e-3, exchange=3e-3, wait=2e-3),
+               _rank(1, "n2", 10.5e-3, inp=2.5e-3, step=13.5e-3, exchange=3e-3, wait=0.0)]
+    mine = budget.point_budget([_rec(slow_in, per_step=14.5e-3)], [BASE])
+    # hpcdl's own workload slices arrays in memory: the 2 ms more taking the next batch is
+    # counted as fixed overhead, and the budget says why
+    assert mine["seconds"]["input"] == 0
+    assert mine["seconds"]["fixed"] == pytest.approx(2e-3)
+    assert "held in memory (no input pipeline)" in mine["note"]
+    script = _rec(slow_in, per_step=14.5e-3)
+    script["params"]["command"] = ["python", "train.py"]
+    theirs = budget.point_budget([script], [BASE])
+    assert theirs["seconds"]["input"] == pytest.approx(2e-3) and "note" not in theirs
