@@ -124,7 +124,7 @@ class Provenance:
         """The report's words: what was pooled, and what overlapped."""
         out = []
         if self.mixed:
-            out.append(f"- **mixed records** (pooled because --allow-mixed was given): "
+            out.append("- **mixed records** (pooled because --allow-mixed was given): "
                        + " / ".join(self.differences()))
         for (code, study, setting), n in sorted(self.groups.items()):
             out.append(f"- {n} record(s): {code}, {study}" + (f", {setting}" if setting else ""))

@@ -762,9 +762,10 @@ def _prediction_markdown(pred, by_name) -> List[str]:
              "",
              f"Calibrated on the runs with at most {pred['nodes_max']} node(s) of each axis "
              "(`hpcdl.analysis.predict`), every larger point predicted part by part. Compute: the "
-             "1-node compute per sample, grown with the rank count as measured at the largest "
-             "calibrated point (Horovod: 1 + k·log2 p, its background cycle's allreduce; hpcdl's "
-             "own backends: a constant factor beyond one rank), times the expected maximum over "
+             "1-node compute per sample, times 1 + k beyond one rank, k measured at the largest "
+             "calibrated point (the exchange's background work, Horovod's cycle or MPI's "
+             "progress, takes a share of a node's CPU once a rank has peers), times the expected "
+             "maximum over "
              "p ranks of the ranks' compute spread measured at the calibration points (the step "
              "waits for its slowest rank). Exchange: the bytes on each link of the allreduce "
              "algorithm the MPI library runs at that rank count and size (named per row; Open "
@@ -781,10 +782,10 @@ def _prediction_markdown(pred, by_name) -> List[str]:
     for ax in pred["axes"]:
         m = ax["model"]
         lines.append(f"- **{ax['axis']}**: compute {m['per_sample_s'] * 1e6:.1f} µs/sample at one "
-                     f"rank, growth {m['growth']} with k = {m['k']:.3f}; spread from "
+                     f"rank, ×{1 + m['k']:.2f} beyond one rank; spread from "
                      f"{m['probe_draws']} probes and {m['rank_draws']} rank medians; fixed "
                      f"{m['fixed_s'] * 1e3:.1f} ms; window {m['window'] * 100:.0f}%; "
-                     + (f"exchange: link bytes at the link's payload rate, "
+                     + ("exchange: link bytes at the link's payload rate, "
                         + (f"+{m['duplex'] * 100:.0f}% of the other direction's where both "
                            "ways share a connection" if m["duplex"] else
                            f"+{m['per_exchange_s'] * 1e3:.1f} ms per exchange")
