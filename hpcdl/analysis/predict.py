@@ -9,7 +9,7 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   rank has a peer, the exchange's background work (Horovod's cycle negotiating with the others,
   MPI's progress) takes a share of its node's CPU; on the box that share was measured not to
   grow from 2 to 8 nodes (1 + k·log2 p, the other form tried, over-predicted 8 nodes' compute by
-  half). A step waits for its slowest rank,
+  more than half). A step waits for its slowest rank,
   so the step's compute is ``center × E[max of p draws]`` of the ranks' probes relative to their
   run's center (the spread measured at the calibration points, first probe of each rank left out:
   it traces the graph), and the slowest rank's median probe, the figure records carry, is
@@ -17,9 +17,12 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
 - **exchange** timed alone is the bytes the allreduce algorithm puts on each link: the algorithm
   the MPI library runs at that rank count and size (Open MPI's fixed decision, or the one the run
   pinned with ``coll_tuned_allreduce_algorithm``; hpcdl's own ring and parameter server as they
-  are written), over one effective link throughput measured at the calibration points. On the
-  cluster box that throughput is kept as a share of the link rate, so a run at another rate is
-  predicted from its rate alone. The latency term is left out: one multi-rank node count cannot
+  are written; :mod:`.allreduce`), at the link's payload rate where the records carry it (the
+  cluster box), plus what the calibration runs spent beyond that: where the algorithm sends and
+  receives over one connection at once, a share of the other direction's bytes (on a shaped link
+  each direction's data queues with the other's acknowledgements), else a fixed time per
+  exchange. So a run at another rate is predicted from its rate alone. Without a link rate, one
+  time per link byte is fitted. The latency term is left out: one multi-rank node count cannot
   tell it from bandwidth, and the box's links add none.
 - **step** = step compute + fixed + exchange − min(exchange, window × step compute): fixed is
   the 1-node step beyond its compute, window the share of the compute the exchange hid behind
@@ -141,7 +144,10 @@ class PartModel:
         if backend != "ps" and ex:
             shares = [(self.step_compute(c["ranks"], c["batch"]) + self.fixed + c["m"]["exchange"]
                        - c["m"]["step"]) / self.step_compute(c["ranks"], c["batch"]) for c in ex]
-            self.window = float(min(1.0, max(0.0, np.median(shares))))
+            share = float(np.median(shares))
+            # over the whole compute is out of range (the exchange alone cost more than the step
+            # paid for it): not carried, none taken as hidden
+            self.window = max(0.0, share) if share <= 1.0 else 0.0
 
     def center(self, p: int, b: float) -> float:
         return self.per_sample * b * (1.0 + self.k * (p > 1))

@@ -242,3 +242,13 @@ def test_a_study_without_a_calibration_subset_or_probes_predicts_nothing():
             rank["compute_probes_s"] = []
         r["metrics"]["split"] = {"method": "probe"}
     assert _run(recs) == {}
+
+
+def test_a_window_over_the_whole_compute_is_not_carried():
+    recs = study()
+    for r in recs:                    # the exchange alone cost far more than the step paid for
+        if r["layout"]["size"] == 2:
+            for rank in r["metrics"]["ranks"]:
+                rank["exchange_probes_s"] = [9.9] + [5.0] * 5
+    model = _run(recs)["axes"][0]["model"]
+    assert model["window"] == 0.0
