@@ -149,8 +149,11 @@ def point_budget(recs: Sequence[dict], base: Sequence[dict]) -> Optional[dict]:
 
 def in_pipeline(rec: dict) -> bool:
     """Whether a record's batches came through an input pipeline: a user's own script (its
-    tf.data or generator) does; hpcdl's workloads slice arrays held in memory."""
-    return bool(_get(rec, "params", "command"))
+    tf.data or generator) does, and so does a run whose input was slowed on purpose
+    (``HPCDL_SLOW`` with ``phase=input`` stands for a slow pipeline); hpcdl's workloads slice
+    arrays held in memory."""
+    slow = str(_get(rec, "manifest", "env", "HPCDL_SLOW") or "")
+    return bool(_get(rec, "params", "command")) or "phase=input" in slow
 
 
 def analyse(recs: Sequence[dict], key_of, rows) -> List[dict]:

@@ -22,8 +22,12 @@ def test_the_slow_rank_is_named_with_its_host_and_phase(tmp_path, phase):
     if phase is None:
         assert named == [], named
         return
-    (s,) = named
-    assert (s["rank"], s["host"], s["phase"]) == (1, ranks[1]["host"], phase)
+    # the injected rank and phase, with the largest loss; on two shared cores the rank that
+    # sleeps 6 ms a step sometimes also computes slower after it (cold caches), and may be named
+    # for that too, but no other rank is
+    s = max(named, key=lambda x: x["lost_s"])
+    assert (s["rank"], s["host"], s["phase"]) == (1, ranks[1]["host"], phase), named
+    assert {x["rank"] for x in named} == {1}, named
     assert 0.004 <= s["lost_s"] <= 0.010, s                # the 6 ms it was told to lose
     if phase == "compute":
         assert ranks[0]["wait_s"] > 0.004                   # rank 0 waits for it at the probes
