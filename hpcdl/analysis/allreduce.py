@@ -16,35 +16,29 @@ OMPI_ALLREDUCE = {1: "linear", 2: "nonoverlapping", 3: "recursive doubling", 4: 
                   5: "segmented ring", 6: "rabenseifner"}
 
 
+# Open MPI 4.1's fixed decision (ompi_coll_tuned_allreduce_intra_dec_fixed, commutative
+# operations), as its own table: for communicators smaller than the first figure, the first
+# algorithm whose message limit the size is under, else the last algorithm
+OMPI_DECISION = (
+    (4, ((8, 4), (4096, 3), (8192, 4), (16384, 3), (65536, 4), (262144, 5)), 6),
+    (8, ((16, 4), (8192, 3)), 6),
+    (16, ((8192, 3),), 6),
+    (32, ((64, 5), (4096, 3)), 6),
+    (64, ((128, 5),), 6),
+    (128, ((262144, 3),), 6),
+    (256, ((131072, 2), (262144, 3)), 6),
+    (512, ((4096, 2),), 6),
+    (2048, ((2048, 2), (16384, 3)), 6),
+    (4096, ((2048, 2), (4096, 5), (16384, 3)), 6),
+    (math.inf, ((2048, 2), (16384, 5), (32768, 3)), 6),
+)
+
+
 def ompi_allreduce(p: int, nbytes: float) -> int:
-    """The allreduce algorithm Open MPI 4.1's tuned module picks by its fixed rules
-    (ompi_coll_tuned_allreduce_intra_dec_fixed, commutative operations) for ``p`` ranks and a
-    message of ``nbytes``."""
-    n = nbytes
-    if p < 4:
-        for limit, alg in ((8, 4), (4096, 3), (8192, 4), (16384, 3), (65536, 4), (262144, 5)):
-            if n < limit:
-                return alg
-        return 6
-    if p < 8:
-        return 4 if n < 16 else 3 if n < 8192 else 6
-    if p < 16:
-        return 3 if n < 8192 else 6
-    if p < 32:
-        return 5 if n < 64 else 3 if n < 4096 else 6
-    if p < 64:
-        return 5 if n < 128 else 6
-    if p < 128:
-        return 3 if n < 262144 else 6
-    if p < 256:
-        return 2 if n < 131072 else 3 if n < 262144 else 6
-    if p < 512:
-        return 2 if n < 4096 else 6
-    if p < 2048:
-        return 2 if n < 2048 else 3 if n < 16384 else 6
-    if p < 4096:
-        return 2 if n < 2048 else 5 if n < 4096 else 3 if n < 16384 else 6
-    return 2 if n < 2048 else 5 if n < 16384 else 3 if n < 32768 else 6
+    """The allreduce algorithm Open MPI 4.1's tuned module picks by its fixed rules for ``p``
+    ranks and a message of ``nbytes`` (:data:`OMPI_DECISION`)."""
+    limits, last = next((lim, last) for below, lim, last in OMPI_DECISION if p < below)
+    return next((alg for size, alg in limits if nbytes < size), last)
 
 
 def link_bytes(algorithm: str, n: float, p: int) -> float:
