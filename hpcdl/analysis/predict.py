@@ -259,11 +259,10 @@ def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
             if any(not v for v in kept.values()):
                 continue
             m = _fit(kept, backend)
-            for p, v in cal.items():
-                for r in v:
-                    pred = m.step(p, r["batch"], r["algorithm"], r["wire"], r["rate"])
-                    if r["repeat"] == rep and p > 1 and pred is not None:
-                        loro.append((pred - r["m"]["step"]) / r["m"]["step"])
+            for r in (r for p, v in cal.items() if p > 1 for r in v if r["repeat"] == rep):
+                pred = m.step(r["ranks"], r["batch"], r["algorithm"], r["wire"], r["rate"])
+                if pred is not None:
+                    loro.append((pred - r["m"]["step"]) / r["m"]["step"])
         points = []
         for p, runs in sorted(by_p.items()):
             s = _summary(runs)
