@@ -11,19 +11,18 @@ and from a second study of the same workload with the remedy applied (twice the 
         > results/remedy-check.txt
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hpcdl import records  # noqa: E402
 from hpcdl.analysis import _row_key, declared_nodes_max, predict  # noqa: E402
 
 
 def load(folder: Path):
-    path = folder / "runs.jsonl" if folder.is_dir() else folder
-    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    recs = records.read(folder / "runs.jsonl" if folder.is_dir() else folder)
     return [r for r in recs if r.get("kind", "train") == "train"]
 
 

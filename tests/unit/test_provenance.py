@@ -1,10 +1,10 @@
 """What a report pools: records of one code tree, one study file and one box setting, or it
 refuses (unless told) and says what differs; runs sharing a machine that overlapped in time are
 named. Also checked over every committed study in results/."""
-import json
 
 import pytest
 
+from hpcdl import records
 from hpcdl.analysis import provenance
 from hpcdl_testing import ROOT
 
@@ -79,7 +79,7 @@ def _committed():
     for runs in sorted((ROOT / "results").glob("*/runs.jsonl")):
         if not (runs.parent / "report.md").exists():
             continue                      # records whose report is still to come
-        recs = [json.loads(line) for line in runs.read_text().splitlines() if line.strip()]
+        recs = records.read(runs)
         yield runs.parent, [r for r in recs if r.get("kind", "train") == "train"]
 
 
