@@ -337,28 +337,38 @@ def heldout_errors(rows: Sequence[Row], algorithm: str, fit: Optional[dict] = No
 BOOTSTRAP = 200      # resamples of the calibration points' repeats for the prediction band
 
 
-def declared_nodes_max(recs: Sequence[dict]) -> int:
-    """N of a study's ``[model] calibrate = {nodes_max = N}`` (declared "runs:nodes<=N"), else 0."""
+def declared_calibration(recs: Sequence[dict]) -> Tuple[Optional[str], int]:
+    """(the bench fit's path, N) a study's records declare: ``[model] fit`` ("fit:PATH"),
+    ``calibrate = {nodes_max = N}`` ("runs:nodes<=N"), or both ("runs:nodes<=N;fit:PATH");
+    (None, 0) for neither."""
     for r in recs:
         cal = str(_get(r, "declared", "calibration") or "")
-        if cal.startswith("runs:nodes<="):
-            return int(cal.split("<=", 1)[1])
-    return 0
+        runs, _, fit = cal.partition(";") if cal.startswith("runs:nodes<=") else ("", "", cal)
+        if runs or fit.startswith("fit:"):
+            return (fit[4:] if fit.startswith("fit:") else None,
+                    int(runs.split("<=", 1)[1]) if runs else 0)
+    return None, 0
+
+
+def declared_nodes_max(recs: Sequence[dict]) -> int:
+    """N of a study's ``[model] calibrate = {nodes_max = N}``, else 0."""
+    return declared_calibration(recs)[1]
 
 
 def calibrate_on_few_nodes(sel: List[Row], algorithm: str, nodes_max: int,
-                           seed: int = 0) -> StepModel:
+                           seed: int = 0, fit: Optional[dict] = None) -> StepModel:
     """Calibrate on the rows with at most ``nodes_max`` nodes and predict every row; each row's
     ``model_error`` is then a prediction error (``fitted`` False) except on the rows fitted to.
     ``model_band``: the 5-95% range of the predicted step time over a bootstrap of the
     calibration rows' repeats (each row's repeats drawn with replacement), i.e. how far the
-    calibration's own spread moves the prediction."""
+    calibration's own spread moves the prediction. ``fit``: α, β, γ from a bench fit instead of
+    the calibration rows' exchange."""
     train = [r for r in sel if r.nodes <= nodes_max]
     for r in sel:
         r.fitted = r.nodes <= nodes_max
     if not train:
         raise ValueError(f"no point with at most {nodes_max} node(s) to calibrate on")
-    m = costmodel.calibrate([r.observation() for r in train], algorithm, bandwidth_only=True)
+    m = costmodel.calibrate([r.observation() for r in train], algorithm, fit, bandwidth_only=True)
     predict_rows(sel, m)
     if not m.determined:
         return m
@@ -367,7 +377,8 @@ def calibrate_on_few_nodes(sel: List[Row], algorithm: str, nodes_max: int,
     for _ in range(BOOTSTRAP):
         sample = [_resample(r, rng) for r in train]
         try:
-            b = costmodel.calibrate([r.observation() for r in sample], algorithm, bandwidth_only=True)
+            b = costmodel.calibrate([r.observation() for r in sample], algorithm, fit,
+                                    bandwidth_only=True)
         except ValueError:
             continue
         if b.determined:
@@ -573,7 +584,10 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
     if not rows:
         raise ValueError("no record has metrics.throughput")
     kind, source = declared_scaling(recs, scaling)
-    nodes_max = declared_nodes_max(recs) if fit_doc is None else 0
+    # a bench fit (declared or given) calibrates the exchange: alone, with the study's every
+    # point for the rest; beside a declared calibration subset, with the subset's points
+    nodes_max = declared_nodes_max(recs)
+    fit_for = _fit_for(fit_doc, fit_label)
     everything: Dict[str, StepModel] = {}
     cores = _get(recs[0], "manifest", "cpu_count")
     flag_rows(rows, cores)
@@ -585,11 +599,9 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
     for axis in timed:
         sel = [r for r in rows if r.axis == axis]
         algo = algorithm or costmodel.algorithm_for(sel[0].backend, sel[0].compression)
-        fit = load_fit(fit_doc, sel[0].backend, sel[0].compression) if fit_doc else None
-        if fit is not None and fit_label:
-            fit["_source"] = f"{fit['_source']} from {fit_label}"
+        fit = fit_for(sel[0].backend, sel[0].compression) if fit_for else None
         if nodes_max:
-            models[axis] = calibrate_on_few_nodes(sel, algo, nodes_max)
+            models[axis] = calibrate_on_few_nodes(sel, algo, nodes_max, fit=fit)
             # beside it, the parameters that every point of the axis gives (not a prediction)
             everything[axis] = costmodel.calibrate([r.observation() for r in sel], algo,
                                                    bandwidth_only=True)
@@ -615,17 +627,12 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
                             [p for p in EXTRAPOLATE_RANKS if p <= max_ranks])
         extra, flat = _network_effect(extra)
     spent = budget.analyse(recs, _row_key, rows)
-    ahead = predict.analyse(recs, _row_key, nodes_max, kind)
-    errors = {(ax["axis"], pt["nodes"]): pt["error"]["step"]
-              for ax in ahead.get("axes", []) for pt in ax["points"] if not pt["fitted"]}
-    for r in rows:
-        if (r.axis, r.nodes) in errors and r.ranks == r.nodes:
-            r.heldout_error = errors[(r.axis, r.nodes)]
+    ahead = predict.analyse(recs, _row_key, nodes_max, kind, exchange_fit=fit_for)
+    _heldout_from(ahead, rows)
     return StudyAnalysis(
         study=name, workload=_get(recs[0], "params", "workload"), scaling=kind,
-        scaling_source=source, calibration=f"fit:{fit_label}" if fit_doc else (
-            f"runs with at most {nodes_max} node(s); the other points are predicted"
-            if nodes_max else "runs"),
+        scaling_source=source, calibration=_calibration_text(fit_label if fit_doc else None,
+                                                             nodes_max),
         records=len(recs), rows=rows, models=models, extrapolation=extra,
         extrapolation_axis=first, extrapolation_batch=batch,
         extrapolation_bytes=base[0].wire_bytes, cores=cores,
@@ -640,6 +647,38 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         budget=spent, remedies=[] if ahead.get("remedies") else remedies(rows, models, spent, kind),
         systems=systems(recs),
         provenance=origin, prediction=ahead)
+
+
+def _calibration_text(fit_label: Optional[str], nodes_max: int) -> str:
+    if fit_label and nodes_max:
+        return (f"runs with at most {nodes_max} node(s), the exchange from fit:{fit_label}; the "
+                "other points are predicted")
+    if fit_label:
+        return f"fit:{fit_label}"
+    return (f"runs with at most {nodes_max} node(s); the other points are predicted"
+            if nodes_max else "runs")
+
+
+def _heldout_from(ahead: dict, rows: Sequence[Row]) -> None:
+    """Each held-out row's step error as the part-by-part prediction made it."""
+    errors = {(ax["axis"], pt["nodes"]): pt["error"]["step"]
+              for ax in ahead.get("axes", []) for pt in ax["points"] if not pt["fitted"]}
+    for r in rows:
+        if (r.axis, r.nodes) in errors and r.ranks == r.nodes:
+            r.heldout_error = errors[(r.axis, r.nodes)]
+
+
+def _fit_for(fit_doc: Optional[dict], label: Optional[str]):
+    """``(backend, compression) -> the fit's entry`` (its source naming ``label``), or None."""
+    if fit_doc is None:
+        return None
+
+    def entry(backend: str, compression: str) -> Optional[dict]:
+        fit = load_fit(fit_doc, backend, compression)
+        if fit is not None and label:
+            fit["_source"] = f"{fit['_source']} from {label}"
+        return fit
+    return entry
 
 
 def systems(recs: Sequence[dict]) -> List[dict]:

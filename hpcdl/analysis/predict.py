@@ -23,7 +23,10 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   each direction's data queues with the other's acknowledgements), else a fixed time per
   exchange. So a run at another rate is predicted from its rate alone. Without a link rate, one
   time per link byte is fitted. The latency term is left out: one multi-rank node count cannot
-  tell it from bandwidth, and the box's links add none.
+  tell it from bandwidth, and the box's links add none. A study that declares a bench fit as
+  well (``[model] fit`` beside ``calibrate``) takes the exchange from the fit instead: α and β
+  of ``hpcdl bench allreduce`` on the allocation, through the same path a training step calls,
+  at any rank count (:func:`hpcdl.costmodel.predict_fit`).
 - **step** = step compute + fixed + exchange − min(exchange, window × step compute): fixed is
   the 1-node step beyond its compute, window the share of the compute the exchange hid behind
   at the calibration points (0 for the parameter server, whose exchange follows the backward
@@ -38,14 +41,14 @@ its coverage is then counted on the held-out points.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .allreduce import algorithm_of, link_bytes, on_link, pairwise
+from .allreduce import link_bytes, on_link, pairwise
 from .baselines import conformal_quantile, naive, one_parameter, scores
+from .measured import median as _med, points as _points, summary as _summary
 from .. import costmodel
-from ..records import lookup as _get
 
 NOMINAL = 0.90                 # the band's nominal coverage
 
@@ -60,47 +63,14 @@ def expected_max(values: Sequence[float], p: int) -> float:
     return float(np.sum(x * ((i / n) ** p - ((i - 1) / n) ** p)))
 
 
-# --- what a record measured ---------------------------------------------------------------------
-
-def _probes(rank: dict, key: str) -> List[float]:
-    """A rank's probes without the first (it traces the graph), else its median."""
-    probes = rank.get(f"{key}_probes_s") or []
-    if len(probes) >= 2:
-        return [float(v) for v in probes[1:]]
-    return [float(rank[f"{key}_s"])] if rank.get(f"{key}_s") is not None else []
-
-
-def measured(rec: dict) -> Optional[dict]:
-    """compute (slowest rank's median probe), exchange (slowest rank's median probe, timed
-    alone), the step and the ranks' probes relative to their run's center; None without probes."""
-    ranks = _get(rec, "metrics", "ranks") or []
-    comp = [_probes(r, "compute") for r in ranks]
-    comp = [c for c in comp if c]
-    step = _get(rec, "metrics", "step_time", "median")
-    split = _get(rec, "metrics", "split") or {}
-    if not comp and split.get("method") == "timed" and split.get("compute_s") and step:
-        # a flat backend's phases timed around its calls on rank 0, no probes to spread
-        return {"compute": float(split["compute_s"]), "center": float(split["compute_s"]),
-                "step": float(step), "exchange": split.get("exchange_s"),
-                "probe_dev": [], "rank_dev": []}
-    if not comp or step is None:
-        return None
-    center = float(np.median([v for c in comp for v in c]))
-    medians = [float(np.median(c)) for c in comp]
-    exch = [float(np.median(e)) for e in (_probes(r, "exchange") for r in ranks) if e]
-    return {"compute": max(medians), "center": center, "step": float(step),
-            "exchange": max(exch) if exch else None,
-            "probe_dev": [v / center for c in comp for v in c],
-            "rank_dev": [m / center for m in medians] if len(medians) > 1 else []}
-
-
 # --- the model ----------------------------------------------------------------------------------
 
 class PartModel:
     """compute, exchange and step of one axis, calibrated on its points with at most
     ``nodes_max`` nodes (see the module's docstring)."""
 
-    def __init__(self, cal: Sequence[dict], backend: str):
+    def __init__(self, cal: Sequence[dict], backend: str, fit: Optional[dict] = None):
+        self.fit = fit
         one = [c for c in cal if c["ranks"] == 1]
         if not one:
             raise ValueError("no 1-node run among the calibration points")
@@ -162,6 +132,8 @@ class PartModel:
     def exchange(self, p: int, algorithm: str, wire: float, rate: float) -> Optional[float]:
         if p <= 1:
             return 0.0
+        if self.fit is not None:
+            return float(costmodel.predict_fit(self.fit, wire, p))
         if self.rated and rate:
             both = self.duplex if pairwise(algorithm, p) else 0.0
             return on_link(algorithm, wire, p, rate) * (1.0 + both) + self.per_exchange
@@ -176,8 +148,16 @@ class PartModel:
         c = self.step_compute(p, b)
         return c + self.fixed + e - min(e, self.window * c)
 
+    @property
+    def exchange_source(self) -> str:
+        if self.fit is not None:
+            return self.fit.get("_source", "bench fit")
+        if self.rated:
+            return "the link's payload rate and what the calibration runs spent beyond it"
+        return "the time per link byte the calibration runs measured"
+
     def as_dict(self) -> dict:
-        return {"per_sample_s": self.per_sample, "k": self.k, "calibrated_p": self.p_cal,
+        return {"exchange_source": self.exchange_source, "per_sample_s": self.per_sample, "k": self.k, "calibrated_p": self.p_cal,
                 "fixed_s": self.fixed, "window": self.window, "rated": self.rated,
                 "duplex": self.duplex, "per_exchange_s": self.per_exchange,
                 "seconds_per_link_byte": self.seconds_per_byte,
@@ -187,41 +167,7 @@ class PartModel:
 
 # --- the study ----------------------------------------------------------------------------------
 
-def _points(recs: Sequence[dict], row_key) -> Dict[tuple, List[dict]]:
-    out: Dict[tuple, List[dict]] = {}
-    for rec in recs:
-        if rec.get("kind", "train") != "train" or rec.get("status", "ok") != "ok":
-            continue
-        m = measured(rec)
-        if m is None:
-            continue
-        p = int(_get(rec, "layout", "size") or 1)
-        if int(_get(rec, "layout", "nodes") or 1) != p:
-            continue                                # the model is one rank per node
-        params = rec.get("params") or {}
-        grad = int(rec.get("gradient_bytes") or 0)
-        wire = float(costmodel.wire_bytes(grad // 4, params.get("compression", "none")))
-        out.setdefault(row_key(rec), []).append({
-            "m": m, "ranks": p, "batch": int(params.get("batch_size") or 0), "wire": wire,
-            "rate": float(_get(rec, "box", "link_bits_per_s") or 0.0),
-            "algorithm": algorithm_of(rec, p, wire), "backend": params.get("backend", "horovod"),
-            "repeat": int(_get(rec, "point", "repeat", default=0))})
-    return out
-
-
-def _med(runs: List[dict], key: str) -> Optional[float]:
-    vals = [r["m"][key] for r in runs if r["m"][key] is not None]
-    return float(np.median(vals)) if vals else None
-
-
-def _summary(runs: List[dict]) -> dict:
-    r0 = runs[0]
-    return {"ranks": r0["ranks"], "batch": r0["batch"], "wire": r0["wire"], "rate": r0["rate"],
-            "algorithm": r0["algorithm"], "step": _med(runs, "step"),
-            "compute": _med(runs, "compute"), "exchange": _med(runs, "exchange")}
-
-
-def _fit(cal: Dict[int, List[dict]], backend: str) -> PartModel:
+def _fit(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = None) -> PartModel:
     """The model from the calibration runs: each run's own figures, the medians where pooled."""
     pooled = []
     for p, runs in sorted(cal.items()):
@@ -230,15 +176,17 @@ def _fit(cal: Dict[int, List[dict]], backend: str) -> PartModel:
              "probe_dev": [d for r in runs for d in r["m"]["probe_dev"]],
              "rank_dev": [d for r in runs for d in r["m"]["rank_dev"]]}
         pooled.append({**s, "m": m})
-    return PartModel(pooled, backend)
+    return PartModel(pooled, backend, fit)
 
 
 def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
-            remedied: Sequence[dict] = ()) -> dict:
+            remedied: Sequence[dict] = (),
+            exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None) -> dict:
     """Per axis, the model's and the baselines' predictions of every point; the errors at the
     held-out points, the band and its coverage; the remedies' predicted gains, measured where
     the study (fp16) or ``remedied`` (the records of the same workload run with a remedy
-    applied, e.g. twice the batch) ran them. Empty when the study declares no calibration
+    applied, e.g. twice the batch) ran them. ``exchange_fit(backend, compression)``: the bench
+    fit's entry that predicts an axis's exchange, where the study declared one. Empty when the study declares no calibration
     subset or its records carry no probes."""
     if not nodes_max:
         return {}
@@ -250,15 +198,20 @@ def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
         cal = {p: v for p, v in by_p.items() if p <= nodes_max}
         if 1 not in cal or len(cal) < 2 or len(by_p) == len(cal):
             continue
-        backend = next(iter(by_p.values()))[0]["backend"]
-        model = _fit(cal, backend)
+        first = next(iter(by_p.values()))[0]
+        backend = first["backend"]
+        fit = exchange_fit(backend, first["compression"]) if exchange_fit else None
+        if fit is not None:
+            fit = {"model": costmodel.algorithm_for(backend, first["compression"]),
+                   "gamma_s_per_byte": 0.0, **fit}
+        model = _fit(cal, backend, fit)
         cal_rows = [_summary(v) for _, v in sorted(cal.items())]
         # leave one repeat out: the error of predicting a calibration run not calibrated on
         for rep in sorted({r["repeat"] for v in cal.values() for r in v}):
             kept = {p: [r for r in v if r["repeat"] != rep] for p, v in cal.items()}
             if any(not v for v in kept.values()):
                 continue
-            m = _fit(kept, backend)
+            m = _fit(kept, backend, fit)
             for r in (r for p, v in cal.items() if p > 1 for r in v if r["repeat"] == rep):
                 pred = m.step(r["ranks"], r["batch"], r["algorithm"], r["wire"], r["rate"])
                 if pred is not None:
@@ -366,6 +319,8 @@ def cross_rate(out_axes: List[dict], nodes_max: int) -> List[dict]:
             base_b, _, rate_b = b["axis"].partition("@")
             if a is b or base_a != base_b or not rate_a or not rate_b or rate_a == rate_b:
                 continue
+            if a["_model"].fit is not None:
+                continue        # a bench fit is of one allocation's links: it has no rate to move
             for p, runs in sorted(b["_by_p"].items()):
                 if p <= nodes_max:
                     continue

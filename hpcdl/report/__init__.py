@@ -42,15 +42,6 @@ def select_records(recs: List[dict], study_name: Optional[str]) -> List[dict]:
     return [r for r in recs if r.get("study") == study_name] if study_name else recs
 
 
-def _declared_fit(recs) -> Optional[str]:
-    """The bench fit a study declared for its model (``[model] fit``), if any."""
-    for r in recs:
-        cal = (r.get("declared") or {}).get("calibration") or ""
-        if cal.startswith("fit:"):
-            return cal[4:]
-    return None
-
-
 def _load_fit_doc(fit_path) -> dict:
     path = Path(fit_path)
     if not path.is_file():
@@ -74,7 +65,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
         raise UserError(f"{runs}: no train records{f' of study {study_name}' if study_name else ''}")
     out = Path(out_dir) if out_dir else runs.parent
     out.mkdir(parents=True, exist_ok=True)
-    fit_path = fit_path or _declared_fit(recs)
+    fit_path = fit_path or analysis.declared_calibration(recs)[0]
     fit_doc = _load_fit_doc(fit_path) if fit_path else None
     try:
         res = analysis.analyse(recs, recs[0].get("study") or runs.parent.name, fit_doc,

@@ -700,7 +700,10 @@ def _prediction_table(pred) -> Table:
                "exchange meas (ms)", "pred", "err", "step meas (ms)", "pred", "err",
                f"{pred['nominal'] * 100:.0f}% band (ms)", "in band", "naive err",
                "one-β err"],
-              meta={"calibration": f"runs with at most {pred['nodes_max']} node(s)",
+              meta={"calibration": f"runs with at most {pred['nodes_max']} node(s)"
+                                   + "".join(sorted({f"; exchange from the {a['model']['exchange_source']}"
+                                                     for a in pred["axes"]
+                                                     if a["model"]["exchange_source"].startswith("bench fit")})),
                     "compute": "the slowest rank's median probe, first probe left out",
                     "exchange": "the slowest rank's median exchange timed alone",
                     "band": f"conformal, {pred['nominal'] * 100:.0f}% nominal, "
@@ -785,7 +788,9 @@ def _prediction_markdown(pred, by_name) -> List[str]:
                      f"rank, ×{1 + m['k']:.2f} beyond one rank; spread from "
                      f"{m['probe_draws']} probes and {m['rank_draws']} rank medians; fixed "
                      f"{m['fixed_s'] * 1e3:.1f} ms; window {m['window'] * 100:.0f}%; "
-                     + ("exchange: link bytes at the link's payload rate, "
+                     + (f"exchange from the {m['exchange_source']}"
+                        if m["exchange_source"].startswith("bench fit") else
+                        "exchange: link bytes at the link's payload rate, "
                         + (f"+{m['duplex'] * 100:.0f}% of the other direction's where both "
                            "ways share a connection" if m["duplex"] else
                            f"+{m['per_exchange_s'] * 1e3:.1f} ms per exchange")

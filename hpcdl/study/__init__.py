@@ -39,6 +39,8 @@ Example::
 
     [model]                       # how the report calibrates the communication model
     fit = "results/bench/fit.json"   # from 'hpcdl bench fit' (default: this study's own runs)
+    calibrate = { nodes_max = 2 } # fit to the runs on <= 2 nodes, predict the others (with
+                                  # fit too: the exchange from the bench, the rest from the runs)
 
     [target]                      # time to accuracy: each repeat is then a seed
     metric = "accuracy"           # or "loss", on the held-out set
@@ -283,8 +285,9 @@ class Study:
     def declared(self) -> Dict[str, str]:
         """What every record of this study carries, so that the report guesses nothing."""
         out = {"scaling": self.scaling, "study_file": str(self.path), "study_sha256": self.sha256,
-               "calibration": f"fit:{self.fit}" if self.fit else (
-                   f"runs:nodes<={self.calibrate_nodes_max}" if self.calibrate_nodes_max else "runs")}
+               "calibration": ";".join(
+                   ([f"runs:nodes<={self.calibrate_nodes_max}"] if self.calibrate_nodes_max else [])
+                   + ([f"fit:{self.fit}"] if self.fit else [])) or "runs"}
         if self.target:
             out["target"] = self.target
         return out
@@ -428,8 +431,6 @@ def _calibrate_key(v, model) -> int:
     if not cal:
         return 0
     n = v.get(cal, "model.calibrate.nodes_max", int, required=True, minimum=1)
-    if model.get("fit"):
-        v.fail("model.calibrate", "and model.fit both say what calibrates the model: keep one")
     return n
 
 

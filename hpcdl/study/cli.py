@@ -81,7 +81,8 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="where to write the report (default: the results folder)")
     p.add_argument("--fit", default=None,
                    help="calibrate the exchange model from a 'hpcdl bench fit' file (fit.json) "
-                        "instead of the study's declared calibration ([model] fit, or its own runs)")
+                        "instead of the study's [model] fit or its own runs; a declared "
+                        "calibrate = {nodes_max} still calibrates the rest and predicts the others")
     p.add_argument("--algorithm", choices=("ring", "ps"), default=None,
                    help="exchange algorithm of the model (default: ps for the ps backend, else ring)")
     p.add_argument("--max-ranks", type=int, default=1024, help="extrapolate up to this many ranks")

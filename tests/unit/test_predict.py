@@ -252,3 +252,49 @@ def test_a_window_over_the_whole_compute_is_not_carried():
                 rank["exchange_probes_s"] = [9.9] + [5.0] * 5
     model = _run(recs)["axes"][0]["model"]
     assert model["window"] == 0.0
+
+
+def test_a_bench_fit_beside_the_calibration_subset_gives_the_exchange_of_every_point():
+    fit = {"alpha_s": 1e-3, "beta_s_per_byte": 4e-8, "model": "ring", "_source": "bench fit (horovod)"}
+    res = predict.analyse(study(), analysis._row_key, 2, "weak",
+                          exchange_fit=lambda backend, compression: dict(fit))
+    ax = res["axes"][0]
+    assert ax["model"]["exchange_source"] == "bench fit (horovod)"
+    for pt in ax["points"]:
+        p = pt["nodes"]
+        want = costmodel.predict("ring", MB, p, 1e-3, 4e-8) if p > 1 else 0.0
+        assert pt["predicted"]["exchange"] == pytest.approx(want, rel=1e-12)
+        # compute still comes from the runs, unchanged by the fit
+        assert pt["predicted"]["compute"] == pytest.approx(pt["measured"]["compute"], rel=1e-9)
+    # a fit is of one allocation's links: nothing is predicted across rates from it
+    two = predict.analyse(study(rates=(RATE, 500e6)), analysis._row_key, 2, "weak",
+                          exchange_fit=lambda backend, compression: dict(fit))
+    assert two["cross_rate"] == []
+
+
+def test_the_declared_calibration_names_the_fit_and_the_subset_alone_or_together():
+    def recs(cal):
+        return [{"declared": {"calibration": cal}}]
+    assert analysis.declared_calibration(recs("runs")) == (None, 0)
+    assert analysis.declared_calibration(recs("runs:nodes<=2")) == (None, 2)
+    assert analysis.declared_calibration(recs("fit:r/fit.json")) == ("r/fit.json", 0)
+    assert analysis.declared_calibration(recs("runs:nodes<=4;fit:a;b.json")) == ("a;b.json", 4)
+    assert analysis.declared_calibration([{}]) == (None, 0)
+
+
+def test_a_study_declaring_both_is_analysed_with_the_fit_for_the_exchange_only():
+    recs = study()
+    for r in recs:
+        r["declared"]["calibration"] = "runs:nodes<=2;fit:f.json"
+    doc = {"schema": "hpcdl.fit/1", "ranks": 2, "backends": {
+        "horovod": {"alpha_s": 1e-3, "beta_s_per_byte": 4e-8, "model": "ring"}}}
+    res = analysis.analyse(recs, "s", doc, "f.json")
+    assert res.calibration.startswith("runs with at most 2 node(s), the exchange from fit:f.json")
+    ax = res.prediction["axes"][0]
+    assert ax["model"]["exchange_source"] == "bench fit (horovod, 2 ranks) from f.json"
+    assert {r.fitted for r in res.rows} == {True, False}
+    assert res.models["horovod/none@200mbit"].source.startswith("bench fit")
+    line = "\n".join(sections._prediction_markdown(res.prediction, {
+        "prediction-vs-measured": sections._prediction_table(res.prediction),
+        "prediction-remedies": sections._remedy_table(res.prediction)}))
+    assert "exchange from the bench fit (horovod, 2 ranks) from f.json" in line

@@ -227,6 +227,10 @@ def test_bad_box_axes_and_calibration_are_named(tmp_path):
             study.load(_box_study(tmp_path, axes, model))
     st = study.load(_box_study(tmp_path, 'backend = ["ps"]', "[model]\ncalibrate = { nodes_max = 2 }"))
     assert st.calibrate_nodes_max == 2 and st.declared["calibration"] == "runs:nodes<=2"
+    # a bench fit beside the subset: the exchange from the fit, the rest from the runs
+    st = study.load(_box_study(tmp_path, 'backend = ["ps"]', '[model]\nfit = "f.json"\n'
+                                                            "calibrate = { nodes_max = 2 }"))
+    assert st.declared["calibration"] == "runs:nodes<=2;fit:f.json"
 
 
 TARGET = GOOD.replace("steps = 50\n", "seed = 7\n") + """
