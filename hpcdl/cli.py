@@ -4,7 +4,8 @@ Every command module is imported lazily and keeps TensorFlow, Horovod and mpi4py
 level, so ``hpcdl --help``, ``hpcdl info`` and ``hpcdl study report`` start in well under a second.
 
 Exit statuses: 0 success; 1 a crash (with a traceback); 2 a user error (one line naming what to
-fix); 75 training stopped early on a signal or time limit after writing a checkpoint.
+fix); 3 the run ended but its record is in a fallback file (named on stderr), not the results
+file asked for; 75 training stopped early on a signal or time limit after writing a checkpoint.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 from typing import List, Optional
 
 from . import __version__
@@ -120,7 +122,19 @@ def _layout():
         return cluster.Layout()
 
 
+def _warning_line(message, category, filename, lineno, file=None, line=None):
+    """hpcdl's own warnings (a skipped torn record) as one line; others as Python shows them."""
+    if category.__module__.startswith("hpcdl"):
+        (file or sys.stderr).write(f"hpcdl: {message}\n")
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
+
+
+_show_warning = warnings.showwarning
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    warnings.showwarning = _warning_line
     parser = build_parser()
     opts = parser.parse_args(argv)
     if not getattr(opts, "_main", None):

@@ -15,6 +15,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional
@@ -95,6 +96,28 @@ def append(path, record: dict) -> Path:
     finally:
         os.close(fd)
     return path
+
+
+def append_or_keep(path, record: dict) -> Optional[Path]:
+    """Append ``record`` to ``path``; where that fails (the disk filled, a permission changed
+    during the run), write it to a fallback file in the working directory (else the temporary
+    one) and return that file's path, so nothing measured is lost. None when appended."""
+    try:
+        append(path, record)
+        return None
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    name = f"hpcdl-record-{cluster.scheduler_facts()['job_id'] or os.getpid()}.jsonl"
+    for folder in (Path.cwd(), Path(tempfile.gettempdir())):
+        try:
+            kept = append(folder / name, record)
+        except OSError:
+            continue
+        sys.stderr.write(f"hpcdl: the record could not be appended to {path} ({why}); it is in "
+                         f"{kept}: append it there with 'cat {kept} >> {path}'\n")
+        return kept
+    raise UserError(f"the record could not be appended to {path} ({why}), nor kept in the "
+                    "working or temporary directory")
 
 
 def read(path, *, warn: bool = True) -> List[dict]:

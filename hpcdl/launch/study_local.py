@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from . import command, local
-from .. import records
+from .. import checks, records
 from ..errors import EXIT_INTERRUPTED
 
 
@@ -38,7 +38,7 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
     if not todo:
         return 0
     if not dry_run:
-        runs.parent.mkdir(parents=True, exist_ok=True)
+        checks.check_writable(runs, "the study's results file")
         if study.command:            # this process writes the records, not hpcdl train's rank 0
             records.check_clean(runs)
     env = dict(os.environ)
@@ -88,6 +88,9 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
         for ln in lines:
             out("  " + ln)
         out(f"  done in {res.elapsed:.1f} s")
+    if dry_run:
+        out(f"# dry run: {len(todo)} point(s) would run; nothing ran")
+        return 0
     total = time.monotonic() - t_start
     out(f"# {len(todo) - len(failed)} of {len(todo)} point(s) ran in {_fmt(total)}"
         + (f"; FAILED: {', '.join(failed)} (run the study again to retry them)" if failed else ""))
@@ -112,7 +115,8 @@ def _run_command(spec, argv, env, limit_s, stream, out):
 
 
 def _tail(res, out, n: int = 15) -> None:
-    text = (res.stderr or "") + (res.stdout or "")
+    # the error a rank reports ends its stderr: last, so that it is not cut off
+    text = (res.stdout or "") + (res.stderr or "")
     for ln in text.strip().splitlines()[-n:]:
         out("  | " + ln)
 

@@ -20,7 +20,7 @@ from . import command
 from .jobscript import (Job, parse_exports, render_report, render_study_command, render_study_step,
                         Software)
 from .scheduler import ACTIVE_STATES, job_states, sbatch
-from .. import records
+from .. import checks, records
 from ..errors import UserError
 from ..study import recorded_point
 
@@ -195,7 +195,11 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
     out = out or sys.stdout
     if any(step.spec for step in plan.steps):   # the job scripts append the records themselves
         records.check_clean(plan.results_dir / "runs.jsonl")
-    plan.jobs_dir.mkdir(parents=True, exist_ok=True)
+    # what the jobs will write, checked before any is queued
+    checks.check_writable(plan.results_dir / "runs.jsonl", "the study's results file")
+    checks.check_writable_dir(plan.jobs_dir, "the study's job folder")
+    if plan.steps:
+        checks.check_writable_dir(plan.results_dir / "checkpoints", "the study's checkpoints")
     for step in plan.steps + [plan.report]:
         step.script.write_text(step.text)
         step.script.chmod(0o755)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -17,7 +18,7 @@ from typing import Dict, List, Optional
 from . import sections
 from .plots import draw_plots  # matplotlib is imported only when plots are drawn
 from .table import Table, stable
-from .. import analysis, costmodel, records
+from .. import analysis, checks, costmodel
 from ..errors import UserError
 
 __all__ = ["Table", "write_report", "select_records"]
@@ -46,9 +47,16 @@ def _load_fit_doc(fit_path) -> dict:
     path = Path(fit_path)
     if not path.is_file():
         raise UserError(f"fit {fit_path}: no such file (make one with 'hpcdl bench fit')")
-    doc = json.loads(path.read_text())
-    if doc.get("schema") != "hpcdl.fit/1":
-        raise UserError(f"fit {fit_path}: schema is {doc.get('schema')!r}, expected 'hpcdl.fit/1'")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"fit {fit_path}: cannot be read: "
+                        f"{getattr(exc, 'strerror', None) or exc}") from None
+    except ValueError as exc:
+        raise UserError(f"fit {fit_path}: not JSON ({exc}); make one with 'hpcdl bench fit'") from None
+    schema = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+    if schema != "hpcdl.fit/1":
+        raise UserError(f"fit {fit_path}: schema is {schema!r}, expected 'hpcdl.fit/1'")
     return doc
 
 
@@ -60,11 +68,14 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     runs = _resolve(src)
     if not runs.exists():
         raise UserError(f"{runs}: no such results file (run the study first: hpcdl study run)")
-    recs = select_records(records.read(runs), study_name)
+    read = checks.scan(runs, checks.train_record_problem)
+    for note in read.notes():
+        sys.stderr.write(f"hpcdl study report: {note}\n")
+    recs = select_records(read.records, study_name)
     if not recs:
         raise UserError(f"{runs}: no train records{f' of study {study_name}' if study_name else ''}")
     out = Path(out_dir) if out_dir else runs.parent
-    out.mkdir(parents=True, exist_ok=True)
+    checks.check_writable_dir(out, "the report's folder")
     fit_path = fit_path or analysis.declared_calibration(recs)[0]
     fit_doc = _load_fit_doc(fit_path) if fit_path else None
     try:
@@ -87,10 +98,11 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     files += pngs
     report = out / "report.md"
     report.write_text(f"<!-- command: {command} -->\n" + "\n".join(
-        _opening(res, runs) + lines
+        _opening(res, runs) + _left_out(read) + lines
         + ["Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""]))
     js = out / "report.json"
-    js.write_text(json.dumps(stable(json.loads(json.dumps({**res.as_dict(), **extra},
+    js.write_text(json.dumps(stable(json.loads(json.dumps({**res.as_dict(), **extra,
+                                                          "left_out": _left_out_json(read)},
                                                           default=_jsonable))),
                              indent=1, sort_keys=True))
     files += [report, js]
@@ -152,6 +164,19 @@ def _opening(res, runs) -> List[str]:
             "forward and backward pass; the rest of the step is the exchange not hidden behind "
             "it, the optimizer update and per-step overhead (at one rank nothing is exchanged).",
             ""] + _caution(res.provenance)
+
+
+def _left_out(read) -> List[str]:
+    """What of the results file is not in the report, and why (nothing when all of it is)."""
+    notes = read.notes()
+    return (["**Left out of this report:** " + " ".join(f"{n}." for n in notes), ""]
+            if notes else [])
+
+
+def _left_out_json(read) -> dict:
+    """Every line of the results file the report left out: torn, repeated, no measurement."""
+    return {"torn_lines": read.torn, "duplicate_lines": read.duplicates,
+            "excluded": read.excluded}
 
 
 def _caution(prov) -> List[str]:

@@ -420,9 +420,25 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  compressions=compressions, networks=networks, lr_rules=lr_rules,
                  exchanges=exchanges, slurm=slurm, timeout=timeout, env=env,
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
-                 fit=v.get(model, "model.fit", str, default=""),
+                 fit=_fit_key(v, model),
                  calibrate_nodes_max=_calibrate_key(v, model), target=target, command=command,
                  scrape=scrape, timeline=timeline, variants=variants, raw=raw)
+
+
+def _fit_key(v, model) -> str:
+    """[model] fit: a 'hpcdl bench fit' file, checked now rather than when the report needs it."""
+    fit = v.get(model, "model.fit", str, default="")
+    if not fit:
+        return fit
+    try:
+        doc = json.loads(Path(fit).read_text())
+    except OSError as exc:
+        v.fail("model.fit", f"{fit}: {exc.strerror} (make one with 'hpcdl bench fit')")
+    except ValueError:
+        v.fail("model.fit", f"{fit} is not JSON (make one with 'hpcdl bench fit')")
+    if not isinstance(doc, dict) or doc.get("schema") != "hpcdl.fit/1":
+        v.fail("model.fit", f"{fit} is not a 'hpcdl bench fit' file (schema hpcdl.fit/1)")
+    return fit
 
 
 def _calibrate_key(v, model) -> int:

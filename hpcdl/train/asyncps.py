@@ -472,6 +472,7 @@ def save_checkpoint(server: Server, opts, ckpt_dir):
     meta = {"mode": NAME, "workload": opts.workload, "seed": opts.seed, "size": rep.rt.size,
             "backend": NAME,
             "staleness": staleness_label(server.bound), "batch_size": rep.plan.batch,
+            "lr": rep.plan.lr, "lr_warmup_steps": opts.lr_warmup_steps,
             "clock": server.clock,
             "pushes": {str(w): n for w, n in server.log.pushes.items()}}
     return checkpoint.save(ckpt_dir, server.clock, server.arrays(), meta,

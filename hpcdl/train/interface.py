@@ -8,8 +8,9 @@ the record. Every mode resumes through :func:`find_checkpoint`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from . import checkpoint
 from .. import cluster
@@ -25,13 +26,15 @@ class Found:
     step: int
     header: Optional[dict] = None
     arrays: Optional[dict] = None
+    mismatch: Tuple[str, ...] = ()   # what differs from the run that wrote it (--resume-mismatch)
 
     @property
     def meta(self) -> dict:
         return (self.header or {}).get("meta", {})
 
     def as_record(self) -> dict:
-        return {"path": self.path, "step": self.step}
+        return {"path": self.path, "step": self.step,
+                **({"mismatch": list(self.mismatch)} if self.mismatch else {})}
 
 
 class Mode:
@@ -96,7 +99,27 @@ class Mode:
         return True
 
 
-def find_checkpoint(rt, opts, ckpt_dir, mode: Mode) -> Optional[Found]:
+def continuity(meta: dict, opts, plan, size: int) -> List[str]:
+    """What of this run differs from the run that wrote a checkpoint (its metadata): workload,
+    batch per rank, ranks, learning rate, its warm-up. A figure the checkpoint does not carry
+    (written by an older hpcdl) is not compared."""
+    out = []
+    for name, then, now in (("workload", meta.get("workload"), opts.workload),
+                            ("batch per rank", meta.get("batch_size"), plan.batch if plan else None),
+                            ("ranks", meta.get("size"), size),
+                            ("learning rate", meta.get("lr"), plan.lr if plan else None),
+                            ("learning-rate warm-up steps", meta.get("lr_warmup_steps"),
+                             opts.lr_warmup_steps)):
+        if then is None or now is None:
+            continue
+        same = (math.isclose(float(then), float(now), rel_tol=1e-9)
+                if isinstance(now, float) else then == now)
+        if not same:
+            out.append(f"{name} {then} (now {now})")
+    return out
+
+
+def find_checkpoint(rt, opts, ckpt_dir, mode: Mode, plan=None) -> Optional[Found]:
     """With ``--resume``, the checkpoint every rank continues from, or None (a collective).
 
     Rank 0 finds it (:func:`hpcdl.train.checkpoint.find`) and asks the mode whether it can
@@ -106,12 +129,20 @@ def find_checkpoint(rt, opts, ckpt_dir, mode: Mode) -> Optional[Found]:
     if not opts.resume:
         return None
     found = error = None
+    differs: List[str] = []
     if rt.root:
         found, error = checkpoint.find(opts.resume, ckpt_dir,
                                        warn=lambda m: cluster.log(m, rt.layout))
         if found and not error:
             error = mode.refuse(Found(str(found[0]), found[1]["step"], found[1], found[2]), opts,
                                 rt.size)
+        if found and not error:
+            differs = continuity(found[1].get("meta", {}), opts, plan, rt.size)
+            if differs and not opts.resume_mismatch:
+                error = (f"checkpoint {found[0]} was written by a run with another "
+                         f"{'; '.join(differs)}: its data order and learning rate would not "
+                         "continue; resume with the settings it was written with, or give "
+                         "--resume-mismatch to continue anyway (the record says so)")
     where = rt.hvd.broadcast_object((error, (str(found[0]), found[1]["step"]) if found else None),
                                     root_rank=0, name="hpcdl.resume")
     if where[0]:
@@ -119,8 +150,10 @@ def find_checkpoint(rt, opts, ckpt_dir, mode: Mode) -> Optional[Found]:
     if where[1] is None:
         rt.say(f"No checkpoint in {ckpt_dir}: starting from {mode.unit} 0")
         return None
-    rt.say(f"Resumed from {where[1][0]} at {mode.unit} {where[1][1]}")
-    return Found(where[1][0], where[1][1], *(found[1:3] if rt.root else (None, None)))
+    rt.say(f"Resumed from {where[1][0]} at {mode.unit} {where[1][1]}"
+           + (f" (--resume-mismatch: {'; '.join(differs)})" if differs else ""))
+    return Found(where[1][0], where[1][1], *(found[1:3] if rt.root else (None, None)),
+                 mismatch=tuple(differs))
 
 
 def written_by(meta: dict) -> str:

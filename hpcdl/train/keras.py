@@ -35,7 +35,7 @@ from typing import List, Optional, Tuple
 import tensorflow as tf
 
 from .figures import iteration_rates, slowest_rank_iterations, step_split, summarize_values
-from .. import cluster, records
+from .. import checks, cluster, records
 
 __all__ = ["ScalingRecorder"]
 
@@ -69,6 +69,9 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
 
     # --- what Keras calls -----------------------------------------------------------------------
     def on_train_begin(self, logs=None):
+        hvd = _horovod()
+        if self.results != "-" and (hvd is None or hvd.rank() == 0):
+            checks.check_writable(self.results, "the recorder's results file")   # before fit spends
         self._start = time.perf_counter()
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -89,8 +92,8 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         record = self.record(time.perf_counter() - self._start)
         if record is not None and self.results != "-":
-            records.append(self.results, record)
-            print(f"Record appended to {self.results}", flush=True)
+            kept = records.append_or_keep(self.results, record)
+            print(f"Record appended to {kept or self.results}", flush=True)
 
     # --- the probes --------------------------------------------------------------------------------
     def probe(self, hvd) -> Tuple[List[float], List[float], str]:

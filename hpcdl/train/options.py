@@ -102,6 +102,9 @@ def _records(r) -> None:
     r.add_argument("--keep-checkpoints", type=args.positive_int, default=2, help="checkpoints kept (2)")
     r.add_argument("--resume", nargs="?", const="latest", default=None,
                    help="continue from the newest good checkpoint in --checkpoint-dir, or from a given file")
+    r.add_argument("--resume-mismatch", action="store_true",
+                   help="continue a checkpoint written with another workload, batch, rank count "
+                        "or learning rate (refused otherwise); the record says what differed")
     r.add_argument("--save-weights", default=None, help="rank 0 writes the final weights here (.npz); with '{rank}' in the path every rank does")
     r.add_argument("--max-time", type=args.positive_float, default=None,
                    help="seconds of training after which to checkpoint and stop cleanly (exit 75)")

@@ -422,6 +422,7 @@ def save(rep, stage: Stage, opts, ckpt_dir, step: int):
               for kind in ("v", "o") for i, a in enumerate(st[kind])}
     meta = {"mode": "pipeline", "parallel": "pipeline", "workload": opts.workload, "seed": opts.seed,
             "stages": stage.K, "micro_batches": stage.M, "batch_size": rep.plan.batch,
+            "lr": rep.plan.lr, "lr_warmup_steps": opts.lr_warmup_steps,
             "ranges": [list(r) for r in stage.ranges]}
     return checkpoint.save(ckpt_dir, step, arrays, meta, keep=opts.keep_checkpoints)
 

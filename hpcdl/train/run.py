@@ -13,8 +13,8 @@ from pathlib import Path
 from . import control, options, runtime
 from .interface import find_checkpoint
 from .options import add_arguments, DEFAULT_RESULTS
-from .. import box, cluster, records, workloads
-from ..errors import EXIT_INTERRUPTED, Interrupted, UserError
+from .. import box, checks, cluster, records, workloads
+from ..errors import EXIT_INTERRUPTED, EXIT_RECORD_ELSEWHERE, Interrupted, UserError
 
 __all__ = ["add_arguments", "main", "run"]     # the command: its options and its run
 
@@ -25,10 +25,16 @@ def run(opts) -> int:
     after the first step, scale the learning rate with the global batch. The same skeleton for
     every way of training; what differs is the mode's (:mod:`hpcdl.train.modes`)."""
     mode = options.validate(opts)
-    rt = runtime.start(timeline=bool(opts.timeline))
     results = _results_path(opts)
-    if rt.root and results != "-":
-        records.check_clean(results)          # results/ holds what committed code made
+    if cluster.discover().rank == 0:
+        # what rank 0 will write is checked before the run starts TensorFlow or spends its
+        # allocation; its exit 2 ends every rank
+        if results != "-":
+            records.check_clean(results)          # results/ holds what committed code made
+            checks.check_writable(results, "--results")
+        if opts.checkpoint_dir:
+            checks.check_writable_dir(opts.checkpoint_dir, "--checkpoint-dir")
+    rt = runtime.start(timeline=bool(opts.timeline))
     rt.tf.keras.utils.set_random_seed(opts.seed)
     wl = workloads.load(opts.workload, opts)
     _check_evaluation(wl, opts)
@@ -38,7 +44,7 @@ def run(opts) -> int:
     watch.install()
     rt.say("\n".join([_header(rt, wl, rep.plan, opts)] + mode.header(rt, rep.plan, opts)
                      + _model_line(wl, rep.plan)))
-    found = find_checkpoint(rt, opts, ckpt_dir, mode)
+    found = find_checkpoint(rt, opts, ckpt_dir, mode, rep.plan)
     loop = mode.train(rep, opts, watch, ckpt_dir, found)
     if loop.stopped:
         msg = (f"Stopped {mode.progress(loop, rep.plan)} ({loop.stopped}); "
@@ -53,7 +59,8 @@ def run(opts) -> int:
         _print_results(wl, len(mode.trainers(opts, rt.size)), figures)
         record = _record(rep, opts, mode, figures, found)
         if results != "-":
-            records.append(results, record)
+            if records.append_or_keep(results, record) is not None:
+                return EXIT_RECORD_ELSEWHERE
             print(f"Record appended to {results}")
     return 0
 

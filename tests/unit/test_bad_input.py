@@ -3,6 +3,7 @@
 Each row runs the real ``hpcdl`` command in a fresh process. Rows marked (TF) start TensorFlow
 before they can tell (a few seconds each); the rest fail before any heavy import.
 """
+import json
 import os
 import subprocess
 import sys
@@ -58,8 +59,89 @@ def _foreign_checkpoint(tmp):
     return str(path)
 
 
+LOCKED = []          # paths made unwritable by a case, made writable again after it
+
+
+def _locked(path: Path) -> str:
+    """``path`` made unwritable, for root too (immutable) or else by its mode."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+    else:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    LOCKED.append(path)
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _unlock():
+    yield
+    while LOCKED:
+        path = LOCKED.pop()
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(path)], check=False)
+        else:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def _file(tmp, name="runs.jsonl", text=""):
+    path = tmp / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _results(tmp, edit=None, name="rep"):
+    """A folder holding a committed study's records (each passed through ``edit``)."""
+    recs = [json.loads(ln) for ln in
+            (ROOT / "results" / "local-expmlp-strong" / "runs.jsonl").read_text().splitlines()]
+    d = tmp / name
+    d.mkdir()
+    (d / "runs.jsonl").write_text("".join(json.dumps(edit(r) if edit else r) + "\n" for r in recs))
+    return d
+
+
+def _declaring(fit):
+    def edit(r):
+        r["declared"]["calibration"] = f"fit:{fit}"
+        return r
+    return edit
+
+
 # (case, argv (a callable of the temp dir for files), extra env (callable), what the line names)
 CASES = [
+    ("--results an immutable file", lambda t: ["train", "--steps", "300", "--results",
+                                               _locked(_file(t))], None, "cannot be written"),
+    ("--results in an immutable folder", lambda t: [
+        "train", "--steps", "300", "--results", str(Path(_locked(_file(t / "d", "x").parent)) / "r.jsonl")],
+     None, "its directory cannot be written"),
+    ("--results under a regular file", lambda t: [
+        "train", "--steps", "300", "--results", str(_file(t, "plain") / "r.jsonl")],
+     None, "plain is not a directory"),
+    ("--results a directory", lambda t: ["train", "--steps", "300", "--results", str(t)],
+     None, "is a directory: give the path of a file"),
+    ("--checkpoint-dir a regular file", lambda t: [
+        "train", "--checkpoint-dir", str(_file(t, "plain")), "--checkpoint-every", "20",
+        "--results", "-"], None, "--checkpoint-dir"),
+    ("study run into an immutable results file", lambda t: [
+        "study", "run", str(ROOT / "jobs" / "local-expmlp-strong.toml"), "--results-root",
+        str(Path(_locked(_file(t / "res" / "local-expmlp-strong"))).parent.parent)],
+     None, "the study's results file"),
+    ("study run under an immutable results root", lambda t: [
+        "study", "run", str(ROOT / "jobs" / "local-expmlp-strong.toml"), "--results-root",
+        _locked(_file(t / "res", "x").parent)], None, "its directory cannot be made"),
+    ("study report into an immutable folder", lambda t: [
+        "study", "report", _locked(_results(t))], None, "the report's folder"),
+    ("study report --out an immutable folder", lambda t: [
+        "study", "report", str(_results(t)), "--out", _locked(_file(t / "out", "x").parent)],
+     None, "the report's folder"),
+    ("study report --fit not JSON", lambda t: [
+        "study", "report", str(_results(t)), "--fit", str(_file(t, "notjson.txt", "hello"))],
+     None, "not JSON"),
+    ("a record declaring a fit that is not JSON", lambda t: [
+        "study", "report", str(_results(t, _declaring("/etc/passwd")))], None,
+     "fit /etc/passwd: not JSON"),
+    ("study validate: [model] fit not JSON", lambda t: ["study", "validate", _study(
+        t, GOOD_STUDY + '[model]\nfit = "/etc/passwd"\n')], None, "model.fit: /etc/passwd is not JSON"),
     ("unknown workload", ["train", "--workload", "resnet9000"], None, "unknown workload 'resnet9000'"),
     ("unknown backend", ["train", "--backend", "pigeon"], None, "unknown --backend 'pigeon': choose one of"),
     ("unknown compression", ["train", "--compression", "zip"], None, "unknown --compression 'zip'"),
@@ -125,3 +207,108 @@ def test_find_mpirun_raises_a_user_error_when_mpirun_is_not_on_path(monkeypatch,
 def test_a_rank_count_of_zero_is_refused_before_anything_starts():
     with pytest.raises(UserError, match="rank count must be positive, got 0"):
         local.mpirun_command(0, ["true"], mpirun="/usr/bin/mpirun")
+
+
+def test_records_that_are_no_measurement_are_left_out_counted_and_named(tmp_path, capsys):
+    from hpcdl import report
+    lines = (ROOT / "results" / "local-mnist-weak" / "runs.jsonl").read_text().splitlines()
+    recs = [json.loads(ln) for ln in lines]
+    recs[0]["metrics"]["throughput"]["mean"] = -500
+    recs[1]["metrics"]["throughput"]["mean"] = 0
+    recs[2]["metrics"]["throughput"]["mean"] = float("nan")
+    del recs[3]["metrics"]
+    recs[4]["layout"]["size"] = 0
+    recs[5]["point"]["ranks"] = 0
+    recs[6]["metrics"]["throughput"]["mean"] = "fast"
+    text = [json.dumps(r) for r in recs]
+    text.insert(10, text[9])                                   # the same record twice
+    text.insert(12, '{"kind": "train", "metrics": {"throu')    # a torn line
+    d = tmp_path / "s"
+    d.mkdir()
+    (d / "runs.jsonl").write_text("\n".join(text) + "\n")
+    report.write_report(d, plots=False)
+    md = (d / "report.md").read_text()
+    assert json.loads((d / "report.json").read_text())["records"] == len(recs) - 7
+    assert f"from `{d / 'runs.jsonl'}` ({len(recs) - 7} record(s)" in md
+    left = next(ln for ln in md.splitlines() if ln.startswith("**Left out of this report:**"))
+    runs = d / "runs.jsonl"
+    for words in ("1 torn or corrupt line(s)", "(line 13)", "1 line(s)", "(line 11)",
+                  "7 record(s) left out",
+                  f"{runs}:1: metrics.throughput.mean: -500 is not positive",
+                  f"{runs}:2: metrics.throughput.mean: 0 is not positive",
+                  f"{runs}:3: metrics.throughput.mean: nan is not finite",
+                  f"{runs}:4: metrics.throughput.mean: missing",
+                  f"{runs}:5: layout.size: 0 is not positive"):
+        assert words in left, words
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 3 and all(ln.startswith("hpcdl study report: ") for ln in err)
+    # every one is in report.json, the ones past the fifth too
+    out = json.loads((d / "report.json").read_text())["left_out"]
+    assert out["torn_lines"] == [13] and out["duplicate_lines"] == [11]
+    assert out["excluded"][5:] == [f"{runs}:6: point.ranks: 0 is not positive",
+                                   f"{runs}:7: metrics.throughput.mean: 'fast' is not a number"]
+
+
+def test_a_dry_run_says_nothing_ran(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hpcdl", "study", "run",
+                           str(ROOT / "jobs" / "local-expmlp-strong.toml"), "--dry-run",
+                           "--results-root", str(tmp_path)], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last == "# dry run: 6 point(s) would run; nothing ran"
+    assert not (tmp_path / "local-expmlp-strong" / "runs.jsonl").exists()
+
+
+def test_a_results_file_that_becomes_unwritable_during_the_run_loses_no_record(tmp_path):
+    """(TF) The file is locked once training has begun: the record goes to a fallback file in
+    the working directory, named on stderr, and the exit status says it is not where asked."""
+    results = _file(tmp_path, "runs.jsonl")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    for key in [k for k in env if k.startswith(("OMPI_", "PMI", "SLURM_"))]:
+        del env[key]
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdl", "train", "--workload", "expmlp",
+                             "--steps", "300", "--results", str(results)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        header = proc.stdout.readline()           # printed once the run has started
+        assert header.startswith("# hpcdl train:"), header
+        _locked(results)
+        out, err = proc.communicate(timeout=170)
+    finally:
+        proc.kill()
+    kept = tmp_path / f"hpcdl-record-{proc.pid}.jsonl"
+    assert proc.returncode == 3, err[-2000:]
+    assert results.read_text() == ""
+    rec = json.loads(kept.read_text())
+    assert rec["params"]["workload"] == "expmlp" and rec["metrics"]["throughput"]["mean"] > 0
+    assert f"it is in {kept}" in err and "Traceback" not in err
+
+
+def _hpcdl(tmp, *argv, timeout=170):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    for key in [k for k in env if k.startswith(("OMPI_", "PMI", "SLURM_"))]:
+        del env[key]
+    return subprocess.run([sys.executable, "-m", "hpcdl", *argv], capture_output=True, text=True,
+                          env=env, cwd=tmp, timeout=timeout)
+
+
+def test_resuming_with_another_batch_is_refused_unless_asked_and_then_recorded(tmp_path):
+    """(TF) Checkpoints written at batch 100 are not continued at batch 50 without
+    --resume-mismatch; with it, the record names what differed."""
+    base = ["train", "--workload", "expmlp", "--checkpoint-dir", "ck", "--steps", "40"]
+    res = _hpcdl(tmp_path, *base, "--batch-size", "100", "--checkpoint-every", "20",
+                 "--results", "-")
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = _hpcdl(tmp_path, *base, "--steps", "60", "--batch-size", "50", "--resume",
+                 "--results", "-")
+    err = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(err) == 1, res.stderr[-2000:]
+    assert "was written by a run with another batch per rank 100 (now 50)" in err[0]
+    assert "learning rate" in err[0]            # linear scaling: the rate follows the batch
+    res = _hpcdl(tmp_path, *base, "--steps", "60", "--batch-size", "50", "--resume",
+                 "--resume-mismatch", "--results", "r.jsonl")
+    assert res.returncode == 0, res.stderr[-2000:]
+    rec = json.loads((tmp_path / "r.jsonl").read_text())
+    assert rec["resumed_from"]["step"] == 20          # the last checkpoint, every 20 steps
+    assert rec["resumed_from"]["mismatch"][0] == "batch per rank 100 (now 50)"

@@ -228,9 +228,20 @@ def test_bad_box_axes_and_calibration_are_named(tmp_path):
     st = study.load(_box_study(tmp_path, 'backend = ["ps"]', "[model]\ncalibrate = { nodes_max = 2 }"))
     assert st.calibrate_nodes_max == 2 and st.declared["calibration"] == "runs:nodes<=2"
     # a bench fit beside the subset: the exchange from the fit, the rest from the runs
-    st = study.load(_box_study(tmp_path, 'backend = ["ps"]', '[model]\nfit = "f.json"\n'
+    fit = tmp_path / "f.json"
+    fit.write_text('{"schema": "hpcdl.fit/1", "backends": {}}')
+    st = study.load(_box_study(tmp_path, 'backend = ["ps"]', f'[model]\nfit = "{fit}"\n'
                                                             "calibrate = { nodes_max = 2 }"))
-    assert st.declared["calibration"] == "runs:nodes<=2;fit:f.json"
+    assert st.declared["calibration"] == f"runs:nodes<=2;fit:{fit}"
+    # the fit is checked when the study is loaded, not when the report needs it
+    for text, msg in [(None, "No such file"), ("root:x:0:0", "not JSON"),
+                      ('{"schema": "other"}', "not a 'hpcdl bench fit' file")]:
+        bad = tmp_path / "bad.json"
+        bad.unlink(missing_ok=True)
+        if text is not None:
+            bad.write_text(text)
+        with pytest.raises(study.StudyError, match=f"model.fit: .*{msg}"):
+            study.load(_box_study(tmp_path, 'backend = ["ps"]', f'[model]\nfit = "{bad}"'))
 
 
 TARGET = GOOD.replace("steps = 50\n", "seed = 7\n") + """

@@ -1,0 +1,151 @@
+"""Checks on results files: whether a path can take a record (checked before a run spends its
+allocation, not after it), and which lines of a results file are no measurement (torn, repeated,
+or a record whose figures a report cannot compute with), counted and named when a report reads."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from .errors import UserError
+from .records import lookup
+
+
+def check_writable(path, what: str = "results file") -> None:
+    """Raise UserError (one line) unless ``path`` can be appended to, creating its directory as
+    :func:`append` would: checked before a run spends its allocation, not after."""
+    path = Path(path)
+    _check_dir(path.parent, f"{what} {path}: its directory")
+    if path.is_dir():
+        raise UserError(f"{what} {path} is a directory: give the path of a file")
+    if path.exists():
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        except OSError as exc:
+            raise UserError(f"{what} {path} cannot be written: {exc.strerror}") from None
+
+
+def check_writable_dir(path, what: str = "directory") -> None:
+    """Raise UserError (one line) unless ``path`` is, or can be made, a writable directory."""
+    _check_dir(Path(path), f"{what} {path}")
+
+
+def _check_dir(path: Path, what: str) -> None:
+    above = path
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise UserError(f"{what} cannot be made: {above} is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{what} cannot be made: {exc.strerror}") from None
+    probe = path / f".hpcdl-probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise UserError(f"{what} cannot be written: {exc.strerror}") from None
+
+
+@dataclass
+class Scan:
+    """A results file read once: its good records, and what was left out and why."""
+    path: Path
+    records: List[dict] = field(default_factory=list)
+    torn: List[int] = field(default_factory=list)        # lines skipped: torn or not JSON
+    duplicates: List[int] = field(default_factory=list)  # lines repeating an earlier one exactly
+    excluded: List[str] = field(default_factory=list)    # "file:line: field: why"
+
+    def notes(self) -> List[str]:
+        """One line for each kind of line left out (none when nothing was)."""
+        out = []
+        if self.torn:
+            out.append(f"{len(self.torn)} torn or corrupt line(s) of {self.path} skipped "
+                       f"(line {_lines(self.torn)})")
+        if self.duplicates:
+            out.append(f"{len(self.duplicates)} line(s) of {self.path} repeat an earlier record "
+                       f"exactly and were counted once (line {_lines(self.duplicates)})")
+        if self.excluded:
+            out.append(f"{len(self.excluded)} record(s) left out as not measurements: "
+                       + "; ".join(self.excluded[:5]) + ("; …" if len(self.excluded) > 5 else ""))
+        return out
+
+
+def _lines(numbers: List[int]) -> str:
+    return ", ".join(map(str, numbers[:8])) + (", …" if len(numbers) > 8 else "")
+
+
+def scan(path, check: Optional[Callable[[dict], Optional[str]]] = None) -> Scan:
+    """Read ``path`` once, without a warning per line: torn lines and exact repeats are counted,
+    and a record for which ``check`` names a problem ("field: why") is left out and named with its
+    file and line."""
+    out = Scan(Path(path))
+    seen = set()
+    if not out.path.exists():
+        return out
+    with open(out.path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            text = raw.strip()
+            if not text:
+                continue
+            digest = hashlib.blake2b(text, digest_size=16).digest()
+            if digest in seen:
+                out.duplicates.append(lineno)
+                continue
+            seen.add(digest)
+            try:
+                rec = json.loads(text)
+                if not isinstance(rec, dict):
+                    raise ValueError("not an object")
+            except (ValueError, UnicodeDecodeError):
+                out.torn.append(lineno)
+                continue
+            why = check(rec) if check else None
+            if why:
+                out.excluded.append(f"{out.path}:{lineno}: {why}")
+                continue
+            out.records.append(rec)
+    return out
+
+
+def _number_problem(value, what: str, zero: bool = False) -> Optional[str]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{what}: {value!r} is not a number"
+    if not math.isfinite(value):
+        return f"{what}: {value} is not finite"
+    if value < 0 or (value == 0 and not zero):
+        return f"{what}: {value} is not {'at least 0' if zero else 'positive'}"
+    return None
+
+
+# the figures of a train record a report computes with: (keys, may it be 0, must it be there)
+_MEASURED = ((("metrics", "throughput", "mean"), False, True),
+             (("metrics", "throughput", "std"), True, False),
+             (("metrics", "throughput", "n"), False, False),
+             (("metrics", "step_time", "median"), False, False),
+             (("layout", "size"), False, False), (("layout", "nodes"), False, False),
+             (("layout", "ranks_per_node"), False, False), (("point", "ranks"), False, False),
+             (("params", "batch_size"), False, False), (("params", "global_batch"), False, False))
+
+
+def train_record_problem(rec: dict) -> Optional[str]:
+    """What makes an ok train record no measurement ("field: why"), else None: a throughput,
+    step time, size or count that is missing (throughput), not a number, not finite, zero or
+    negative. Records of other kinds, and failed runs, are not judged here."""
+    if rec.get("kind", "train") != "train" or rec.get("status", "ok") != "ok":
+        return None
+    for keys, zero, required in _MEASURED:
+        value = lookup(rec, *keys)
+        if value is None:
+            if required:
+                return f"{'.'.join(keys)}: missing"
+            continue
+        why = _number_problem(value, ".".join(keys), zero)
+        if why:
+            return why
+    return None
