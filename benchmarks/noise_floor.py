@@ -1,0 +1,93 @@
+"""How well a point's own repeats agree: the floor under any prediction of that point.
+
+For every box study in ``results/`` and every point (axis, nodes) with at least two repeats, each
+repeat's step time, compute (the slowest rank's median probe) and exchange (timed alone) are
+compared with the median of the point's *other* repeats, as :mod:`hpcdl.analysis.measured` reads
+them. A model that knew every point's true figure would still differ from one run by about this
+much; a target of "every point within X%" is out of reach where the repeats themselves spread
+further. Also printed: the 1-node compute of each study in the order its jobs ran, i.e. how far
+the host drifted during the study.
+
+    python benchmarks/noise_floor.py [results/box-*]
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hpcdl import checks  # noqa: E402
+from hpcdl.analysis import axis_name, record_axis  # noqa: E402
+from hpcdl.analysis.measured import measured  # noqa: E402
+
+PARTS = (("step", 0.10), ("compute", 0.15), ("exchange", 0.15))
+
+
+def _points(path: Path):
+    groups = defaultdict(list)
+    for rec in checks.scan(path, checks.train_record_problem).records:
+        if rec.get("kind", "train") != "train" or rec.get("status", "ok") != "ok":
+            continue
+        m = measured(rec)
+        if m is None:
+            continue
+        key = (axis_name(*record_axis(rec)), int((rec.get("layout") or {}).get("nodes") or 1))
+        groups[key].append({"started": (rec.get("manifest") or {}).get("started") or rec.get("time"),
+                            **{p: m[p] for p, _ in PARTS}})
+    return groups
+
+
+def _loo(values):
+    """|x_k / median(others) - 1| for each repeat k."""
+    out = []
+    for k, x in enumerate(values):
+        others = values[:k] + values[k + 1:]
+        if x is not None and others and all(o is not None for o in others):
+            out.append(abs(x / statistics.median(others) - 1))
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    folders = [Path(a) for a in argv] or sorted((ROOT / "results").glob("box-*"))
+    print(f"# command: python benchmarks/noise_floor.py {' '.join(argv)}".rstrip())
+    print("# each repeat against the median of its point's other repeats: share within the "
+          "target's tolerance, the 90th percentile and the largest, over all points with >= 2 "
+          "repeats")
+    print(f"#{'study':>22} {'part':>9} {'repeats':>7} {'within':>7} {'tol':>4} {'p90':>6} "
+          f"{'max':>6}  worst point")
+    for folder in folders:
+        groups = _points(folder / "runs.jsonl")
+        if not groups:
+            continue
+        for part, tol in PARTS:
+            devs, worst = [], (0.0, "")
+            for (axis, nodes), runs in sorted(groups.items()):
+                d = _loo([r[part] for r in runs])
+                devs += d
+                if d and max(d) > worst[0]:
+                    worst = (max(d), f"{axis} n{nodes}: "
+                                     + " ".join(f"{r[part] * 1e3:.0f}" for r in runs) + " ms")
+            if not devs:
+                continue
+            devs.sort()
+            p90 = devs[min(len(devs) - 1, int(0.9 * len(devs)))]
+            inside = sum(d <= tol for d in devs)
+            print(f" {folder.name:>22} {part:>9} {len(devs):>7} {inside / len(devs):>6.0%} "
+                  f"{tol:>4.0%} {p90:>6.1%} {devs[-1]:>6.1%}  {worst[1]}")
+        ones = sorted((r["started"] or "", r["compute"], axis) for (axis, nodes), runs
+                      in groups.items() if nodes == 1 for r in runs)
+        if len(ones) > 1:
+            cs = [c for _, c, _ in ones]
+            print(f" {folder.name:>22} 1-node compute in the order run (ms): "
+                  + " ".join(f"{c * 1e3:.0f}" for c in cs)
+                  + f"  (max/min {max(cs) / min(cs):.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
