@@ -157,7 +157,8 @@ class PartModel:
         return "the time per link byte the calibration runs measured"
 
     def as_dict(self) -> dict:
-        return {"exchange_source": self.exchange_source, "per_sample_s": self.per_sample, "k": self.k, "calibrated_p": self.p_cal,
+        return {"exchange_source": self.exchange_source, "per_sample_s": self.per_sample,
+                "k": self.k, "calibrated_p": self.p_cal,
                 "fixed_s": self.fixed, "window": self.window, "rated": self.rated,
                 "duplex": self.duplex, "per_exchange_s": self.per_exchange,
                 "seconds_per_link_byte": self.seconds_per_byte,
@@ -186,8 +187,8 @@ def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
     held-out points, the band and its coverage; the remedies' predicted gains, measured where
     the study (fp16) or ``remedied`` (the records of the same workload run with a remedy
     applied, e.g. twice the batch) ran them. ``exchange_fit(backend, compression)``: the bench
-    fit's entry that predicts an axis's exchange, where the study declared one. Empty when the study declares no calibration
-    subset or its records carry no probes."""
+    fit's entry that predicts an axis's exchange, where the study declared one. Empty when the
+    study declares no calibration subset or its records carry no probes."""
     if not nodes_max:
         return {}
     pts = _points(recs, row_key)

@@ -53,7 +53,8 @@ def _load_fit_doc(fit_path) -> dict:
         raise UserError(f"fit {fit_path}: cannot be read: "
                         f"{getattr(exc, 'strerror', None) or exc}") from None
     except ValueError as exc:
-        raise UserError(f"fit {fit_path}: not JSON ({exc}); make one with 'hpcdl bench fit'") from None
+        raise UserError(f"fit {fit_path}: not JSON ({exc}); make one with "
+                        "'hpcdl bench fit'") from None
     schema = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
     if schema != "hpcdl.fit/1":
         raise UserError(f"fit {fit_path}: schema is {schema!r}, expected 'hpcdl.fit/1'")

@@ -701,9 +701,9 @@ def _prediction_table(pred) -> Table:
                f"{pred['nominal'] * 100:.0f}% band (ms)", "in band", "naive err",
                "one-β err"],
               meta={"calibration": f"runs with at most {pred['nodes_max']} node(s)"
-                                   + "".join(sorted({f"; exchange from the {a['model']['exchange_source']}"
-                                                     for a in pred["axes"]
-                                                     if a["model"]["exchange_source"].startswith("bench fit")})),
+                                   + "".join(sorted({f"; exchange from the {src}" for src in (
+                                       a["model"]["exchange_source"] for a in pred["axes"])
+                                       if src.startswith("bench fit")})),
                     "compute": "the slowest rank's median probe, first probe left out",
                     "exchange": "the slowest rank's median exchange timed alone",
                     "band": f"conformal, {pred['nominal'] * 100:.0f}% nominal, "

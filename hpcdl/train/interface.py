@@ -104,10 +104,11 @@ def continuity(meta: dict, opts, plan, size: int) -> List[str]:
     batch per rank, ranks, learning rate, its warm-up. A figure the checkpoint does not carry
     (written by an older hpcdl) is not compared."""
     out = []
+    batch, lr = (plan.batch, plan.lr) if plan else (None, None)
     for name, then, now in (("workload", meta.get("workload"), opts.workload),
-                            ("batch per rank", meta.get("batch_size"), plan.batch if plan else None),
+                            ("batch per rank", meta.get("batch_size"), batch),
                             ("ranks", meta.get("size"), size),
-                            ("learning rate", meta.get("lr"), plan.lr if plan else None),
+                            ("learning rate", meta.get("lr"), lr),
                             ("learning-rate warm-up steps", meta.get("lr_warmup_steps"),
                              opts.lr_warmup_steps)):
         if then is None or now is None:

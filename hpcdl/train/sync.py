@@ -266,7 +266,8 @@ def save_checkpoint(rep: Replica, ckpt_dir: Optional[Path], step: int, opts) -> 
     p = rep.plan
     meta = {"mode": "sync", "workload": opts.workload, "seed": opts.seed, "size": rep.rt.size,
             "batch_size": p.batch, "global_batch": p.global_batch,
-            "lr": p.lr, "lr_warmup_steps": opts.lr_warmup_steps, "samples_seen": step * p.global_batch,
+            "lr": p.lr, "lr_warmup_steps": opts.lr_warmup_steps,
+            "samples_seen": step * p.global_batch,
             "data_position": {"step": step, "epoch": (step // rep.sharder.steps_per_epoch)
                               if rep.sharder else None},
             "rng": {"tf_global": rep.rt.tf.random.get_global_generator().state.numpy().tolist()}}
