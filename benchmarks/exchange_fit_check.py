@@ -32,15 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcdl import box  # noqa: E402
-from hpcdl.launch import local  # noqa: E402
-from _run import bench_record  # noqa: E402  (benchmarks/, this script's directory)
-
-HOSTS = ROOT / "scripts" / "cluster-box.sh"
-
-
-def _hosts_env() -> dict:
-    out = subprocess.run([str(HOSTS), "env"], check=True, capture_output=True, text=True).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+from _run import bench_record, box_env, box_mpirun  # noqa: E402  (benchmarks/, this directory)
 
 
 def _report(study: str, fit: Path, out: Path) -> dict:
@@ -79,9 +71,8 @@ def main(argv=None) -> int:
     hosts = ",".join(settings["nodes"][f"n{i}"]["addr"] for i in range(1, opts.ranks + 1))
     bench = ["bench", "allreduce", "-B", "horovod", "-C", "none", "-b", opts.b, "-e", opts.e,
              "-n", opts.n, "-w", "2", "--results", str(results), "--tag", f"box {rate}"]
-    argv_ = local.mpirun_command(opts.ranks, local.hpcdl_command(bench), oversubscribe=False,
-                                 bind="none", extra=["-H", hosts])
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HPCDL_THREADS="1", **_hosts_env())
+    argv_ = box_mpirun(hosts, bench)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HPCDL_THREADS="1", **box_env())
     t0 = time.monotonic()
     bench_record(argv_, results, opts.timeout, env, f"the bench on {opts.ranks} nodes")
     cost = time.monotonic() - t0

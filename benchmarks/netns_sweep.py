@@ -30,15 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcdl import costmodel as model  # noqa: E402
-from hpcdl.launch import local  # noqa: E402
-from _run import bench_record  # noqa: E402  (benchmarks/, this script's directory)
-
-HOSTS = ROOT / "scripts" / "cluster-box.sh"
-
-
-def _hosts_env() -> dict:
-    out = subprocess.run([str(HOSTS), "env"], check=True, capture_output=True, text=True).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+from _run import BOX as HOSTS, bench_record, box_env, box_mpirun  # noqa: E402  (benchmarks/)
 
 
 def _sweep(p, opts, env, header, rep=0):
@@ -47,12 +39,10 @@ def _sweep(p, opts, env, header, rep=0):
              "-e", opts.e, "-f", opts.f, "-n", opts.n, "-w", opts.w, "--results", opts.results,
              "--tag", f"netns {p} hosts {opts.rate}"
              + (f" repeat {rep + 1}/{opts.repeats}" if opts.repeats > 1 else "")]
-    # one rank per host, unbound: each host's daemon would otherwise pin its rank to core 0
-    argv = local.mpirun_command(p, local.hpcdl_command(bench), oversubscribe=False, bind="none",
-                                extra=["-H", hosts])
+    argv = box_mpirun(hosts, bench)
     res, rec = bench_record(argv, opts.results, opts.timeout, env, f"sweep at {p} hosts")
     shown = " ".join(f"{k}={shlex.quote(v.replace(str(ROOT) + '/', ''))}"
-                     for k, v in sorted(_hosts_env().items()))
+                     for k, v in sorted(box_env().items()))
     cmd = f"{shown} mpirun -np {p} -H {hosts} --bind-to none python -m hpcdl {shlex.join(bench)}"
     text = f"# command: {cmd}   ({header})\n" + res.stdout
     path = Path(opts.out) / f"netns-allreduce-p{p}.txt"
@@ -89,7 +79,7 @@ def main(argv=None) -> int:
     opts = ap.parse_args(argv)
     ranks = [int(x) for x in opts.ranks.split(",")]
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HPCDL_THREADS="1", **_hosts_env())
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HPCDL_THREADS="1", **box_env())
     recs = {}
     subprocess.run([str(HOSTS), "up", str(max(ranks)), "--link", opts.rate], check=True)
     try:
