@@ -4,13 +4,13 @@ or a record whose figures a report cannot compute with), counted and named when 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
+from . import records
 from .errors import UserError
 from .records import lookup
 
@@ -86,30 +86,20 @@ def scan(path, check: Optional[Callable[[dict], Optional[str]]] = None) -> Scan:
     file and line."""
     out = Scan(Path(path))
     seen = set()
-    if not out.path.exists():
-        return out
-    with open(out.path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            text = raw.strip()
-            if not text:
-                continue
-            digest = hashlib.blake2b(text, digest_size=16).digest()
-            if digest in seen:
-                out.duplicates.append(lineno)
-                continue
-            seen.add(digest)
-            try:
-                rec = json.loads(text)
-                if not isinstance(rec, dict):
-                    raise ValueError("not an object")
-            except (ValueError, UnicodeDecodeError):
-                out.torn.append(lineno)
-                continue
-            why = check(rec) if check else None
-            if why:
-                out.excluded.append(f"{out.path}:{lineno}: {why}")
-                continue
-            out.records.append(rec)
+    for lineno, text, rec, _ in records.lines(out.path):
+        digest = hashlib.blake2b(text, digest_size=16).digest()
+        if digest in seen:
+            out.duplicates.append(lineno)
+            continue
+        seen.add(digest)
+        if rec is None:
+            out.torn.append(lineno)
+            continue
+        why = check(rec) if check else None
+        if why:
+            out.excluded.append(f"{out.path}:{lineno}: {why}")
+            continue
+        out.records.append(rec)
     return out
 
 

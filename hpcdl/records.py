@@ -18,7 +18,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional
+from typing import Iterable, Iterator, List, Optional, Tuple
 from . import __version__, cluster
 from .errors import UserError
 
@@ -145,7 +145,9 @@ def json_or_text(text):
         return text
 
 
-def iter_records(path, *, warn: bool = True) -> Iterator[dict]:
+def lines(path) -> Iterator[Tuple[int, bytes, Optional[dict], Optional[Exception]]]:
+    """Each non-empty line of a results file: (its number, its bytes, the record or None, why it
+    is none: torn, not JSON, or not an object). An absent file has none."""
     path = Path(path)
     if not path.exists():
         return
@@ -159,11 +161,19 @@ def iter_records(path, *, warn: bool = True) -> Iterator[dict]:
                 if not isinstance(rec, dict):
                     raise ValueError("not an object")
             except (ValueError, UnicodeDecodeError) as exc:
-                if warn:
-                    warnings.warn(f"{path}:{lineno}: skipping a torn or corrupt record ({exc})",
-                                  TornRecordWarning, stacklevel=2)
+                yield lineno, text, None, exc
                 continue
-            yield rec
+            yield lineno, text, rec, None
+
+
+def iter_records(path, *, warn: bool = True) -> Iterator[dict]:
+    for lineno, _, rec, exc in lines(path):
+        if rec is None:
+            if warn:
+                warnings.warn(f"{path}:{lineno}: skipping a torn or corrupt record ({exc})",
+                              TornRecordWarning, stacklevel=2)
+            continue
+        yield rec
 
 
 def _jsonable(obj):
