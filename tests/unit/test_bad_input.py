@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -270,12 +271,15 @@ def test_a_results_file_that_becomes_unwritable_during_the_run_loses_no_record(t
     proc = subprocess.Popen([sys.executable, "-m", "hpcdl", "train", "--workload", "expmlp",
                              "--steps", "300", "--results", str(results)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(170, proc.kill)   # a hung run cannot hold the suite
+    watchdog.start()
     try:
         header = proc.stdout.readline()           # printed once the run has started
         assert header.startswith("# hpcdl train:"), header
         _locked(results)
         out, err = proc.communicate(timeout=170)
     finally:
+        watchdog.cancel()
         proc.kill()
     kept = tmp_path / f"hpcdl-record-{proc.pid}.jsonl"
     assert proc.returncode == 3, err[-2000:]
