@@ -8,7 +8,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from . import records
 from .errors import UserError
@@ -80,14 +80,21 @@ def _lines(numbers: List[int]) -> str:
     return ", ".join(map(str, numbers[:8])) + (", …" if len(numbers) > 8 else "")
 
 
-def scan(path, check: Optional[Callable[[dict], Optional[str]]] = None) -> Scan:
+def scan(path, check: Optional[Callable[[dict], Optional[str]]] = None,
+         keep: Optional[Callable[[dict], None]] = None, decode=None,
+         part: Optional[Tuple[int, int]] = None) -> Scan:
     """Read ``path`` once, without a warning per line: torn lines and exact repeats are counted,
     and a record for which ``check`` names a problem ("field: why") is left out and named with its
-    file and line."""
+    file and line. The good records are handed to ``keep`` as they are read (and then dropped),
+    else kept in :attr:`Scan.records`. ``decode``: see :func:`records.lines`. ``part``: read only
+    the lines starting in these bytes (:func:`parts`); the lines before it are hashed, so that
+    a repeat of one of them still counts as a repeat."""
     out = Scan(Path(path))
-    seen = set()
-    for lineno, text, rec, _ in records.lines(out.path):
-        digest = hashlib.blake2b(text, digest_size=16).digest()
+    start, stop = part or (0, None)
+    seen, first = _hashes_before(out.path, start)
+    keep = keep or out.records.append
+    for lineno, text, rec, _ in records.lines(out.path, decode, start, stop, first):
+        digest = _hash(text)
         if digest in seen:
             out.duplicates.append(lineno)
             continue
@@ -99,8 +106,43 @@ def scan(path, check: Optional[Callable[[dict], Optional[str]]] = None) -> Scan:
         if why:
             out.excluded.append(f"{out.path}:{lineno}: {why}")
             continue
-        out.records.append(rec)
+        keep(rec)
     return out
+
+
+def _hash(text: bytes) -> bytes:
+    return hashlib.blake2b(text, digest_size=16).digest()
+
+
+def _hashes_before(path: Path, start: int) -> Tuple[set, int]:
+    """The hashes of the non-empty lines before byte ``start`` (a line's start), and the
+    number of the line that starts there."""
+    seen, n, pos = set(), 0, 0
+    if start:
+        with open(path, "rb") as fh:
+            for raw in fh:
+                n, pos = n + 1, pos + len(raw)
+                text = raw.strip()
+                if text:
+                    seen.add(_hash(text))
+                if pos >= start:
+                    break
+    return seen, n + 1
+
+
+def parts(path, count: int) -> List[Tuple[int, int]]:
+    """``path`` cut into ``count`` byte ranges of about equal size, each at a line's start."""
+    size = Path(path).stat().st_size
+    cuts = [0]
+    with open(path, "rb") as fh:
+        for k in range(1, count):
+            fh.seek(max(cuts[-1], size * k // count))
+            if fh.tell():
+                fh.seek(fh.tell() - 1)
+                fh.readline()                 # to the start of the next line
+            cuts.append(min(fh.tell(), size))
+    cuts.append(size)
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
 def _number_problem(value, what: str, zero: bool = False) -> Optional[str]:

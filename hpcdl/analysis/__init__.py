@@ -21,7 +21,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import budget, convergence, predict, provenance
+from . import budget, predict, provenance
+from .reading import NONE, Digest, Repeats, Systems, axis_name, record_axis
 from .. import costmodel
 from ..costmodel import Network, PRESETS, StepModel
 from ..records import lookup as _get
@@ -63,30 +64,6 @@ def pooled(means: Sequence[float], stds: Sequence[float], ns: Sequence[int]):
 
 
 # --- records -> rows ----------------------------------------------------------------------------
-
-def record_axis(rec: dict) -> Tuple[str, str, str, str, str]:
-    """(backend, compression, box link rate, learning-rate rule, variant) of a record: what
-    keeps its configurations apart beside the layout ("" where a study has no such axis)."""
-    params = rec.get("params") or {}
-    return (params.get("backend", "horovod"), params.get("compression", "none"),
-            _get(rec, "point", "network") or _get(rec, "box", "link_rate") or "",
-            _get(rec, "point", "lr_scaling") or "", _get(rec, "point", "variant") or "")
-
-
-def axis_name(backend: str, compression: str, network: str = "", lr_rule: str = "",
-              variant: str = "") -> str:
-    """How a report names an axis: horovod/none, horovod/fp16@200mbit, ... lr:linear; a study's
-    variant by its name."""
-    return ((variant or f"{backend}/{compression}") + (f"@{network}" if network else "")
-            + (f" lr:{lr_rule}" if lr_rule else ""))
-
-
-def modelled(rec: dict) -> bool:
-    """Whether the allreduce cost model describes a record's step: not for the asynchronous
-    parameter server, nor for a pipeline (neither averages gradients over all ranks)."""
-    params = rec.get("params") or {}
-    return params.get("backend") != "ps-async" and params.get("parallel", "data") == "data"
-
 
 @dataclass
 class Row:
@@ -161,28 +138,14 @@ def _median(values) -> Optional[float]:
     return float(np.median(vals)) if vals else None
 
 
-def _exchange_alone(rec) -> Optional[float]:
-    """The exchange timed on its own: probed, or timed around a flat backend's call."""
-    split = _get(rec, "metrics", "split") or {}
-    return split.get("exchange_alone_s", split.get("exchange_s") if split.get("method") == "timed"
-                     else None)
-
-
 def group_records(recs: Iterable[dict]) -> List[Row]:
     """Pool the repeats of each (backend, compression, nodes, ranks per node) configuration."""
-    groups: "OrderedDict[tuple, list]" = OrderedDict()
-    for rec in recs:
-        if rec.get("kind", "train") != "train" or rec.get("status", "ok") != "ok":
-            continue
-        if _get(rec, "metrics", "throughput", "mean") is None:
-            continue
-        lay = rec.get("layout") or {}
-        size, nodes = int(lay.get("size") or 1), int(lay.get("nodes") or 1)
-        rpn = int(lay.get("ranks_per_node") or max(1, size // nodes))
-        backend, comp, net, lr_rule, variant = record_axis(rec)
-        key = (backend, comp, nodes, rpn, size, net, lr_rule, variant)
-        groups.setdefault(key, []).append(rec)
-    rows = [_row(key, rs) for key, rs in groups.items()]
+    return rows_of(Digest.of(recs).runs)
+
+
+def rows_of(runs: "OrderedDict[tuple, Repeats]") -> List[Row]:
+    """The rows of each configuration's runs (:class:`.reading.Repeats`), ordered and scaled."""
+    rows = [_row(key, rs) for key, rs in runs.items()]
     rows.sort(key=lambda r: (_rate(r.network), r.variant, r.backend, r.compression, r.lr_rule,
                              r.ranks,
                              r.nodes))
@@ -194,30 +157,28 @@ def _rate(network: str) -> float:
     return costmodel.rate_bits(network) if network else 0.0
 
 
-def _row(key, rs) -> Row:
+def _row(key, rs: Repeats) -> Row:
     backend, comp, nodes, rpn, size, net, lr_rule, variant = key
-    t = [_get(r, "metrics", "throughput") for r in rs]
-    mean, std = pooled([x["mean"] for x in t], [x.get("std", 0.0) for x in t],
-                       [x.get("n", 1) for x in t])
-    rs = [r for r in rs if _get(r, "metrics", "step_time", "median") is not None] or rs
-    steps = [float(_get(r, "metrics", "step_time", "median", default=float("nan"))) for r in rs]
-    computes = [_get(r, "metrics", "split", "compute_s") for r in rs]
-    comps = [float(c) for c in computes if c is not None]
+    mean, std = pooled(rs.mean, rs.std, rs.n)
+    timed = [i for i, s in enumerate(rs.step) if not math.isnan(s)]
+    keep = timed or range(len(rs))
+    first = rs.first_timed if timed else rs.first
+    steps = [rs.step[i] for i in keep]
+    computes = [None if math.isnan(rs.compute[i]) else rs.compute[i] for i in keep]
+    comps = [c for c in computes if c is not None]
     step = float(np.median(steps)) if steps else float("nan")
     compute = float(np.median(comps)) if comps else None
     share = compute / step if compute is not None and 0 < compute < step else None
-    params = rs[0].get("params") or {}
     return Row(backend=backend, compression=comp, nodes=nodes, ranks_per_node=rpn, ranks=size,
-               batch_size=int(params.get("batch_size") or 0),
-               global_batch=int(params.get("global_batch") or 0), runs=len(rs),
-               throughput=mean, throughput_std=std, unit=str(t[0].get("unit", "samples/s")),
+               batch_size=first.batch, global_batch=first.global_batch, runs=len(steps),
+               throughput=mean, throughput_std=std, unit=rs.first.unit,
                step_time=step, step_times=steps,
-               repeats=[int(_get(r, "point", "repeat", default=i)) for i, r in enumerate(rs)],
-               computes=[None if c is None else float(c) for c in computes],
-               exchanges=[_exchange_alone(r) if size > 1 else None for r in rs],
+               repeats=[j if rs.repeat[i] == NONE else rs.repeat[i] for j, i in enumerate(keep)],
+               computes=computes,
+               exchanges=[None if math.isnan(rs.exchange[i]) else rs.exchange[i] for i in keep],
                compute_s=compute, compute_share=share,
-               gradient_bytes=int(rs[0].get("gradient_bytes") or 0), network=net,
-               lr_rule=lr_rule, variant=variant, modelled=modelled(rs[0]))
+               gradient_bytes=first.gradient_bytes, network=net,
+               lr_rule=lr_rule, variant=variant, modelled=first.modelled)
 
 
 def add_scaling(rows: List[Row]) -> None:
@@ -309,13 +270,20 @@ def predict_rows(rows: Sequence[Row], model: StepModel) -> None:
 
 
 def heldout_errors(rows: Sequence[Row], algorithm: str, fit: Optional[dict] = None) -> None:
-    """For each row, the worst error of predicting one repeat from a model fitted without it."""
+    """For each row, the worst error of predicting one repeat from a model fitted without it
+    (without its fold of repeats, beyond :data:`.predict.FOLDS` repeats)."""
     reps = sorted({k for r in rows for k in r.repeats})
     if len(reps) < 2:
         return
+    fold = predict.folds(reps)
     worst: Dict[int, float] = {}
-    for k in reps:
-        train = [x for x in (_without_repeat(r, k) for r in rows) if x is not None]
+    where = [{} for _ in rows]            # each row's repeat -> its first run
+    for r, w in zip(rows, where):
+        for j, k in enumerate(r.repeats):
+            w.setdefault(k, j)
+    for f in sorted(set(fold.values())):
+        left = {k for k in reps if fold[k] == f}
+        train = [x for x in (_without_repeats(r, left) for r in rows) if x is not None]
         try:
             m = costmodel.calibrate([t.observation() for t in train], algorithm, fit)
         except ValueError:
@@ -323,13 +291,12 @@ def heldout_errors(rows: Sequence[Row], algorithm: str, fit: Optional[dict] = No
         if not m.determined:
             continue
         for i, r in enumerate(rows):
-            if k not in r.repeats:
-                continue
             pred = float(m.step_time(r.ranks, r.batch_size, r.wire_bytes))
-            meas = r.step_times[r.repeats.index(k)]
-            err = (pred - meas) / meas
-            if i not in worst or abs(err) > abs(worst[i]):
-                worst[i] = err
+            for k in sorted(left.intersection(where[i])):
+                meas = r.step_times[where[i][k]]
+                err = (pred - meas) / meas
+                if i not in worst or abs(err) > abs(worst[i]):
+                    worst[i] = err
     for i, r in enumerate(rows):
         r.heldout_error = worst.get(i)
 
@@ -337,20 +304,28 @@ def heldout_errors(rows: Sequence[Row], algorithm: str, fit: Optional[dict] = No
 BOOTSTRAP = 200      # resamples of the calibration points' repeats for the prediction band
 
 
-def declared_calibration(recs: Sequence[dict]) -> Tuple[Optional[str], int]:
+def declared_calibration(recs: Iterable[dict]) -> Tuple[Optional[str], int]:
     """(the bench fit's path, N) a study's records declare: ``[model] fit`` ("fit:PATH"),
     ``calibrate = {nodes_max = N}`` ("runs:nodes<=N"), or both ("runs:nodes<=N;fit:PATH");
     (None, 0) for neither."""
+    if isinstance(recs, Digest):
+        return _calibration(recs.calibration or "")
     for r in recs:
-        cal = str(_get(r, "declared", "calibration") or "")
-        runs, _, fit = cal.partition(";") if cal.startswith("runs:nodes<=") else ("", "", cal)
-        if runs or fit.startswith("fit:"):
-            return (fit[4:] if fit.startswith("fit:") else None,
-                    int(runs.split("<=", 1)[1]) if runs else 0)
+        found = _calibration(str(_get(r, "declared", "calibration") or ""))
+        if found != (None, 0):
+            return found
     return None, 0
 
 
-def declared_nodes_max(recs: Sequence[dict]) -> int:
+def _calibration(cal: str) -> Tuple[Optional[str], int]:
+    runs, _, fit = cal.partition(";") if cal.startswith("runs:nodes<=") else ("", "", cal)
+    if runs or fit.startswith("fit:"):
+        return (fit[4:] if fit.startswith("fit:") else None,
+                int(runs.split("<=", 1)[1]) if runs else 0)
+    return None, 0
+
+
+def declared_nodes_max(recs: Iterable[dict]) -> int:
     """N of a study's ``[model] calibrate = {nodes_max = N}``, else 0."""
     return declared_calibration(recs)[1]
 
@@ -374,11 +349,11 @@ def calibrate_on_few_nodes(sel: List[Row], algorithm: str, nodes_max: int,
         return m
     rng = np.random.default_rng(seed)
     preds = []
+    cols = [_columns(r) for r in train]
     for _ in range(BOOTSTRAP):
-        sample = [_resample(r, rng) for r in train]
         try:
-            b = costmodel.calibrate([r.observation() for r in sample], algorithm, fit,
-                                    bandwidth_only=True)
+            b = costmodel.calibrate([_resampled(r, c, rng) for r, c in zip(train, cols)],
+                                    algorithm, fit, bandwidth_only=True)
         except ValueError:
             continue
         if b.determined:
@@ -390,23 +365,38 @@ def calibrate_on_few_nodes(sel: List[Row], algorithm: str, nodes_max: int,
     return m
 
 
-def _resample(r: Row, rng) -> Row:
-    """The row with its repeats drawn with replacement (step, compute and exchange together)."""
+def _columns(r: Row):
+    """A row's repeats as arrays (NaN where not probed) for resampling."""
+    nan = float("nan")
+    return (np.asarray(r.step_times, dtype=float),
+            np.array([nan if c is None else c for c in r.computes], dtype=float),
+            np.array([nan if e is None else e for e in r.exchanges], dtype=float))
+
+
+def _resampled(r: Row, cols, rng) -> costmodel.Observation:
+    """The row's observation with its repeats drawn with replacement (step, compute and
+    exchange together)."""
     k = len(r.step_times)
     if k < 2:
-        return r
+        return r.observation()
     idx = rng.integers(0, k, size=k)
-    pick = (lambda xs: [xs[i] for i in idx] if len(xs) == k else xs)
-    steps = [r.step_times[i] for i in idx]
-    return replace(r, step_times=steps, step_time=float(np.median(steps)),
-                   computes=pick(r.computes), exchanges=pick(r.exchanges))
+    steps, comps, exchs = cols
+
+    def med(a):
+        if a.size != k:                       # not one figure per repeat: kept as it is
+            return _median([None if np.isnan(v) else float(v) for v in a])
+        a = a[idx]
+        a = a[~np.isnan(a)]
+        return float(np.median(a)) if a.size else None
+    return costmodel.Observation(r.ranks, r.ranks_per_node, r.batch_size, r.wire_bytes,
+                                 float(np.median(steps[idx])), med(comps), med(exchs))
 
 
-def _without_repeat(r: Row, k: int) -> Optional[Row]:
-    """The row without repeat k (None when k was its only run)."""
-    if k not in r.repeats:
+def _without_repeats(r: Row, left: set) -> Optional[Row]:
+    """The row without the repeats in ``left`` (None when they were all its runs)."""
+    if not left.intersection(r.repeats):
         return r
-    keep = [i for i, rep in enumerate(r.repeats) if rep != k]
+    keep = [i for i, rep in enumerate(r.repeats) if rep not in left]
     if not keep:
         return None
     steps = [r.step_times[i] for i in keep]
@@ -555,9 +545,10 @@ class StudyAnalysis:
                 "prediction": self.prediction}
 
 
-def declared_scaling(recs: Sequence[dict], given: Optional[str] = None):
+def declared_scaling(recs: Iterable[dict], given: Optional[str] = None):
     """(scaling kind, where it came from): the study's declaration in the records, else ``given``."""
-    kinds = {_get(r, "declared", "scaling") for r in recs} - {None}
+    kinds = (set(recs.scalings) if isinstance(recs, Digest) else
+             {_get(r, "declared", "scaling") for r in recs} - {None})
     if len(kinds) > 1:
         raise ValueError(f"the records declare different scaling kinds {sorted(kinds)}: "
                          "report one study at a time")
@@ -572,15 +563,17 @@ def declared_scaling(recs: Sequence[dict], given: Optional[str] = None):
                      "study): give --scaling strong or --scaling weak")
 
 
-def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
+def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] = None,
             fit_label: Optional[str] = None, scaling: Optional[str] = None,
             algorithm: Optional[str] = None,
             max_ranks: int = 1024, allow_mixed: bool = False) -> StudyAnalysis:
-    """The analysis of one study's records (raises ValueError on what cannot be analysed, and
+    """The analysis of one study's records, or of what :class:`.reading.Digest` kept of them
+    as they were read (raises ValueError on what cannot be analysed, and
     :class:`provenance.MixedRecords` on records of different code, study files or box settings
     unless ``allow_mixed``)."""
-    origin = provenance.check(recs, allow_mixed)
-    rows = group_records(recs)
+    recs = recs if isinstance(recs, Digest) else Digest.of(recs)
+    origin = recs.origin.result(allow_mixed)
+    rows = rows_of(recs.runs)
     if not rows:
         raise ValueError("no record has metrics.throughput")
     kind, source = declared_scaling(recs, scaling)
@@ -589,7 +582,7 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
     nodes_max = declared_nodes_max(recs)
     fit_for = _fit_for(fit_doc, fit_label)
     everything: Dict[str, StepModel] = {}
-    cores = _get(recs[0], "manifest", "cpu_count")
+    cores = recs.cores
     flag_rows(rows, cores)
     models = {}
     # an axis whose records time no step (a script seen only from outside) has no model, nor
@@ -626,14 +619,14 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
         extra = extrapolate(src, kind, batch, base[0].wire_bytes, nets,
                             [p for p in EXTRAPOLATE_RANKS if p <= max_ranks])
         extra, flat = _network_effect(extra)
-    spent = budget.analyse(recs, _row_key, rows)
-    ahead = predict.analyse(recs, _row_key, nodes_max, kind, exchange_fit=fit_for)
+    spent = budget.of_points(recs.budget, rows)
+    ahead = predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for)
     _heldout_from(ahead, rows)
     return StudyAnalysis(
-        study=name, workload=_get(recs[0], "params", "workload"), scaling=kind,
+        study=name, workload=recs.workload, scaling=kind,
         scaling_source=source, calibration=_calibration_text(fit_label if fit_doc else None,
                                                              nodes_max),
-        records=len(recs), rows=rows, models=models, extrapolation=extra,
+        records=recs.records, rows=rows, models=models, extrapolation=extra,
         extrapolation_axis=first, extrapolation_batch=batch,
         extrapolation_bytes=base[0].wire_bytes, cores=cores,
         extrapolation_why=why, extrapolation_flat=flat,
@@ -641,11 +634,10 @@ def analyse(recs: Sequence[dict], name: str, fit_doc: Optional[dict] = None,
                               f"{src.configs} multi-rank configurations" if src else ""),
         published=published_comparison(measured_window=None if why else _measured_window(src)),
         all_points_models=everything,
-        convergence=convergence.analyse(recs, lambda rec: axis_name(*record_axis(rec)),
-                                        {(r.axis, r.ranks): r.speedup for r in rows}),
+        convergence=recs.curves.result({(r.axis, r.ranks): r.speedup for r in rows}),
         # where the part-by-part prediction gives the remedies (and checks them), it alone does
         budget=spent, remedies=[] if ahead.get("remedies") else remedies(rows, models, spent, kind),
-        systems=systems(recs),
+        systems=systems_of(recs.systems),
         provenance=origin, prediction=ahead)
 
 
@@ -682,25 +674,25 @@ def _fit_for(fit_doc: Optional[dict], label: Optional[str]):
 
 
 def systems(recs: Sequence[dict]) -> List[dict]:
+    """:func:`systems_of` the records."""
+    acc = Systems()
+    for rec in recs:
+        acc.add(rec, axis_name(*record_axis(rec)))
+    return systems_of(acc)
+
+
+def systems_of(acc: Systems) -> List[dict]:
     """Per configuration of asynchronous or pipeline runs, their own figures pooled over the
     repeats: updates per second, the staleness histogram and its mean, p95 and max, the largest
     lead and the time held by the bound; the bubble against GPipe's and the bytes per step."""
-    groups: "OrderedDict[tuple, list]" = OrderedDict()
-    for rec in recs:
-        m = rec.get("metrics") or {}
-        if rec.get("status", "ok") != "ok" or not (m.get("async") or m.get("pipeline")):
-            continue
-        lay = rec.get("layout") or {}
-        groups.setdefault((axis_name(*record_axis(rec)), int(lay.get("size") or 1)),
-                          []).append(m)
     out = []
-    for (axis, ranks), ms in sorted(groups.items()):
-        row = {"axis": axis, "ranks": ranks, "runs": len(ms)}
-        asy = [m["async"] for m in ms if m.get("async")]
+    for (axis, ranks), g in sorted(acc.groups.items()):
+        row = {"axis": axis, "ranks": ranks, "runs": g["runs"]}
+        asy = g["async"]
         if asy:
             hist: Dict[str, int] = {}
             for a in asy:
-                for k, n in (a["staleness"].get("hist") or {}).items():
+                for k, n in a["hist"].items():
                     hist[k] = hist.get(k, 0) + int(n)
             vals = sorted(int(k) for k, n in hist.items() for _ in range(n))
             row.update(kind="async", staleness_bound=asy[0]["staleness_bound"],
@@ -711,10 +703,9 @@ def systems(recs: Sequence[dict]) -> List[dict]:
                        staleness_p95=vals[min(len(vals) - 1, max(0, math.ceil(0.95 * len(vals))
                                                                  - 1))] if vals else None,
                        staleness_max=vals[-1] if vals else None,
-                       lead_max=max(a.get("lead_max", 0) for a in asy),
-                       held_s=float(np.median([sum(w.get("held_s", 0.0) for w in a["per_worker"])
-                                               for a in asy])))
-        pipe = [m["pipeline"] for m in ms if m.get("pipeline")]
+                       lead_max=max(a["lead_max"] for a in asy),
+                       held_s=float(np.median([a["held_s"] for a in asy])))
+        pipe = g["pipeline"]
         if pipe:
             exp = [p["bubble_expected"] for p in pipe if p.get("bubble_expected") is not None]
             row.update(kind="pipeline", stages=pipe[0]["stages"],
@@ -726,12 +717,6 @@ def systems(recs: Sequence[dict]) -> List[dict]:
                        ring_bytes_per_rank=pipe[0]["ring_bytes_per_rank_at_k"])
         out.append(row)
     return out
-
-
-def _row_key(rec: dict) -> tuple:
-    """(axis, nodes, ranks): the row a record belongs to (as :func:`group_records` groups)."""
-    lay = rec.get("layout") or {}
-    return (axis_name(*record_axis(rec)), int(lay.get("nodes") or 1), int(lay.get("size") or 1))
 
 
 def remedies(rows: Sequence[Row], models: Dict[str, StepModel], spent: List[dict],

@@ -26,8 +26,10 @@ record's one accessor.
 """
 from __future__ import annotations
 
+import math
 import statistics
-from typing import Dict, List, Optional, Sequence
+from array import array
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from ..records import lookup as _get
 
@@ -39,10 +41,14 @@ LABELS = {"compute": "compute slowdown", "stragglers": "waiting for stragglers",
           "exchange": "exchange not hidden", "unexplained": "unexplained"}
 
 
+_SECONDS = {"compute": "compute_s", "exchange": "exchange_s", "wait": "wait_s"}
+
+
 def _phase(r: dict, name: str) -> Optional[float]:
-    if name in ("compute", "exchange", "wait"):
-        return r.get(f"{name}_s")
-    return _get(r, name, "median")
+    if name in _SECONDS:
+        return r.get(_SECONDS[name])
+    timed = r.get(name)
+    return timed.get("median") if isinstance(timed, dict) else None
 
 
 def _fastest(r: dict, name: str) -> Optional[float]:
@@ -57,23 +63,34 @@ def per_step(rec: dict) -> Optional[float]:
     return batch / rate if rate and batch else None
 
 
-def phases(rec: dict) -> Optional[dict]:
+_NAMES = ("input", "step", "book", "compute", "exchange", "wait")
+
+
+def _values(ranks: List[dict]) -> Dict[str, list]:
+    """Each phase's value on every rank (None where a rank has none)."""
+    return {name: [_phase(r, name) for r in ranks] for name in _NAMES}
+
+
+def phases(rec: dict, values: Optional[Dict[str, list]] = None) -> Optional[dict]:
     """The point's phases in one record: the typical rank's (the lower median over ranks, so
-    that of two ranks it is the one not slowed by the other) and the slowest rank's."""
+    that of two ranks it is the one not slowed by the other) and the slowest rank's.
+    ``values``: :func:`_values` of its ranks, where already taken."""
     ranks = _get(rec, "metrics", "ranks")
     P = per_step(rec)
     if not ranks or P is None:
         return None
+    values = values or _values(ranks)
     out = {"P": P}
-    for name in ("input", "step", "book", "compute", "exchange", "wait"):
-        vals = [v for v in (_phase(r, name) for r in ranks) if v is not None]
+    for name in _NAMES:
+        vals = [v for v in values[name] if v is not None]
         out[name] = statistics.median_low(vals) if vals else None
-    busy = [(_phase(r, "compute") or 0.0) + (_phase(r, "input") or 0.0) for r in ranks]
+    busy = [(c or 0.0) + (i or 0.0) for c, i in zip(values["compute"], values["input"])]
     out["busy_med"], out["busy_max"] = statistics.median_low(busy), max(busy)
     return out
 
 
-def stragglers(rec: dict, ratio: float = RATIO, lost_share: float = LOST_SHARE) -> List[dict]:
+def stragglers(rec: dict, ratio: float = RATIO, lost_share: float = LOST_SHARE,
+               values: Optional[Dict[str, list]] = None) -> List[dict]:
     """The ranks the others wait for, each with its host, the phase that makes it slow, how much
     slower than the other ranks' median, and the time per step the others lose."""
     ranks = _get(rec, "metrics", "ranks") or []
@@ -81,20 +98,19 @@ def stragglers(rec: dict, ratio: float = RATIO, lost_share: float = LOST_SHARE) 
     if len(ranks) < 2 or P is None:
         return []
     named = []
-    for r in ranks:
-        others = [o for o in ranks if o is not r]
+    values = values or _values(ranks)
+    for i, r in enumerate(ranks):
         worst = None
         for name in ("compute", "input"):
-            mine = _phase(r, name)
-            theirs = [v for v in (_phase(o, name) for o in others) if v is not None]
+            mine = values[name][i]
+            theirs = [v for j, v in enumerate(values[name]) if j != i and v is not None]
             if mine is None or not theirs:
                 continue
             med = statistics.median(theirs)
             lost = mine - med
-            best = _fastest(r, name)
-            steady = best is None or best > med
-            if med > 0 and mine >= ratio * med and lost >= lost_share * P and steady:
-                if worst is None or lost > worst["lost_s"]:
+            if med > 0 and mine >= ratio * med and lost >= lost_share * P:
+                best = _fastest(r, name)
+                if (best is None or best > med) and (worst is None or lost > worst["lost_s"]):
                     worst = {"rank": r.get("rank"), "host": r.get("host"), "phase": name,
                              "ratio": mine / med, "lost_s": lost, "lost_share": lost / P}
         if worst:
@@ -112,17 +128,86 @@ def _median(values) -> Optional[float]:
     return statistics.median(vals) if vals else None
 
 
-def point_budget(recs: Sequence[dict], base: Sequence[dict]) -> Optional[dict]:
-    """The budget of one point (its repeats' medians) against the baseline point's records."""
-    ph = [p for p in map(phases, recs) if p]
-    b = [p for p in map(phases, base) if p]
-    if not ph or not b:
+PHASES = ("P", "input", "step", "book", "compute", "exchange", "wait", "busy_med", "busy_max")
+
+
+class Point:
+    """What the budget keeps of one point's records, as they are read: each record's phases (a
+    row of :data:`PHASES`, NaN where one is missing), the first record's per-rank batch and
+    whether its input came through a pipeline, the stragglers named (the worst of each and how
+    often), and Horovod's timeline per record where it ran."""
+
+    def __init__(self):
+        self.records = 0
+        self.phases = array("d")            # len(PHASES) per record that has phases
+        self.batch = None
+        self.pipeline = False
+        self.named: Dict[tuple, list] = {}  # (rank, host, phase) -> [worst, times named]
+        self.timelines: List[dict] = []
+        self.negotiations: List[dict] = []
+
+    def add(self, rec: dict) -> None:
+        if not self.records:
+            self.batch, self.pipeline = _get(rec, "params", "batch_size"), in_pipeline(rec)
+        self.records += 1
+        ranks = _get(rec, "metrics", "ranks")
+        values = _values(ranks) if ranks else None
+        ph = phases(rec, values)
+        if ph is not None:
+            self.phases.extend(float("nan") if ph[k] is None else ph[k] for k in PHASES)
+        for st in stragglers(rec, values=values):
+            seen = self.named.setdefault((st["rank"], st["host"], st["phase"]), [st, 0])
+            seen[1] += 1
+            if st["lost_s"] > seen[0]["lost_s"]:
+                seen[0] = st
+        tl = _get(rec, "metrics", "timeline", "ms_per_step")
+        if tl:
+            self.timelines.append(tl)
+        neg = _get(rec, "metrics", "timeline", "negotiation")
+        if neg:
+            self.negotiations.append(neg)
+
+    def merge(self, other: "Point") -> None:
+        if not self.records:
+            self.batch, self.pipeline = other.batch, other.pipeline
+        self.records += other.records
+        self.phases.extend(other.phases)
+        for key, (st, n) in other.named.items():
+            seen = self.named.setdefault(key, [st, 0])
+            seen[1] += n
+            if st["lost_s"] > seen[0]["lost_s"]:
+                seen[0] = st
+        self.timelines += other.timelines
+        self.negotiations += other.negotiations
+
+    def medians(self) -> Optional[dict]:
+        """Each phase's median over the records that have phases (None where none has)."""
+        n = len(PHASES)
+        rows = len(self.phases) // n
+        if not rows:
+            return None
+        out = {}
+        for j, k in enumerate(PHASES):
+            vals = [v for v in self.phases[j::n] if not math.isnan(v)]
+            out[k] = statistics.median(vals) if vals else None
+        return out
+
+    @classmethod
+    def of(cls, recs: Iterable[dict]) -> "Point":
+        p = cls()
+        for rec in recs:
+            p.add(rec)
+        return p
+
+
+def point_budget(mine: Point, base: Point) -> Optional[dict]:
+    """The budget of one point (its repeats' medians) against the baseline point's."""
+    med, med0 = mine.medians(), base.medians()
+    if med is None or med0 is None:
         return None
-    med = {k: _median(p[k] for p in ph) for k in ph[0]}
-    med0 = {k: _median(p[k] for p in b) for k in b[0]}
     if med["compute"] is None or med0["compute"] is None:
         return {"why": "compute not probed (probes = 0): the budget needs the compute alone"}
-    r = _get(recs[0], "params", "batch_size") / _get(base[0], "params", "batch_size")
+    r = mine.batch / base.batch
     P, P0 = med["P"], med0["P"]
     fixed0 = med0["step"] - med0["compute"]          # update and overhead of the baseline step
     secs = {"compute": med["compute"] - r * med0["compute"],
@@ -130,7 +215,7 @@ def point_budget(recs: Sequence[dict], base: Sequence[dict]) -> Optional[dict]:
             "input": (med["input"] or 0.0) - r * (med0["input"] or 0.0),
             "fixed": (med["book"] or 0.0) - (med0["book"] or 0.0)}
     note = None
-    if not in_pipeline(recs[0]):
+    if not mine.pipeline:
         # hpcdl's own workloads hold their data in memory: the wait for the next batch is a
         # slice of an array, an overhead of the step, not an input pipeline
         secs["fixed"] += secs["input"]
@@ -144,7 +229,8 @@ def point_budget(recs: Sequence[dict], base: Sequence[dict]) -> Optional[dict]:
     secs["unexplained"] = loss - sum(secs[k] for k in PARTS)
     return {"loss": loss / P, "shares": {k: v / P for k, v in secs.items()}, "seconds": secs,
             "per_step_s": P, "exchange_alone_s": med["exchange"], "exposed_s": exposed,
-            "wait_s": med["wait"], "repeats": len(ph), **({"note": note} if note else {})}
+            "wait_s": med["wait"], "repeats": len(mine.phases) // len(PHASES),
+            **({"note": note} if note else {})}
 
 
 def in_pipeline(rec: dict) -> bool:
@@ -159,29 +245,31 @@ def in_pipeline(rec: dict) -> bool:
 def analyse(recs: Sequence[dict], key_of, rows) -> List[dict]:
     """The budget and the stragglers of every row (a configuration), against the smallest run
     of its axis; ``key_of(rec)`` gives the (axis, nodes, ranks) a record belongs to."""
-    by: Dict[tuple, List[dict]] = {}
+    by: Dict[tuple, Point] = {}
     for rec in recs:
-        by.setdefault(key_of(rec), []).append(rec)
+        by.setdefault(key_of(rec), Point()).add(rec)
+    return of_points(by, rows)
+
+
+def of_points(by: Dict[tuple, Point], rows) -> List[dict]:
+    """:func:`analyse` of records already gathered into a :class:`Point` per (axis, nodes,
+    ranks)."""
     out = []
     for row in rows:
         sel = [r for r in rows if r.axis == row.axis]
         base = min(sel, key=lambda r: r.ranks)
-        mine = by.get((row.axis, row.nodes, row.ranks), [])
-        named = {}
-        for rec in mine:
-            for s in stragglers(rec):
-                named.setdefault((s["rank"], s["host"], s["phase"]), []).append(s)
+        mine = by.get((row.axis, row.nodes, row.ranks)) or Point()
         entry = {"axis": row.axis, "nodes": row.nodes, "ranks": row.ranks,
                  "efficiency": row.efficiency,
-                 "stragglers": [{**max(v, key=lambda s: s["lost_s"]), "repeats": len(v),
-                                 "of": len(mine)} for v in named.values()]}
+                 "stragglers": [{**st, "repeats": n, "of": mine.records}
+                                for st, n in mine.named.values()]}
         if row is not base:
-            entry["budget"] = point_budget(mine, by.get((base.axis, base.nodes, base.ranks), []))
-        tl = timeline_medians(mine)
+            entry["budget"] = point_budget(mine, by.get((base.axis, base.nodes, base.ranks))
+                                           or Point())
+        tl = timeline_medians(mine.timelines)
         if tl:
             entry["timeline_ms"] = tl
-            negs = [_get(r, "metrics", "timeline", "negotiation") for r in mine]
-            negs = [n for n in negs if n]
+            negs = mine.negotiations
             if negs:
                 last: Dict[str, int] = {}
                 for n in negs:
@@ -194,10 +282,9 @@ def analyse(recs: Sequence[dict], key_of, rows) -> List[dict]:
     return out
 
 
-def timeline_medians(recs: Sequence[dict]) -> Dict[str, float]:
-    """Horovod's timeline of a point (``metrics.timeline``, ms per step per activity), the
-    median over its repeats."""
-    per = [_get(r, "metrics", "timeline", "ms_per_step") for r in recs]
+def timeline_medians(per: Iterable[Optional[dict]]) -> Dict[str, float]:
+    """Horovod's timeline of a point (each repeat's ``metrics.timeline.ms_per_step``, ms per
+    step per activity), the median over its repeats."""
     per = [p for p in per if p]
     names = sorted({n for p in per for n in p})
     return {n: statistics.median(p.get(n, 0.0) for p in per) for n in names}

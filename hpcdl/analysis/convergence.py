@@ -18,6 +18,7 @@ Computes only (numpy); the report renders it.
 """
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -26,18 +27,6 @@ import numpy as np
 from ..records import lookup as _get
 
 MLPERF_MIN_SEEDS = 5
-
-
-def metric_of(recs: Sequence[dict]) -> Optional[str]:
-    """The metric the curves show: the target's, else accuracy where evaluated, else loss."""
-    for r in recs:
-        t = _get(r, "metrics", "target")
-        if t:
-            return "test_accuracy" if t["metric"] == "accuracy" else "test_loss"
-    evals = [e for r in recs for e in (_get(r, "metrics", "evals") or [])]
-    if not evals:
-        return None
-    return "test_accuracy" if any("test_accuracy" in e for e in evals) else "test_loss"
 
 
 def summarise(values: Sequence[float]) -> dict:
@@ -60,56 +49,146 @@ def analyse(recs: Sequence[dict], axis_of: Callable[[dict], str],
     """One entry per configuration with evaluations, ordered by axis then ranks; [] if none.
     ``axis_of`` names a record's axis as the scaling analysis does; ``throughput_speedup`` maps
     (axis, ranks) to the scaling table's speedup."""
-    metric = metric_of(recs)
-    if metric is None:
-        return []
-    groups: "OrderedDict[tuple, List[dict]]" = OrderedDict()
+    curves = Curves()
     for r in recs:
-        if r.get("status", "ok") != "ok" or not _get(r, "metrics", "evals"):
-            continue
-        lay = r.get("layout") or {}
-        groups.setdefault((axis_of(r), int(lay.get("size") or 1)), []).append(r)
-    out = [_config(axis, ranks, rs, metric) for (axis, ranks), rs in
-           sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1]))]
-    _relative(out, throughput_speedup or {})
-    return out
+        curves.add(r, axis_of(r))
+    return curves.result(throughput_speedup)
 
 
-def _config(axis: str, ranks: int, rs: List[dict], metric: str) -> dict:
-    targets = [_get(r, "metrics", "target") for r in rs]
-    reached = [t for t in targets if t and t.get("reached")]
-    t0 = next((t for t in targets if t), None)
-    lay, params = rs[0].get("layout") or {}, rs[0].get("params") or {}
-    entry = {"axis": axis, "ranks": ranks, "nodes": int(lay.get("nodes") or 1),
-             "global_batch": int(params.get("global_batch") or 0), "seeds": len(rs),
-             "seed_values": sorted({int(params.get("seed", 0)) for params in
-                                    (r.get("params") or {} for r in rs)}),
-             "metric": metric, "curve": _curve(rs, metric),
-             "lr": {"lr": params.get("lr"), "rule": params.get("lr_scaling") or "linear",
-                    "warmup_steps": int(params.get("lr_warmup_steps") or 0)}}
-    if t0:
-        entry.update(target={"metric": t0["metric"], "value": t0["value"]},
-                     max_steps=max(int(_get(r, "params", "steps", default=0) or 0) for r in rs),
-                     reached=len(reached),
-                     steps=summarise([t["steps"] for t in reached]),
-                     samples=summarise([t["samples"] for t in reached]),
-                     time_s=summarise([t["time_s"] for t in reached]))
+METRICS = ("test_accuracy", "test_loss")
+
+
+class Curves:
+    """What time to accuracy keeps of each record, gathered as records are read: per
+    configuration its seeds' targets and evaluations (step, samples, seconds, the metrics)."""
+
+    def __init__(self):
+        self.target_metric: Optional[str] = None   # the first target's metric
+        self.evaluated = False                      # some record carries evaluations
+        self.accuracy = False                       # some evaluation has test_accuracy
+        self.groups: "OrderedDict[tuple, dict]" = OrderedDict()
+
+    def add(self, r: dict, axis: str) -> None:
+        t = _get(r, "metrics", "target")
+        if t and self.target_metric is None:
+            self.target_metric = "test_accuracy" if t["metric"] == "accuracy" else "test_loss"
+        evals = _get(r, "metrics", "evals") or []
+        self.evaluated = self.evaluated or bool(evals)
+        self.accuracy = self.accuracy or any("test_accuracy" in e for e in evals)
+        if r.get("status", "ok") != "ok" or not evals:
+            return
+        lay, params = r.get("layout") or {}, r.get("params") or {}
+        g = self.groups.get((axis, int(lay.get("size") or 1)))
+        if g is None:
+            g = self.groups[(axis, int(lay.get("size") or 1))] = {
+                "nodes": int(lay.get("nodes") or 1),
+                "global_batch": int(params.get("global_batch") or 0),
+                "lr": {"lr": params.get("lr"), "rule": params.get("lr_scaling") or "linear",
+                       "warmup_steps": int(params.get("lr_warmup_steps") or 0)},
+                "seeds": 0, "seed_values": set(), "target": None,
+                "reached": {k: array("d") for k in ("steps", "samples", "time_s")},
+                "max_steps": 0,
+                "steps": {m: {} for m in METRICS}}
+        g["seeds"] += 1
+        g["seed_values"].add(int(params.get("seed", 0)))
+        if t:
+            g["target"] = g["target"] or {"metric": t["metric"], "value": t["value"]}
+            if t.get("reached"):
+                for k in ("steps", "samples", "time_s"):
+                    g["reached"][k].append(float(t[k]))
+        g["max_steps"] = max(g["max_steps"], int(params.get("steps", 0) or 0))
+        for e in evals:
+            for m in METRICS:
+                if m in e:
+                    _Step.add(g["steps"][m], e, m)
+
+    def merge(self, other: "Curves") -> None:
+        self.target_metric = self.target_metric or other.target_metric
+        self.evaluated = self.evaluated or other.evaluated
+        self.accuracy = self.accuracy or other.accuracy
+        for key, g in other.groups.items():
+            mine = self.groups.get(key)
+            if mine is None:
+                self.groups[key] = g
+                continue
+            mine["seeds"] += g["seeds"]
+            mine["seed_values"] |= g["seed_values"]
+            mine["target"] = mine["target"] or g["target"]
+            for k, v in g["reached"].items():
+                mine["reached"][k].extend(v)
+            mine["max_steps"] = max(mine["max_steps"], g["max_steps"])
+            for m in METRICS:
+                for step, acc in g["steps"][m].items():
+                    if step in mine["steps"][m]:
+                        mine["steps"][m][step].merge(acc)
+                    else:
+                        mine["steps"][m][step] = acc
+
+    def metric(self) -> Optional[str]:
+        """The metric the curves show: the target's, else accuracy where evaluated, else loss."""
+        if self.target_metric:
+            return self.target_metric
+        if not self.evaluated:
+            return None
+        return "test_accuracy" if self.accuracy else "test_loss"
+
+    def result(self, throughput_speedup: Optional[Dict[tuple, float]] = None) -> List[dict]:
+        metric = self.metric()
+        if metric is None:
+            return []
+        out = [_config(axis, ranks, g, metric) for (axis, ranks), g in
+               sorted(self.groups.items(), key=lambda kv: (kv[0][0], kv[0][1]))]
+        _relative(out, throughput_speedup or {})
+        return out
+
+
+class _Step:
+    """One evaluated step of a configuration, over its seeds: how many, the metric's sum,
+    least and greatest, the seconds' sum, and the samples seen (the first seed's)."""
+
+    __slots__ = ("n", "total", "lo", "hi", "seconds", "samples")
+
+    @staticmethod
+    def add(steps: dict, e: dict, metric: str) -> None:
+        step, v = int(e["step"]), float(e[metric])
+        acc = steps.get(step)
+        if acc is None:
+            acc = steps[step] = _Step()
+            acc.n, acc.total, acc.lo, acc.hi = 0, 0.0, v, v
+            acc.seconds, acc.samples = 0.0, int(e["samples"])
+        acc.n += 1
+        acc.total += v
+        acc.lo, acc.hi = min(acc.lo, v), max(acc.hi, v)
+        acc.seconds += e["time_s"]
+
+    def merge(self, other: "_Step") -> None:
+        self.n += other.n
+        self.total += other.total
+        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
+        self.seconds += other.seconds
+
+
+def _config(axis: str, ranks: int, g: dict, metric: str) -> dict:
+    entry = {"axis": axis, "ranks": ranks, "nodes": g["nodes"],
+             "global_batch": g["global_batch"], "seeds": g["seeds"],
+             "seed_values": sorted(g["seed_values"]),
+             "metric": metric, "curve": _curve(g["steps"][metric]), "lr": g["lr"]}
+    if g["target"]:
+        reached = g["reached"]
+        entry.update(target=dict(g["target"]), max_steps=g["max_steps"],
+                     reached=len(reached["steps"]),
+                     steps=summarise(reached["steps"]), samples=summarise(reached["samples"]),
+                     time_s=summarise(reached["time_s"]))
     return entry
 
 
-def _curve(rs: List[dict], metric: str) -> dict:
+def _curve(by_step: Dict[int, _Step]) -> dict:
     """The mean over seeds (and their range) at every evaluated step some seed reached."""
-    by_step: "Dict[int, List[dict]]" = {}
-    for r in rs:
-        for e in _get(r, "metrics", "evals") or []:
-            if metric in e:
-                by_step.setdefault(int(e["step"]), []).append(e)
-    steps = sorted(by_step)
-    vals = [[float(e[metric]) for e in by_step[s]] for s in steps]
-    return {"step": steps, "samples": [int(by_step[s][0]["samples"]) for s in steps],
-            "time_s": [float(np.mean([e["time_s"] for e in by_step[s]])) for s in steps],
-            "mean": [float(np.mean(v)) for v in vals], "lo": [min(v) for v in vals],
-            "hi": [max(v) for v in vals], "seeds": [len(v) for v in vals]}
+    steps = [by_step[s] for s in sorted(by_step)]
+    return {"step": sorted(by_step), "samples": [a.samples for a in steps],
+            "time_s": [float(a.seconds / a.n) for a in steps],
+            "mean": [float(a.total / a.n) for a in steps], "lo": [a.lo for a in steps],
+            "hi": [a.hi for a in steps], "seeds": [a.n for a in steps]}
 
 
 def _relative(out: List[dict], xs: Dict[tuple, float]) -> None:

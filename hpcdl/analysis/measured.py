@@ -4,6 +4,8 @@ timed alone, the step, and the ranks' spread around their run's center; grouped 
 (one rank per node) and summarised over a point's repeats."""
 from __future__ import annotations
 
+import math
+from array import array
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -21,7 +23,48 @@ def _probes(rank: dict, key: str) -> List[float]:
     return [float(rank[f"{key}_s"])] if rank.get(f"{key}_s") is not None else []
 
 
-def measured(rec: dict) -> Optional[dict]:
+class _Slots:
+    """A few named figures read by key like the dict they stand for, in a fraction of its
+    memory (a report keeps one per record)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+class Figures(_Slots):
+    """What one run measured: see :func:`measured`."""
+
+    __slots__ = ("compute", "center", "step", "exchange", "probe_dev", "rank_dev")
+
+    def __init__(self, compute, center, step, exchange, probe_dev, rank_dev):
+        self.compute, self.center, self.step, self.exchange = compute, center, step, exchange
+        self.probe_dev, self.rank_dev = array("d", probe_dev), array("d", rank_dev)
+
+
+class Entry(_Slots):
+    """One run of a point: its figures and what is the same for every repeat of the point."""
+
+    __slots__ = ("m", "ranks", "batch", "wire", "rate", "algorithm", "backend", "compression",
+                 "repeat")
+
+    def __init__(self, **kw):
+        for k in self.__slots__:
+            setattr(self, k, kw[k])
+
+
+def _median(values: List[float]) -> float:
+    """numpy's median of a few floats (the same figure, without numpy's per-call cost)."""
+    x = sorted(values)
+    n = len(x)
+    return float(x[n // 2]) if n % 2 else float((x[n // 2 - 1] + x[n // 2]) / 2)
+
+
+def measured(rec: dict) -> Optional[Figures]:
     """compute (slowest rank's median probe), exchange (slowest rank's median probe, timed
     alone), the step and the ranks' probes relative to their run's center; None without probes."""
     ranks = _get(rec, "metrics", "ranks") or []
@@ -31,52 +74,159 @@ def measured(rec: dict) -> Optional[dict]:
     split = _get(rec, "metrics", "split") or {}
     if not comp and split.get("method") == "timed" and split.get("compute_s") and step:
         # a flat backend's phases timed around its calls on rank 0, no probes to spread
-        return {"compute": float(split["compute_s"]), "center": float(split["compute_s"]),
-                "step": float(step), "exchange": split.get("exchange_s"),
-                "probe_dev": [], "rank_dev": []}
+        return Figures(float(split["compute_s"]), float(split["compute_s"]), float(step),
+                       split.get("exchange_s"), [], [])
     if not comp or step is None:
         return None
-    center = float(np.median([v for c in comp for v in c]))
-    medians = [float(np.median(c)) for c in comp]
-    exch = [float(np.median(e)) for e in (_probes(r, "exchange") for r in ranks) if e]
-    return {"compute": max(medians), "center": center, "step": float(step),
-            "exchange": max(exch) if exch else None,
-            "probe_dev": [v / center for c in comp for v in c],
-            "rank_dev": [m / center for m in medians] if len(medians) > 1 else []}
+    center = _median([v for c in comp for v in c])
+    medians = [_median(c) for c in comp]
+    exch = [_median(e) for e in (_probes(r, "exchange") for r in ranks) if e]
+    return Figures(max(medians), center, float(step), max(exch) if exch else None,
+                   [v / center for c in comp for v in c],
+                   [m / center for m in medians] if len(medians) > 1 else [])
 
 
-def points(recs: Sequence[dict], row_key) -> Dict[tuple, List[dict]]:
+_SHARED: Dict[str, str] = {}
+
+
+def entry(rec: dict) -> Optional[Entry]:
+    """An ok train record with probes and one rank per node as a run of its point: its measured
+    figures, rank count, batch, wire bytes, link rate, allreduce algorithm and repeat; else
+    None."""
+    if rec.get("kind", "train") != "train" or rec.get("status", "ok") != "ok":
+        return None
+    m = measured(rec)
+    if m is None:
+        return None
+    p = int(_get(rec, "layout", "size") or 1)
+    if int(_get(rec, "layout", "nodes") or 1) != p:
+        return None                                 # the model is one rank per node
+    params = rec.get("params") or {}
+    grad = int(rec.get("gradient_bytes") or 0)
+    wire = float(costmodel.wire_bytes(grad // 4, params.get("compression", "none")))
+    algo = algorithm_of(rec, p, wire)
+    backend = params.get("backend", "horovod")
+    comp = params.get("compression", "none")
+    return Entry(m=m, ranks=p, batch=int(params.get("batch_size") or 0), wire=wire,
+                 rate=float(_get(rec, "box", "link_bits_per_s") or 0.0),
+                 algorithm=_SHARED.setdefault(algo, algo),
+                 backend=_SHARED.setdefault(backend, backend),
+                 compression=_SHARED.setdefault(comp, comp),
+                 repeat=int(_get(rec, "point", "repeat", default=0)))
+
+
+_NAN = float("nan")
+
+
+def _none(x: float) -> Optional[float]:
+    return None if math.isnan(x) else x
+
+
+class Runs:
+    """A point's runs as they are read, a column each (NaN where a run has no exchange), its
+    probes' and ranks' spreads each in one array (with where each run's begin). Indexing or
+    iterating gives each run as an :class:`Entry`, made when asked."""
+
+    _COLS = ("compute", "center", "step", "exchange", "batch", "wire", "rate")
+
+    def __init__(self):
+        for k in self._COLS:
+            setattr(self, k, array("d"))
+        self.repeat = array("q")
+        self.algorithm: List[str] = []
+        self.probe_dev, self.probe_at = array("d"), array("q")
+        self.rank_dev, self.rank_at = array("d"), array("q")
+        self.ranks = 0
+        self.backend = self.compression = ""
+
+    def add(self, e: Entry) -> None:
+        if not len(self):
+            self.ranks, self.backend, self.compression = e.ranks, e.backend, e.compression
+        m = e.m
+        for k in ("compute", "center", "step"):
+            getattr(self, k).append(getattr(m, k))
+        self.exchange.append(_NAN if m.exchange is None else float(m.exchange))
+        self.batch.append(e.batch)
+        self.wire.append(e.wire)
+        self.rate.append(e.rate)
+        self.repeat.append(e.repeat)
+        self.algorithm.append(e.algorithm)
+        self.probe_at.append(len(self.probe_dev))
+        self.probe_dev.extend(m.probe_dev)
+        self.rank_at.append(len(self.rank_dev))
+        self.rank_dev.extend(m.rank_dev)
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def _devs(self, i: int, name: str) -> array:
+        devs, at = getattr(self, name), getattr(self, name.replace("dev", "at"))
+        return devs[at[i]:at[i + 1] if i + 1 < len(at) else len(devs)]
+
+    def __getitem__(self, i: int) -> Entry:
+        m = Figures(self.compute[i], self.center[i], self.step[i], _none(self.exchange[i]),
+                    self._devs(i, "probe_dev"), self._devs(i, "rank_dev"))
+        return Entry(m=m, ranks=self.ranks, batch=int(self.batch[i]), wire=self.wire[i],
+                     rate=self.rate[i], algorithm=self.algorithm[i], backend=self.backend,
+                     compression=self.compression, repeat=self.repeat[i])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def take(self, keep) -> "Runs":
+        """The runs whose repeat ``keep(repeat)`` is true."""
+        idx = [i for i, rep in enumerate(self.repeat) if keep(rep)]
+        out = Runs()
+        out.ranks, out.backend, out.compression = self.ranks, self.backend, self.compression
+        for k in self._COLS:
+            col = getattr(self, k)
+            setattr(out, k, array("d", [col[i] for i in idx]))
+        out.repeat = array("q", [self.repeat[i] for i in idx])
+        out.algorithm = [self.algorithm[i] for i in idx]
+        for name in ("probe_dev", "rank_dev"):
+            devs, at = getattr(out, name), getattr(out, name.replace("dev", "at"))
+            for i in idx:
+                at.append(len(devs))
+                devs.extend(self._devs(i, name))
+        return out
+
+    def merge(self, other: "Runs") -> None:
+        if not len(self):
+            self.ranks, self.backend, self.compression = (other.ranks, other.backend,
+                                                          other.compression)
+        for k in self._COLS:
+            getattr(self, k).extend(getattr(other, k))
+        self.repeat.extend(other.repeat)
+        self.algorithm += other.algorithm
+        for name in ("probe_dev", "rank_dev"):
+            devs, at = getattr(self, name), getattr(self, name.replace("dev", "at"))
+            at.extend(len(devs) + a for a in getattr(other, name.replace("dev", "at")))
+            devs.extend(getattr(other, name))
+
+    def devs(self, name: str) -> np.ndarray:
+        """Every run's ``probe_dev`` (or ``rank_dev``) together."""
+        return np.frombuffer(getattr(self, name), dtype=float) if len(getattr(self, name)) \
+            else np.zeros(0)
+
+
+def points(recs: Sequence[dict], row_key) -> Dict[tuple, Runs]:
     """The ok train records with probes and one rank per node, by ``row_key``: each run's
-    measured figures, rank count, batch, wire bytes, link rate, allreduce algorithm and repeat."""
-    out: Dict[tuple, List[dict]] = {}
+    :func:`entry`."""
+    out: Dict[tuple, Runs] = {}
     for rec in recs:
-        if rec.get("kind", "train") != "train" or rec.get("status", "ok") != "ok":
-            continue
-        m = measured(rec)
-        if m is None:
-            continue
-        p = int(_get(rec, "layout", "size") or 1)
-        if int(_get(rec, "layout", "nodes") or 1) != p:
-            continue                                # the model is one rank per node
-        params = rec.get("params") or {}
-        grad = int(rec.get("gradient_bytes") or 0)
-        wire = float(costmodel.wire_bytes(grad // 4, params.get("compression", "none")))
-        out.setdefault(row_key(rec), []).append({
-            "m": m, "ranks": p, "batch": int(params.get("batch_size") or 0), "wire": wire,
-            "rate": float(_get(rec, "box", "link_bits_per_s") or 0.0),
-            "algorithm": algorithm_of(rec, p, wire), "backend": params.get("backend", "horovod"),
-            "compression": params.get("compression", "none"),
-            "repeat": int(_get(rec, "point", "repeat", default=0))})
+        e = entry(rec)
+        if e is not None:
+            out.setdefault(row_key(rec), Runs()).add(e)
     return out
 
 
-def median(runs: List[dict], key: str) -> Optional[float]:
+def median(runs: Runs, key: str) -> Optional[float]:
     """The median of one measured figure over the runs that have it."""
-    vals = [r["m"][key] for r in runs if r["m"][key] is not None]
+    vals = [v for v in getattr(runs, key) if not math.isnan(v)]
     return float(np.median(vals)) if vals else None
 
 
-def summary(runs: List[dict]) -> dict:
+def summary(runs: Runs) -> dict:
     """A point's medians over its repeats, with what is the same in every repeat."""
     r0 = runs[0]
     return {"ranks": r0["ranks"], "batch": r0["batch"], "wire": r0["wire"], "rate": r0["rate"],

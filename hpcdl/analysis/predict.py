@@ -36,7 +36,8 @@ Baselines, on the same calibration points: *naive*, efficiency stays at its larg
 point's; *one-parameter*, the 1-node step plus one β (α = 0) from the largest calibrated point's
 excess over it, with the ring's (or the parameter server's) coefficient. The band is conformal:
 the 90% quantile of the relative errors of predicting each calibration run left out of the
-calibration (leave one repeat out, pooled over the study's axes), applied to the prediction;
+calibration (leave one repeat out, pooled over the study's axes; beyond ten repeats, one of ten
+folds of them), applied to the prediction;
 its coverage is then counted on the held-out points.
 """
 from __future__ import annotations
@@ -47,7 +48,7 @@ import numpy as np
 
 from .allreduce import link_bytes, on_link, pairwise
 from .baselines import conformal_quantile, naive, one_parameter, scores
-from .measured import median as _med, points as _points, summary as _summary
+from .measured import Runs, median as _med, points as _points, summary as _summary
 from .. import costmodel
 
 NOMINAL = 0.90                 # the band's nominal coverage
@@ -63,6 +64,15 @@ def expected_max(values: Sequence[float], p: int) -> float:
     return float(np.sum(x * ((i / n) ** p - ((i - 1) / n) ** p)))
 
 
+FOLDS = 10       # at most this many fits to leave repeats out: beyond it, folds of repeats
+
+
+def folds(repeats) -> Dict[int, int]:
+    """Each repeat's fold: its own up to :data:`FOLDS` repeats, else the repeats in order dealt
+    into :data:`FOLDS` folds (so a study of thousands of repeats costs ten fits, not thousands)."""
+    return {rep: i % FOLDS for i, rep in enumerate(sorted(repeats))}
+
+
 # --- the model ----------------------------------------------------------------------------------
 
 class PartModel:
@@ -75,8 +85,11 @@ class PartModel:
         if not one:
             raise ValueError("no 1-node run among the calibration points")
         self.per_sample = float(np.median([c["m"]["center"] / c["batch"] for c in one]))
-        self.probe_dev = [d for c in cal for d in c["m"]["probe_dev"]]
-        self.rank_dev = [d for c in cal for d in c["m"]["rank_dev"]]
+        self.probe_dev = np.sort(np.concatenate([np.asarray(c["m"]["probe_dev"], dtype=float)
+                                                 for c in cal]))
+        self.rank_dev = np.sort(np.concatenate([np.asarray(c["m"]["rank_dev"], dtype=float)
+                                                for c in cal]))
+        self._max: Dict[tuple, float] = {}
         multi = [c for c in cal if c["ranks"] > 1]
         self.p_cal = max((c["ranks"] for c in multi), default=1)
         top = [c for c in multi if c["ranks"] == self.p_cal]
@@ -122,12 +135,18 @@ class PartModel:
     def center(self, p: int, b: float) -> float:
         return self.per_sample * b * (1.0 + self.k * (p > 1))
 
+    def _expected_max(self, which: str, p: int) -> float:
+        """:func:`expected_max` of the probes' (or the ranks') spread, once per p."""
+        if (which, p) not in self._max:
+            self._max[(which, p)] = expected_max(getattr(self, which), p)
+        return self._max[(which, p)]
+
     def step_compute(self, p: int, b: float) -> float:
-        return self.center(p, b) * expected_max(self.probe_dev, p)
+        return self.center(p, b) * self._expected_max("probe_dev", p)
 
     def compute(self, p: int, b: float) -> float:
         """The slowest rank's median compute."""
-        return self.center(p, b) * (expected_max(self.rank_dev, p) if p > 1 else 1.0)
+        return self.center(p, b) * (self._expected_max("rank_dev", p) if p > 1 else 1.0)
 
     def exchange(self, p: int, algorithm: str, wire: float, rate: float) -> Optional[float]:
         if p <= 1:
@@ -163,7 +182,7 @@ class PartModel:
                 "duplex": self.duplex, "per_exchange_s": self.per_exchange,
                 "seconds_per_link_byte": self.seconds_per_byte,
                 "probe_draws": len(self.probe_dev), "rank_draws": len(self.rank_dev),
-                "step_max_factor_2": expected_max(self.probe_dev, 2)}
+                "step_max_factor_2": self._expected_max("probe_dev", 2)}
 
 
 # --- the study ----------------------------------------------------------------------------------
@@ -174,24 +193,48 @@ def _fit(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = None) -
     for p, runs in sorted(cal.items()):
         s = _summary(runs)
         m = {"center": _med(runs, "center"), "step": s["step"], "exchange": s["exchange"],
-             "probe_dev": [d for r in runs for d in r["m"]["probe_dev"]],
-             "rank_dev": [d for r in runs for d in r["m"]["rank_dev"]]}
+             "probe_dev": runs.devs("probe_dev"), "rank_dev": runs.devs("rank_dev")}
         pooled.append({**s, "m": m})
     return PartModel(pooled, backend, fit)
+
+
+def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict]) -> List[float]:
+    """Leave one repeat out (one fold of repeats beyond :data:`FOLDS` of them): the relative
+    error of predicting each multi-node calibration run from the runs not in its fold."""
+    fold = folds({rep for v in cal.values() for rep in v.repeat})
+    out = []
+    for k in sorted(set(fold.values())):
+        kept = {p: v.take(lambda rep: fold[rep] != k) for p, v in cal.items()}
+        if any(not len(v) for v in kept.values()):
+            continue
+        m = _fit(kept, backend, fit)
+        for r in (r for p, v in cal.items() if p > 1 for r in v.take(lambda rep: fold[rep] == k)):
+            pred = m.step(r["ranks"], r["batch"], r["algorithm"], r["wire"], r["rate"])
+            if pred is not None:
+                out.append((pred - r["m"]["step"]) / r["m"]["step"])
+    return out
 
 
 def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
             remedied: Sequence[dict] = (),
             exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None) -> dict:
+    """:func:`of_points` of records, grouped by ``row_key``."""
+    return of_points(_points(recs, row_key), nodes_max, kind, _points(remedied, row_key),
+                     exchange_fit)
+
+
+def of_points(pts: Dict[tuple, List], nodes_max: int, kind: str,
+              remedied: Optional[Dict[tuple, List]] = None,
+              exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None) -> dict:
     """Per axis, the model's and the baselines' predictions of every point; the errors at the
     held-out points, the band and its coverage; the remedies' predicted gains, measured where
-    the study (fp16) or ``remedied`` (the records of the same workload run with a remedy
-    applied, e.g. twice the batch) ran them. ``exchange_fit(backend, compression)``: the bench
-    fit's entry that predicts an axis's exchange, where the study declared one. Empty when the
-    study declares no calibration subset or its records carry no probes."""
+    the study (fp16) or ``remedied`` (the runs of the same workload with a remedy applied, e.g.
+    twice the batch) ran them. ``pts`` and ``remedied``: each (axis, nodes, ranks) point's runs
+    (:func:`.measured.entry`). ``exchange_fit(backend, compression)``: the bench fit's entry that
+    predicts an axis's exchange, where the study declared one. Empty when the study declares no
+    calibration subset or its records carry no probes."""
     if not nodes_max:
         return {}
-    pts = _points(recs, row_key)
     axes = sorted({k[0] for k in pts})
     out_axes, loro = [], []
     for axis in axes:
@@ -207,16 +250,7 @@ def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
                    "gamma_s_per_byte": 0.0, **fit}
         model = _fit(cal, backend, fit)
         cal_rows = [_summary(v) for _, v in sorted(cal.items())]
-        # leave one repeat out: the error of predicting a calibration run not calibrated on
-        for rep in sorted({r["repeat"] for v in cal.values() for r in v}):
-            kept = {p: [r for r in v if r["repeat"] != rep] for p, v in cal.items()}
-            if any(not v for v in kept.values()):
-                continue
-            m = _fit(kept, backend, fit)
-            for r in (r for p, v in cal.items() if p > 1 for r in v if r["repeat"] == rep):
-                pred = m.step(r["ranks"], r["batch"], r["algorithm"], r["wire"], r["rate"])
-                if pred is not None:
-                    loro.append((pred - r["m"]["step"]) / r["m"]["step"])
+        loro += _left_out(cal, backend, fit)
         points = []
         for p, runs in sorted(by_p.items()):
             s = _summary(runs)
@@ -250,7 +284,7 @@ def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
                 held.append(pt)
     cross = cross_rate(out_axes, nodes_max)
     others = {}
-    for key, runs in _points(remedied, row_key).items():
+    for key, runs in (remedied or {}).items():
         others.setdefault(key[0], {})[key[1]] = runs
     fixes = remedies(out_axes, kind, [{"axis": a, "_by_p": v} for a, v in others.items()])
     for ax in out_axes:

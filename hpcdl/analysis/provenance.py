@@ -17,11 +17,12 @@ without ``started`` gives only its timed training (``time`` − ``wall_time_s``)
 from __future__ import annotations
 
 import datetime as _dt
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["Provenance", "check", "code_of", "box_setting", "interval", "MixedRecords"]
+__all__ = ["Provenance", "Origin", "check", "code_of", "box_setting", "interval", "MixedRecords"]
 
 # The box's settings that records pooled together must share; its link rate is the network axis.
 BOX_SETTINGS = ("nodes_in_box", "cpus_per_node", "latency", "host", "cores")
@@ -154,37 +155,100 @@ class Provenance:
 def overlaps(recs: Sequence[dict]) -> Tuple[List[dict], int]:
     """Pairs of runs on a shared machine whose intervals intersect, and how many intervals were
     estimated from the timed training alone."""
-    spans = []
-    estimated = 0
+    origin = Origin()
     for r in recs:
+        origin.add(r)
+    return origin.overlaps()
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_US = _dt.timedelta(microseconds=1)
+
+
+class Origin:
+    """What :func:`check` needs of each record, gathered as records are read: the count of each
+    (code, study file, box setting), of each box instance, and each run's interval (µs since
+    1970, and the start's UTC offset), machine and point."""
+
+    def __init__(self):
+        self.groups: Counter = Counter()
+        self.boxes: Counter = Counter()
+        self.starts, self.ends = array("q"), array("q")
+        self.offsets, self.on = array("i"), array("i")   # start's UTC offset (s), machine
+        self.ids: List[str] = []
+        self.machines: List[tuple] = []
+        self.estimated = 0
+        self._machine: Dict[tuple, int] = {}
+
+    def add(self, r: dict) -> None:
+        self.groups[(code_of(r), study_hash(r), box_setting(r))] += 1
+        if isinstance(r.get("box"), dict) and r["box"].get("box"):
+            self.boxes[str(r["box"]["box"])] += 1
         iv = interval(r)
         if iv is None:
-            continue
-        estimated += not iv[2]
-        spans.append((iv[0], iv[1], machine(r), _point_id(r)))
-    spans.sort(key=lambda s: s[0])
-    out = []
-    for i, (s0, e0, m0, p0) in enumerate(spans):
-        for s1, e1, m1, p1 in spans[i + 1:]:
-            if s1 >= e0:
-                break
-            if m0[0] == m1[0] and m0[1] & m1[1]:
-                out.append({"a": p0, "b": p1, "seconds": (min(e0, e1) - s1).total_seconds(),
-                            "from": s1.isoformat()})
-    return out, estimated
+            return
+        self.estimated += not iv[2]
+        m = machine(r)
+        if m not in self._machine:
+            self._machine[m] = len(self.machines)
+            self.machines.append(m)
+        self.starts.append((iv[0] - _EPOCH) // _US)
+        self.ends.append((iv[1] - _EPOCH) // _US)
+        self.offsets.append(int(iv[0].utcoffset().total_seconds()))
+        self.on.append(self._machine[m])
+        self.ids.append(_point_id(r))
+
+    def merge(self, other: "Origin") -> None:
+        self.groups.update(other.groups)
+        self.boxes.update(other.boxes)
+        for m in other.machines:
+            if m not in self._machine:
+                self._machine[m] = len(self.machines)
+                self.machines.append(m)
+        self.on.extend(self._machine[other.machines[i]] for i in other.on)
+        self.starts.extend(other.starts)
+        self.ends.extend(other.ends)
+        self.offsets.extend(other.offsets)
+        self.ids += other.ids
+        self.estimated += other.estimated
+
+    def overlaps(self) -> Tuple[List[dict], int]:
+        order = sorted(range(len(self.starts)), key=self.starts.__getitem__)
+        out = []
+        for i, a in enumerate(order):
+            e0, m0 = self.ends[a], self.machines[self.on[a]]
+            for j in range(i + 1, len(order)):
+                b = order[j]
+                s1 = self.starts[b]
+                if s1 >= e0:
+                    break
+                m1 = self.machines[self.on[b]]
+                if m0[0] == m1[0] and m0[1] & m1[1]:
+                    when = (_EPOCH + s1 * _US).astimezone(
+                        _dt.timezone(_dt.timedelta(seconds=self.offsets[b])))
+                    out.append({"a": self.ids[a], "b": self.ids[b],
+                                "seconds": (min(e0, self.ends[b]) - s1) / 1e6,
+                                "from": when.isoformat()})
+        return out, self.estimated
+
+    def result(self, allow_mixed: bool = False) -> "Provenance":
+        """The records' provenance; raises :class:`MixedRecords`, saying what differs, when
+        they are not alike and ``allow_mixed`` is False."""
+        pairs, estimated = self.overlaps()
+        prov = Provenance(dict(self.groups), dict(self.boxes), pairs, estimated,
+                          allowed=allow_mixed)
+        if prov.mixed and not allow_mixed:
+            raise MixedRecords("the records were not made alike, so pooling them would mix "
+                               "measurements: " + " / ".join(prov.differences())
+                               + ". Report one kind at a time (move the others to another "
+                               "file), or pass --allow-mixed and the report lists what it mixed")
+        return prov
 
 
 def check(recs: Sequence[dict], allow_mixed: bool = False) -> Provenance:
     """The records' provenance; raises :class:`MixedRecords`, saying what differs, when they
     come from different code, study files or box settings and ``allow_mixed`` is False."""
-    groups = Counter((code_of(r), study_hash(r), box_setting(r)) for r in recs)
-    boxes = Counter(str(r["box"]["box"]) for r in recs
-                    if isinstance(r.get("box"), dict) and r["box"].get("box"))
-    pairs, estimated = overlaps(recs)
-    prov = Provenance(dict(groups), dict(boxes), pairs, estimated, allowed=allow_mixed)
-    if prov.mixed and not allow_mixed:
-        raise MixedRecords("the records were not made alike, so pooling them would mix "
-                           "measurements: " + " / ".join(prov.differences())
-                           + ". Report one kind at a time (move the others to another file), "
-                           "or pass --allow-mixed and the report lists what it mixed")
-    return prov
+    origin = Origin()
+    for r in recs:
+        origin.add(r)
+    return origin.result(allow_mixed)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -18,7 +21,7 @@ from typing import Dict, List, Optional
 from . import sections
 from .plots import draw_plots  # matplotlib is imported only when plots are drawn
 from .table import Table, stable
-from .. import analysis, checks, costmodel
+from .. import analysis, checks, costmodel, records
 from ..errors import UserError
 
 __all__ = ["Table", "write_report", "select_records"]
@@ -33,14 +36,88 @@ def _resolve(src) -> Path:
 
 def select_records(recs: List[dict], study_name: Optional[str]) -> List[dict]:
     recs = [r for r in recs if r.get("kind", "train") == "train"]
-    names = Counter(r.get("study") for r in recs)
+    picked = _pick_study(Counter(r.get("study") for r in recs), study_name)
+    return [r for r in recs if r.get("study") == picked] if picked else recs
+
+
+def _pick_study(names: Counter, study_name: Optional[str]) -> Optional[str]:
+    """The study a report is of: the one asked for, else the one study the records name."""
     if study_name is None:
         named = [n for n in names if n]
         if len(named) > 1:
             raise UserError(f"records of several studies ({', '.join(sorted(named))}): "
                             "pick one with --study NAME")
         study_name = named[0] if named else None
-    return [r for r in recs if r.get("study") == study_name] if study_name else recs
+    return study_name
+
+
+class _Studies:
+    """The train records of a results file as they are read, one :class:`analysis.Digest`
+    per study they name (a report is of one)."""
+
+    def __init__(self, study_name: Optional[str]):
+        self.study_name = study_name
+        self.digests: Dict[Optional[str], analysis.Digest] = {}
+
+    def add(self, rec: dict) -> None:
+        if rec.get("kind", "train") != "train":
+            return
+        name = rec.get("study")
+        if self.study_name is not None and name != self.study_name:
+            return
+        self.digests.setdefault(name, analysis.Digest()).add(rec)
+
+    def merge(self, other: "_Studies") -> None:
+        for name, d in other.digests.items():
+            if name in self.digests:
+                self.digests[name].merge(d)
+            else:
+                self.digests[name] = d
+
+    def pick(self) -> Optional[analysis.Digest]:
+        names = Counter({n: d.records for n, d in self.digests.items()})
+        picked = _pick_study(names, self.study_name)
+        if picked is None and len(self.digests) == 1:
+            return next(iter(self.digests.values()))
+        return self.digests.get(picked)
+
+
+PARALLEL_BYTES = 32 << 20   # a results file this large is read by one process per core
+
+
+def _workers(runs: Path, given: Optional[int]) -> int:
+    """How many processes read ``runs``: as given, else one per core (at most 4) for a large
+    file, else one."""
+    if given:
+        return max(1, given)
+    if runs.stat().st_size < PARALLEL_BYTES:
+        return 1
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+def _read_part(runs: Path, study_name: Optional[str], part) -> tuple:
+    studies = _Studies(study_name)
+    read = checks.scan(runs, checks.train_record_problem, studies.add, records.slim_decoder(),
+                       part)
+    return read, studies
+
+
+def _read(runs: Path, study_name: Optional[str], workers: Optional[int] = None):
+    """(what was left out, the records as :class:`_Studies`), read once: by one process, or
+    for a large file by several, each over a part and all merged in the file's order."""
+    workers = _workers(runs, workers)
+    if workers == 1:
+        return _read_part(runs, study_name, None)
+    cuts = checks.parts(runs, workers)
+    with ProcessPoolExecutor(len(cuts), mp_context=multiprocessing.get_context("fork")) as ex:
+        done = list(ex.map(_read_part, [runs] * len(cuts), [study_name] * len(cuts), cuts))
+    read, studies = done[0]
+    for more, theirs in done[1:]:
+        read.torn += more.torn
+        read.duplicates += more.duplicates
+        read.excluded += more.excluded
+        studies.merge(theirs)
+    return read, studies
 
 
 def _load_fit_doc(fit_path) -> dict:
@@ -64,23 +141,24 @@ def _load_fit_doc(fit_path) -> dict:
 def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = None,
                  algorithm: Optional[str] = None, max_ranks: int = 1024,
                  plots: bool = True, scaling: Optional[str] = None,
-                 allow_mixed: bool = False) -> Dict:
-    """Analyse the records in ``src`` and render the report; return {'report', 'json', 'files'}."""
+                 allow_mixed: bool = False, workers: Optional[int] = None) -> Dict:
+    """Analyse the records in ``src`` and render the report; return {'report', 'json', 'files'}.
+    ``workers``: processes that read the records (see :func:`_workers`)."""
     runs = _resolve(src)
     if not runs.exists():
         raise UserError(f"{runs}: no such results file (run the study first: hpcdl study run)")
-    read = checks.scan(runs, checks.train_record_problem)
+    read, studies = _read(runs, study_name, workers)
     for note in read.notes():
         sys.stderr.write(f"hpcdl study report: {note}\n")
-    recs = select_records(read.records, study_name)
-    if not recs:
+    recs = studies.pick()
+    if recs is None:
         raise UserError(f"{runs}: no train records{f' of study {study_name}' if study_name else ''}")
     out = Path(out_dir) if out_dir else runs.parent
     checks.check_writable_dir(out, "the report's folder")
     fit_path = fit_path or analysis.declared_calibration(recs)[0]
     fit_doc = _load_fit_doc(fit_path) if fit_path else None
     try:
-        res = analysis.analyse(recs, recs[0].get("study") or runs.parent.name, fit_doc,
+        res = analysis.analyse(recs, recs.study or runs.parent.name, fit_doc,
                                str(fit_path) if fit_path else None, scaling, algorithm, max_ranks,
                                allow_mixed)
     except ValueError as exc:
@@ -89,8 +167,8 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
         raise UserError(f"fit {fit_path}: no entry for the study's axes ({', '.join(res.axes)}); "
                         f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")
     pngs = draw_plots(res, out) if plots else []
-    tables, lines, extra = sections.render(sections.Context(res, recs, runs, pngs))
-    command = _command(recs, runs, res.provenance.mixed)
+    tables, lines, extra = sections.render(sections.Context(res, recs.about, runs, pngs))
+    command = _command(recs.about, runs, res.provenance.mixed)
     files: List[Path] = []
     for t in tables:
         path = out / f"{t.name}.csv"
@@ -110,29 +188,27 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     return {"report": report, "json": js, "files": files}
 
 
-def _command(recs, runs, mixed: bool = False) -> str:
+def _command(about, runs, mixed: bool = False) -> str:
     """The commands that regenerate this report: the study's runs (when a study made them: on
     this machine, through Slurm, or on the cluster box at each link rate it recorded) into the
     results root the records are in, named explicitly (points already recorded there are
-    skipped; another root measures afresh), then the report itself."""
-    study_file = next(((r.get("declared") or {}).get("study_file") for r in recs
-                       if (r.get("declared") or {}).get("study_file")), None)
+    skipped; another root measures afresh), then the report itself. ``about``: what
+    :class:`analysis.reading.Runs` gathered of the records."""
+    study_file = about.study_file
     report = f"hpcdl study report {_shown(runs.parent)}" + (" --allow-mixed" if mixed else "")
     if not study_file:
         return report
     root = f"--results-root {_shown(runs.parent.parent)}"
     submit = (f"hpcdl study submit {study_file} {root} && "
               f"hpcdl study status {study_file} {root} --wait 14400")
-    boxes = [r["box"] for r in recs if isinstance(r.get("box"), dict)]
-    if boxes:
-        rates = sorted({b["link_rate"] for b in boxes}, key=costmodel.rate_bits)
-        nodes = max(int(b.get("nodes_in_box") or 0) for b in boxes)
-        cpus = boxes[0].get("cpus_per_node")
-        up = f"scripts/cluster-box.sh up {nodes} --link $rate" + (f" --cpus-per-node {cpus:g}"
-                                                                  if cpus else "")
+    if about.boxes:
+        rates = sorted(about.link_rates, key=costmodel.rate_bits)
+        cpus = about.cpus_per_node
+        up = f"scripts/cluster-box.sh up {about.nodes_in_box} --link $rate" + (
+            f" --cpus-per-node {cpus:g}" if cpus else "")
         return (f"for rate in {' '.join(rates)}; do {up} && scripts/cluster-box.sh check && "
                 f"{submit}; done; {report}")
-    if any(((r.get("manifest") or {}).get("slurm") or {}).get("job_id") for r in recs):
+    if about.jobs:
         return f"{submit} && {report}"
     return f"hpcdl study run {study_file} {root} && {report}"
 

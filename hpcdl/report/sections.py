@@ -8,22 +8,24 @@ section is one function with :func:`section` above it; nothing else changes. The
 """
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional
 
 from .table import _axis_slug, _f, _ms, _pct, Table
-from .. import analysis, costmodel, records
+from .. import analysis, costmodel
 from ..analysis.budget import describe, LABELS, LOST_SHARE, PARTS, RATIO
+from ..analysis.reading import Runs
 
 
 @dataclass
 class Context:
-    """What a section may draw on: the analysis, the records, where they came from, the plots."""
+    """What a section may draw on: the analysis, what was gathered of the runs themselves
+    (:class:`analysis.reading.Runs`), where the records came from, the plots."""
 
     res: analysis.StudyAnalysis
-    recs: Sequence[dict]
+    about: Runs
     runs: Path
     pngs: List[Path] = field(default_factory=list)
 
@@ -119,9 +121,9 @@ def target(ctx: Context) -> Part:
 @section(files_at=5)
 def points(ctx: Context) -> Part:
     """A study of the user's own command, point by point."""
-    t = command_table(ctx.recs)
+    t = command_table(ctx.about)
     tables = [t] if t is not None else []
-    return Part(tables, _command_markdown(ctx.recs, _by_name(tables)))
+    return Part(tables, _command_markdown(ctx.about, ctx.res.records, _by_name(tables)))
 
 
 @section(files_at=4)
@@ -164,7 +166,7 @@ def runs(ctx: Context) -> Part:
     pooled = (["What was pooled (the code in hpcdl/, the study file and the box's settings must "
                "be the same in every record; runs sharing a machine must not overlap in time):",
                ""] + prov.lines() + [""]) if prov else []
-    return Part([], ["## Runs", ""] + _manifest_summary(ctx.recs) + [""] + pooled)
+    return Part([], ["## Runs", ""] + _manifest_summary(ctx.about, ctx.res.records) + [""] + pooled)
 
 
 # --- tables and words the sections use ----------------------------------------------------------------
@@ -279,15 +281,10 @@ def _remedies_table(res) -> Table:
     return t
 
 
-def command_table(recs: Sequence[dict]) -> Optional[Table]:
+def command_table(about: Runs) -> Optional[Table]:
     """Each point of a study of the user's own command, its latest record (failed ones too):
     exit status, wall time, whether hpcdl's callback recorded it, and every scraped figure."""
-    latest: "OrderedDict[str, dict]" = OrderedDict()
-    for rec in recs:
-        if isinstance(rec.get("command"), dict):
-            pid = str(records.lookup(rec, "point", "id", default=len(latest)))
-            latest.pop(pid, None)
-            latest[pid] = rec
+    latest = about.commands
     if not latest:
         return None
     names = list(OrderedDict((n, None) for r in latest.values()
@@ -300,40 +297,38 @@ def command_table(recs: Sequence[dict]) -> Optional[Table]:
     for pid, rec in latest.items():
         cmd = rec["command"]
         figs = cmd.get("scraped") or {}
-        thr = records.lookup(rec, "metrics", "throughput")
+        thr = rec["throughput"]
         source = ("-" if not thr else thr.get("source") or "hpcdl's callback (timed steps)")
-        t.add([pid, records.lookup(rec, "layout", "size"), rec.get("status"),
+        t.add([pid, rec["size"], rec["status"],
                cmd.get("exit_status"), _f(cmd.get("wall_time_s"), 1),
                "hpcdl's callback" if cmd.get("recorder") else "the launcher (no callback)",
-               source, "-" if not thr else f"{thr['mean'] / (records.lookup(rec, 'layout', 'size') or 1):.6g}"]
+               source, "-" if not thr else f"{thr['mean'] / (rec['size'] or 1):.6g}"]
               + [("NO MATCH" if figs.get(n, {}).get("value") is None else f"{figs[n]['value']:g}")
                  if n in figs else "-" for n in names],
-              {"point": pid, "status": rec.get("status"), "exit_status": cmd.get("exit_status"),
+              {"point": pid, "status": rec["status"], "exit_status": cmd.get("exit_status"),
                "wall_time_s": cmd.get("wall_time_s"), "recorder": cmd.get("recorder"),
                "throughput_source": None if not thr else source,
-               "throughput_per_rank": None if not thr else
-               thr["mean"] / (records.lookup(rec, "layout", "size") or 1),
+               "throughput_per_rank": None if not thr else thr["mean"] / (rec["size"] or 1),
                **{f"scraped_{n}": figs.get(n, {}).get("value") for n in names}})
     return t
 
 
-def _command_markdown(recs, by_name) -> List[str]:
+def _command_markdown(about: Runs, count: int, by_name) -> List[str]:
     t = by_name.get("command-points")
     if t is None:
         return []
-    cb = [r for r in recs if records.lookup(r, "command", "recorder")]
     lines = ["## Your command", "",
              "Each point ran the study's `[workload] command` on every rank. Figures under "
              "*scraped* were read from the output with the study's `[scrape]` patterns; a pattern "
              "that matched no line reads NO MATCH. A point that failed is listed here and left "
              "out of the tables above; `hpcdl study run` (or `submit`) runs it again.", ""]
-    if cb:
+    if about.recorded_commands:
         lines += ["With hpcdl's Keras callback the step time and throughput are timed steps, as "
                   "in hpcdl's own loop. The compute/exchange split comes from the callback's "
                   "probes after training (the forward and backward pass alone on random inputs "
                   "of the batch's shape, then the fp32 allreduce of those gradients), not from "
                   "the training steps themselves, whose exchange Keras runs inside the step.", ""]
-    if len(cb) < len(recs):
+    if about.recorded_commands < count:
         lines += ["Without the callback a point is seen from outside: speedup and efficiency "
                   "come from the scraped throughput where the study names one (`throughput` or "
                   "`throughput_per_rank`), else from the wall time, start-up included. Such a "
@@ -473,34 +468,18 @@ def _published_table(published) -> Table:
 
 # --- Markdown -------------------------------------------------------------------------------------
 
-def _manifest_summary(recs) -> List[str]:
-    hosts, jobs, commits, threads = Counter(), Counter(), Counter(), Counter()
-    versions = Counter()
-    times = []
-    for r in recs:
-        man = r.get("manifest") or {}
-        for h in man.get("hosts") or (r.get("layout") or {}).get("hosts") or []:
-            hosts[h] += 1
-        jid = (man.get("slurm") or {}).get("job_id")
-        if jid:
-            jobs[str(jid)] += 1
-        if man.get("git_commit"):
-            commits[man["git_commit"][:12]] += 1
-        v = man.get("versions") or {}
-        versions[tuple(sorted((k, str(x)) for k, x in v.items() if x))] += 1
-        threads[(r.get("params") or {}).get("threads_per_rank")] += 1
-        if r.get("time"):
-            times.append(r["time"])
-    out = [f"- records: {len(recs)}" + (f", {min(times)} to {max(times)}" if times else ""),
-           f"- hosts: {', '.join(sorted(hosts)) or '-'}",
-           f"- Slurm job ids: {_some(sorted(jobs)) if jobs else 'none (run locally through mpirun)'}",
-           f"- git commits: {', '.join(sorted(commits)) or '-'}",
-           f"- threads per rank: {', '.join(str(t) for t in sorted(threads, key=str))}"]
-    for v, n in versions.most_common():
+def _manifest_summary(about: Runs, count: int) -> List[str]:
+    times = about.first_time is not None
+    out = [f"- records: {count}" + (f", {about.first_time} to {about.last_time}"
+                                    if times else ""),
+           f"- hosts: {', '.join(sorted(about.hosts)) or '-'}",
+           f"- Slurm job ids: {_some(sorted(about.jobs)) if about.jobs else 'none (run locally through mpirun)'}",
+           f"- git commits: {', '.join(sorted(about.commits)) or '-'}",
+           f"- threads per rank: {', '.join(str(t) for t in sorted(about.threads, key=str))}"]
+    for v, n in about.versions.most_common():
         out.append(f"- versions ({n} record(s)): " + ", ".join(f"{k} {x}" for k, x in v))
-    man0 = recs[0].get("manifest") or {}
-    if man0.get("platform"):
-        out.append(f"- platform: {man0['platform']}, {man0.get('cpu_count')} CPUs")
+    if about.platform:
+        out.append(f"- platform: {about.platform}, {about.cpu_count} CPUs")
     return out
 
 

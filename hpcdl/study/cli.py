@@ -93,6 +93,9 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-mixed", action="store_true",
                    help="pool records of different code (hpcdl/), study files or box settings "
                         "(refused by default); the report lists what it mixed")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes that read the records (default: one per core, at most 4, "
+                        "for a results file over 32 MB, else 1)")
 
 
 # --- the subcommands --------------------------------------------------------------------------
@@ -140,7 +143,8 @@ def report_main(opts) -> int:
     written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
                                   algorithm=opts.algorithm,
                                   max_ranks=opts.max_ranks, plots=not opts.no_plots,
-                                  scaling=opts.scaling, allow_mixed=opts.allow_mixed)
+                                  scaling=opts.scaling, allow_mixed=opts.allow_mixed,
+                                  workers=opts.workers)
     for kind, path in written.items():
         if kind != "files":
             print(f"{kind}: {path}")

@@ -11,7 +11,8 @@ import pytest
 from hpcdl_testing import ROOT
 
 PKG = ROOT / "hpcdl"
-HEAVY = {"numpy", "mpi4py", "tensorflow", "horovod", "matplotlib", "sklearn", "scipy", "keras"}
+HEAVY = {"numpy", "mpi4py", "tensorflow", "horovod", "matplotlib", "sklearn", "scipy", "keras",
+         "msgspec"}
 MAX_FUNCTION_LINES = 80
 
 

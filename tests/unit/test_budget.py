@@ -32,7 +32,7 @@ TWO = _rec([_rank(0, "n1", 8.5e-3, step=13.5e-3, exchange=3e-3, wait=2e-3),
 
 
 def test_the_parts_add_up_to_the_measured_loss_when_the_phases_explain_the_step():
-    b = budget.point_budget([TWO], [BASE])
+    b = budget.point_budget(budget.Point.of([TWO]), budget.Point.of([BASE]))
     assert b["loss"] == pytest.approx(4.5 / 14.5)
     secs = b["seconds"]
     assert secs["compute"] == pytest.approx(0.5e-3)        # the typical (faster) rank: 8.5 vs 8
@@ -45,7 +45,7 @@ def test_the_parts_add_up_to_the_measured_loss_when_the_phases_explain_the_step(
 def test_an_exposed_exchange_beyond_the_exchange_timed_alone_is_left_unexplained():
     late = _rec([_rank(0, "n1", 8.5e-3, step=15.5e-3, exchange=3e-3),
                  _rank(1, "n2", 10.5e-3, step=15.5e-3, exchange=3e-3)], per_step=16.5e-3)
-    b = budget.point_budget([late], [BASE])
+    b = budget.point_budget(budget.Point.of([late]), budget.Point.of([BASE]))
     assert b["seconds"]["exchange"] == pytest.approx(3e-3)      # bounded by the exchange alone
     assert b["seconds"]["unexplained"] == pytest.approx(1e-3)
     assert b["exposed_s"] == pytest.approx(4e-3)
@@ -93,7 +93,8 @@ def test_the_report_shows_the_budget_and_names_the_straggler(tmp_path):
 def test_an_in_memory_workload_has_no_input_pipeline_and_a_script_has_one():
     slow_in = [_rank(0, "n1", 8.5e-3, inp=2.5e-3, step=13.5e-3, exchange=3e-3, wait=2e-3),
                _rank(1, "n2", 10.5e-3, inp=2.5e-3, step=13.5e-3, exchange=3e-3, wait=0.0)]
-    mine = budget.point_budget([_rec(slow_in, per_step=14.5e-3)], [BASE])
+    mine = budget.point_budget(budget.Point.of([_rec(slow_in, per_step=14.5e-3)]),
+                               budget.Point.of([BASE]))
     # hpcdl's own workload slices arrays in memory: the 2 ms more taking the next batch is
     # counted as fixed overhead, and the budget says why
     assert mine["seconds"]["input"] == 0
@@ -101,5 +102,5 @@ def test_an_in_memory_workload_has_no_input_pipeline_and_a_script_has_one():
     assert "held in memory (no input pipeline)" in mine["note"]
     script = _rec(slow_in, per_step=14.5e-3)
     script["params"]["command"] = ["python", "train.py"]
-    theirs = budget.point_budget([script], [BASE])
+    theirs = budget.point_budget(budget.Point.of([script]), budget.Point.of([BASE]))
     assert theirs["seconds"]["input"] == pytest.approx(2e-3) and "note" not in theirs

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from hpcdl import analysis, costmodel
-from hpcdl.analysis import allreduce, baselines, predict
+from hpcdl.analysis import allreduce, baselines, predict, reading
 from hpcdl.report import sections
 
 MB = 4_617_088          # box-cnn-weak's gradient bytes
@@ -120,7 +120,7 @@ def study(nodes=(1, 2, 4, 8), repeats=3, rates=(RATE,), compressions=("none",),
 
 
 def _run(recs, remedied=()):
-    return predict.analyse(recs, analysis._row_key, 2, "weak", remedied)
+    return predict.analyse(recs, reading.row_key, 2, "weak", remedied)
 
 
 def test_a_study_made_by_known_parts_is_predicted_exactly_at_every_held_out_point():
@@ -235,7 +235,7 @@ def test_the_report_says_whether_the_model_beats_the_baselines_and_what_its_band
 
 
 def test_a_study_without_a_calibration_subset_or_probes_predicts_nothing():
-    assert predict.analyse(study(), analysis._row_key, 0, "weak") == {}
+    assert predict.analyse(study(), reading.row_key, 0, "weak") == {}
     recs = study()
     for r in recs:
         for rank in r["metrics"]["ranks"]:
@@ -256,7 +256,7 @@ def test_a_window_over_the_whole_compute_is_not_carried():
 
 def test_a_bench_fit_beside_the_calibration_subset_gives_the_exchange_of_every_point():
     fit = {"alpha_s": 1e-3, "beta_s_per_byte": 4e-8, "model": "ring", "_source": "bench fit (horovod)"}
-    res = predict.analyse(study(), analysis._row_key, 2, "weak",
+    res = predict.analyse(study(), reading.row_key, 2, "weak",
                           exchange_fit=lambda backend, compression: dict(fit))
     ax = res["axes"][0]
     assert ax["model"]["exchange_source"] == "bench fit (horovod)"
@@ -267,7 +267,7 @@ def test_a_bench_fit_beside_the_calibration_subset_gives_the_exchange_of_every_p
         # compute still comes from the runs, unchanged by the fit
         assert pt["predicted"]["compute"] == pytest.approx(pt["measured"]["compute"], rel=1e-9)
     # a fit is of one allocation's links: nothing is predicted across rates from it
-    two = predict.analyse(study(rates=(RATE, 500e6)), analysis._row_key, 2, "weak",
+    two = predict.analyse(study(rates=(RATE, 500e6)), reading.row_key, 2, "weak",
                           exchange_fit=lambda backend, compression: dict(fit))
     assert two["cross_rate"] == []
 

@@ -159,7 +159,7 @@ def test_the_command_of_a_box_study_brings_the_box_up_at_each_rate_it_recorded(t
         recs.append(r)
     root = tmp_path / "results"                # named: re-running never writes elsewhere
     runs = root / "box" / "runs.jsonl"
-    cmd = report._command(recs, runs)
+    cmd = report._command(analysis.Digest.of(recs).about, runs)
     assert cmd.startswith("for rate in 200mbit 500mbit; do scripts/cluster-box.sh up 8 --link $rate "
                           "--cpus-per-node 0.2 && scripts/cluster-box.sh check && "
                           f"hpcdl study submit jobs/box.toml --results-root {root} && "
@@ -167,11 +167,11 @@ def test_the_command_of_a_box_study_brings_the_box_up_at_each_rate_it_recorded(t
     assert cmd.endswith(f"done; hpcdl study report {runs.parent}")
     for r in recs:                           # the same study through Slurm on a real cluster
         del r["box"]
-    assert report._command(recs, runs).startswith(
+    assert report._command(analysis.Digest.of(recs).about, runs).startswith(
         f"hpcdl study submit jobs/box.toml --results-root {root} && ")
     for r in recs:                           # the same study through mpirun on this machine
         del r["manifest"]["slurm"]
-    assert report._command(recs, runs) == (f"hpcdl study run jobs/box.toml --results-root {root}"
+    assert report._command(analysis.Digest.of(recs).about, runs) == (f"hpcdl study run jobs/box.toml --results-root {root}"
                                            f" && hpcdl study report {runs.parent}")
 
 

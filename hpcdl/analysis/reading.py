@@ -1,0 +1,370 @@
+"""One pass over a study's records: each record is reduced, as it is read, to the few figures
+every part of the analysis computes with, and then dropped. A report's memory therefore grows
+with a study's configurations and repeats' figures (a few hundred bytes a record), not with its
+records (tens of kilobytes each once parsed): :class:`Digest` is what the analysis keeps.
+
+What each part keeps of a record:
+
+- the scaling table (:func:`run_of`): throughput, step, compute and exchange alone, the repeat;
+- provenance (:class:`.provenance.Origin`): the code, study file and box setting it came from,
+  its interval and machine;
+- the efficiency budget (:func:`.budget.digest`): the typical and slowest ranks' phases, the
+  stragglers it names, Horovod's timeline;
+- the part-by-part prediction (:func:`.measured.entry`): the slowest rank's compute and exchange,
+  the ranks' spread;
+- time to accuracy (:class:`.convergence.Curves`): the evaluations summed per step;
+- asynchronous and pipeline runs (:class:`Systems`): their own figures per configuration;
+- the report's words about the runs (:class:`Runs`): hosts, jobs, versions, the commands.
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter, OrderedDict
+from array import array
+from typing import Dict, Iterable, NamedTuple, Optional, Tuple
+
+from . import budget, convergence, measured, provenance
+from ..records import lookup as _get
+
+
+def record_axis(rec: dict) -> Tuple[str, str, str, str, str]:
+    """(backend, compression, box link rate, learning-rate rule, variant) of a record: what
+    keeps its configurations apart beside the layout ("" where a study has no such axis)."""
+    params = rec.get("params") or {}
+    return (params.get("backend", "horovod"), params.get("compression", "none"),
+            _get(rec, "point", "network") or _get(rec, "box", "link_rate") or "",
+            _get(rec, "point", "lr_scaling") or "", _get(rec, "point", "variant") or "")
+
+
+def axis_name(backend: str, compression: str, network: str = "", lr_rule: str = "",
+              variant: str = "") -> str:
+    """How a report names an axis: horovod/none, horovod/fp16@200mbit, ... lr:linear; a study's
+    variant by its name."""
+    return ((variant or f"{backend}/{compression}") + (f"@{network}" if network else "")
+            + (f" lr:{lr_rule}" if lr_rule else ""))
+
+
+def modelled(rec: dict) -> bool:
+    """Whether the allreduce cost model describes a record's step: not for the asynchronous
+    parameter server, nor for a pipeline (neither averages gradients over all ranks)."""
+    params = rec.get("params") or {}
+    return params.get("backend") != "ps-async" and params.get("parallel", "data") == "data"
+
+
+def exchange_alone(rec) -> Optional[float]:
+    """The exchange timed on its own: probed, or timed around a flat backend's call."""
+    split = _get(rec, "metrics", "split") or {}
+    return split.get("exchange_alone_s", split.get("exchange_s") if split.get("method") == "timed"
+                     else None)
+
+
+def row_key(rec: dict) -> tuple:
+    """(axis, nodes, ranks): the row a record belongs to (as the scaling table groups)."""
+    lay = rec.get("layout") or {}
+    return (axis_name(*record_axis(rec)), int(lay.get("nodes") or 1), int(lay.get("size") or 1))
+
+
+def is_ok_train(rec: dict) -> bool:
+    return rec.get("kind", "train") == "train" and rec.get("status", "ok") == "ok"
+
+
+class Run(NamedTuple):
+    """One record's figures for the scaling table."""
+
+    mean: float
+    std: float
+    n: int
+    unit: str
+    step: Optional[float]           # the run's median step (None: not timed)
+    compute: Optional[float]        # metrics.split.compute_s
+    exchange: Optional[float]       # the exchange timed alone (multi-rank runs)
+    repeat: Optional[int]
+    batch: int
+    global_batch: int
+    gradient_bytes: int
+    modelled: bool
+
+
+def run_key(rec: dict) -> tuple:
+    """(backend, compression, nodes, ranks per node, ranks, network, lr rule, variant)."""
+    lay = rec.get("layout") or {}
+    size, nodes = int(lay.get("size") or 1), int(lay.get("nodes") or 1)
+    rpn = int(lay.get("ranks_per_node") or max(1, size // nodes))
+    backend, comp, net, lr_rule, variant = record_axis(rec)
+    return (backend, comp, nodes, rpn, size, net, lr_rule, variant)
+
+
+def run_of(rec: dict) -> Optional[Run]:
+    """What the scaling table keeps of an ok train record with a throughput, else None."""
+    if not is_ok_train(rec):
+        return None
+    thr = _get(rec, "metrics", "throughput")
+    if not isinstance(thr, dict) or thr.get("mean") is None:
+        return None
+    params = rec.get("params") or {}
+    size = int((rec.get("layout") or {}).get("size") or 1)
+    repeat = _get(rec, "point", "repeat")
+    return Run(thr["mean"], thr.get("std", 0.0), thr.get("n", 1),
+               sys.intern(str(thr.get("unit", "samples/s"))),
+               _get(rec, "metrics", "step_time", "median"),
+               _get(rec, "metrics", "split", "compute_s"),
+               exchange_alone(rec) if size > 1 else None,
+               None if repeat is None else int(repeat), int(params.get("batch_size") or 0),
+               int(params.get("global_batch") or 0), int(rec.get("gradient_bytes") or 0),
+               modelled(rec))
+
+
+NONE = -(1 << 63)      # a repeat number not given
+
+
+def _f(x) -> float:
+    return float("nan") if x is None else float(x)
+
+
+class Repeats:
+    """One configuration's runs for the scaling table, a column each (NaN, or :data:`NONE` for
+    the repeat, where a run has no such figure), and what the first run (and the first timed
+    run) says of the configuration: unit, batch, global batch, gradient bytes, modelled."""
+
+    __slots__ = ("mean", "std", "n", "step", "compute", "exchange", "repeat", "first",
+                 "first_timed")
+
+    def __init__(self):
+        for k in ("mean", "std", "n", "step", "compute", "exchange"):
+            setattr(self, k, array("d"))
+        self.repeat = array("q")
+        self.first: Optional[Run] = None
+        self.first_timed: Optional[Run] = None
+
+    def add(self, run: Run) -> None:
+        self.first = self.first or run
+        if run.step is not None and self.first_timed is None:
+            self.first_timed = run
+        self.mean.append(float(run.mean))
+        self.std.append(_f(run.std))
+        self.n.append(float(run.n))
+        self.step.append(_f(run.step))
+        self.compute.append(_f(run.compute))
+        self.exchange.append(_f(run.exchange))
+        self.repeat.append(NONE if run.repeat is None else run.repeat)
+
+    def merge(self, other: "Repeats") -> None:
+        self.first = self.first or other.first
+        self.first_timed = self.first_timed or other.first_timed
+        for k in ("mean", "std", "n", "step", "compute", "exchange", "repeat"):
+            getattr(self, k).extend(getattr(other, k))
+
+    def __len__(self) -> int:
+        return len(self.mean)
+
+
+class Systems:
+    """Asynchronous and pipeline runs' own figures, per (axis, ranks), as read."""
+
+    def __init__(self):
+        self.groups: Dict[tuple, dict] = {}
+
+    def add(self, rec: dict, axis: str) -> None:
+        m = rec.get("metrics") or {}
+        if rec.get("status", "ok") != "ok" or not (m.get("async") or m.get("pipeline")):
+            return
+        key = (axis, int((rec.get("layout") or {}).get("size") or 1))
+        g = self.groups.setdefault(key, {"runs": 0, "async": [], "pipeline": []})
+        g["runs"] += 1
+        a = m.get("async")
+        if a:
+            g["async"].append({
+                "staleness_bound": a["staleness_bound"], "workers": a["workers"],
+                "updates_per_s": a["updates_per_s"],
+                "hist": dict((a["staleness"].get("hist") or {})),
+                "lead_max": a.get("lead_max", 0),
+                "held_s": sum(w.get("held_s", 0.0) for w in a["per_worker"])})
+        p = m.get("pipeline")
+        if p:
+            g["pipeline"].append({k: p.get(k) for k in (
+                "stages", "micro_batches", "bubble", "bubble_theory", "bubble_expected",
+                "bytes_per_step", "ring_bytes_per_rank_at_k")})
+
+
+    def merge(self, other: "Systems") -> None:
+        for key, g in other.groups.items():
+            mine = self.groups.setdefault(key, {"runs": 0, "async": [], "pipeline": []})
+            mine["runs"] += g["runs"]
+            mine["async"] += g["async"]
+            mine["pipeline"] += g["pipeline"]
+
+
+class Runs:
+    """What the report says about the runs themselves: hosts, jobs, commits, versions, threads,
+    when; the study file, the box, and the latest record of each point of a user's command."""
+
+    def __init__(self):
+        self.hosts: Counter = Counter()
+        self.jobs: Counter = Counter()
+        self.commits: Counter = Counter()
+        self.versions: Counter = Counter()
+        self.threads: Counter = Counter()
+        self.first_time: Optional[str] = None
+        self.last_time: Optional[str] = None
+        self.platform: Optional[str] = None
+        self.cpu_count = None
+        self.study_file: Optional[str] = None
+        self.link_rates: set = set()
+        self.nodes_in_box = 0
+        self.cpus_per_node = None
+        self.boxes = 0
+        self.commands: "OrderedDict[str, dict]" = OrderedDict()
+        self.recorded_commands = 0      # records of a command with hpcdl's callback in it
+
+    def add(self, rec: dict, first: bool) -> None:
+        man = rec.get("manifest") or {}
+        for h in man.get("hosts") or (rec.get("layout") or {}).get("hosts") or []:
+            self.hosts[h] += 1
+        jid = (man.get("slurm") or {}).get("job_id")
+        if jid:
+            self.jobs[str(jid)] += 1
+        if man.get("git_commit"):
+            self.commits[man["git_commit"][:12]] += 1
+        v = man.get("versions") or {}
+        self.versions[tuple(sorted((k, str(x)) for k, x in v.items() if x))] += 1
+        self.threads[(rec.get("params") or {}).get("threads_per_rank")] += 1
+        t = rec.get("time")
+        if t:
+            self.first_time = t if self.first_time is None else min(self.first_time, t)
+            self.last_time = t if self.last_time is None else max(self.last_time, t)
+        if first:
+            self.platform, self.cpu_count = man.get("platform"), man.get("cpu_count")
+        self.study_file = self.study_file or (rec.get("declared") or {}).get("study_file")
+        box = rec.get("box")
+        if isinstance(box, dict):
+            self.boxes += 1
+            self.link_rates.add(box["link_rate"])
+            self.nodes_in_box = max(self.nodes_in_box, int(box.get("nodes_in_box") or 0))
+            if self.boxes == 1:
+                self.cpus_per_node = box.get("cpus_per_node")
+        cmd = rec.get("command")
+        if isinstance(cmd, dict):
+            self.recorded_commands += bool(cmd.get("recorder"))
+            pid = str(_get(rec, "point", "id", default=len(self.commands)))
+            self.commands.pop(pid, None)
+            self.commands[pid] = {"command": cmd, "status": rec.get("status"),
+                                  "size": _get(rec, "layout", "size"),
+                                  "throughput": _get(rec, "metrics", "throughput")}
+
+
+    def merge(self, other: "Runs") -> None:
+        """Add what ``other`` gathered of the records that followed this one's."""
+        for name in ("hosts", "jobs", "commits", "versions", "threads"):
+            getattr(self, name).update(getattr(other, name))
+        if other.first_time is not None:
+            self.first_time = min(filter(None, (self.first_time, other.first_time)))
+            self.last_time = max(filter(None, (self.last_time, other.last_time)))
+        if self.platform is None and self.cpu_count is None:
+            self.platform, self.cpu_count = other.platform, other.cpu_count
+        self.study_file = self.study_file or other.study_file
+        self.link_rates |= other.link_rates
+        self.nodes_in_box = max(self.nodes_in_box, other.nodes_in_box)
+        if not self.boxes:
+            self.cpus_per_node = other.cpus_per_node
+        self.boxes += other.boxes
+        for pid, rec in other.commands.items():
+            self.commands.pop(pid, None)
+            self.commands[pid] = rec
+        self.recorded_commands += other.recorded_commands
+
+
+class Digest:
+    """What the analysis keeps of a study's records, filled one record at a time by
+    :meth:`add` (see the module's docstring)."""
+
+    def __init__(self):
+        self.records = 0
+        self.study: Optional[str] = None
+        self.workload: Optional[str] = None
+        self.cores = None
+        self.runs: "OrderedDict[tuple, Repeats]" = OrderedDict()
+        self.origin = provenance.Origin()
+        self.budget: Dict[tuple, budget.Point] = {}
+        self.points: Dict[tuple, measured.Runs] = {}
+        self.curves = convergence.Curves()
+        self.systems = Systems()
+        self.about = Runs()
+        self.scalings: set = set()
+        self.calibration: Optional[str] = None   # the first declared calibration that names one
+        self._shared: Dict[tuple, tuple] = {}
+
+    def _share(self, key: tuple) -> tuple:
+        """One object for equal keys (a key is kept once per record)."""
+        return self._shared.setdefault(key, key)
+
+    def add(self, rec: dict) -> None:
+        first = self.records == 0
+        self.records += 1
+        if first:
+            self.study = rec.get("study")
+            self.workload = _get(rec, "params", "workload")
+            self.cores = _get(rec, "manifest", "cpu_count")
+        self.origin.add(rec)
+        self.about.add(rec, first)
+        scaling = _get(rec, "declared", "scaling")
+        if scaling is not None:
+            self.scalings.add(scaling)
+        if self.calibration is None:
+            cal = str(_get(rec, "declared", "calibration") or "")
+            if cal.startswith("runs:nodes<=") or cal.startswith("fit:"):
+                self.calibration = cal
+        run = run_of(rec)
+        if run is not None:
+            key = run_key(rec)
+            if key not in self.runs:
+                self.runs[self._share(key)] = Repeats()
+            self.runs[key].add(run)
+        axis = axis_name(*record_axis(rec))
+        key = self._share(row_key(rec))
+        if key not in self.budget:
+            self.budget[key] = budget.Point()
+        self.budget[key].add(rec)
+        entry = measured.entry(rec)
+        if entry is not None:
+            if key not in self.points:
+                self.points[key] = measured.Runs()
+            self.points[key].add(entry)
+        self.curves.add(rec, axis)
+        self.systems.add(rec, axis)
+
+    def merge(self, other: "Digest") -> None:
+        """Add what ``other`` kept of the records that followed this one's (the same as if
+        this one had read them too)."""
+        if not self.records:
+            self.study, self.workload, self.cores = other.study, other.workload, other.cores
+            self.about.platform, self.about.cpu_count = other.about.platform, other.about.cpu_count
+        self.records += other.records
+        self.origin.merge(other.origin)
+        self.about.merge(other.about)
+        self.scalings |= other.scalings
+        self.calibration = self.calibration if self.calibration is not None else \
+            other.calibration
+        for key, reps in other.runs.items():
+            if key in self.runs:
+                self.runs[key].merge(reps)
+            else:
+                self.runs[self._share(key)] = reps
+        for key, point in other.budget.items():
+            if key in self.budget:
+                self.budget[key].merge(point)
+            else:
+                self.budget[self._share(key)] = point
+        for key, runs in other.points.items():
+            if key in self.points:
+                self.points[key].merge(runs)
+            else:
+                self.points[self._share(key)] = runs
+        self.curves.merge(other.curves)
+        self.systems.merge(other.systems)
+
+    @classmethod
+    def of(cls, recs: Iterable[dict]) -> "Digest":
+        d = cls()
+        for rec in recs:
+            d.add(rec)
+        return d
