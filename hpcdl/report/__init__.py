@@ -180,12 +180,21 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
         _opening(res, runs) + _left_out(read) + lines
         + ["Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""]))
     js = out / "report.json"
-    js.write_text(json.dumps(stable(json.loads(json.dumps({**res.as_dict(), **extra,
-                                                          "left_out": _left_out_json(read)},
-                                                          default=_jsonable))),
-                             indent=1, sort_keys=True))
+    _write_json(js, {**res.as_dict(), **extra, "left_out": _left_out_json(read)})
     files += [report, js]
     return {"report": report, "json": js, "files": files}
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    """``doc`` as JSON (what json cannot say, said by :func:`_jsonable`; floats kept to 10
+    digits), one copy of it in memory at a time and the text written as it is made."""
+    text = json.dumps(doc, default=_jsonable)
+    del doc
+    plain = json.loads(text)
+    del text
+    plain = stable(plain)
+    with path.open("w") as fh:
+        json.dump(plain, fh, indent=1, sort_keys=True)
 
 
 def _command(about, runs, mixed: bool = False) -> str:
