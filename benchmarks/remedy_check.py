@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcdl import records  # noqa: E402
-from hpcdl.analysis import _row_key, declared_nodes_max, predict  # noqa: E402
+from hpcdl.analysis import declared_nodes_max, predict  # noqa: E402
+from hpcdl.analysis.reading import row_key as _row_key  # noqa: E402
 
 
 def load(folder: Path):
