@@ -1,9 +1,11 @@
 """Checks on results files: whether a path can take a record (checked before a run spends its
 allocation, not after it), and which lines of a results file are no measurement (torn, repeated,
-or a record whose figures a report cannot compute with), counted and named when a report reads."""
+or a record whose figures a report cannot compute with), counted and named when a report reads;
+whether a file is a bench fit (when a study names it and when a report reads it)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -108,6 +110,27 @@ def scan(path, check: Optional[Callable[[dict], Optional[str]]] = None,
             continue
         keep(rec)
     return out
+
+
+def fit_file(path, prefix: str = "fit ") -> dict:
+    """The ``hpcdl bench fit`` file at ``path``, or UserError (one line) naming why it is not
+    one: absent, unreadable, not JSON, or of another schema."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{prefix}{path}: no such file (make one with 'hpcdl bench fit')")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{prefix}{path}: cannot be read: "
+                        f"{getattr(exc, 'strerror', None) or exc}") from None
+    except ValueError as exc:
+        raise UserError(f"{prefix}{path}: not JSON ({exc}); make one with "
+                        "'hpcdl bench fit'") from None
+    schema = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+    if schema != "hpcdl.fit/1":
+        raise UserError(f"{prefix}{path}: schema is {schema!r}, expected 'hpcdl.fit/1' "
+                        "(a 'hpcdl bench fit' file)")
+    return doc
 
 
 def _hash(text: bytes) -> bytes:

@@ -24,7 +24,7 @@ from .table import Table, stable
 from .. import analysis, checks, costmodel, records
 from ..errors import UserError
 
-__all__ = ["Table", "write_report", "select_records"]
+__all__ = ["Table", "write_report"]
 
 
 # --- the report -----------------------------------------------------------------------------------
@@ -32,12 +32,6 @@ __all__ = ["Table", "write_report", "select_records"]
 def _resolve(src) -> Path:
     src = Path(src)
     return src / "runs.jsonl" if src.is_dir() else src
-
-
-def select_records(recs: List[dict], study_name: Optional[str]) -> List[dict]:
-    recs = [r for r in recs if r.get("kind", "train") == "train"]
-    picked = _pick_study(Counter(r.get("study") for r in recs), study_name)
-    return [r for r in recs if r.get("study") == picked] if picked else recs
 
 
 def _pick_study(names: Counter, study_name: Optional[str]) -> Optional[str]:
@@ -120,24 +114,6 @@ def _read(runs: Path, study_name: Optional[str], workers: Optional[int] = None):
     return read, studies
 
 
-def _load_fit_doc(fit_path) -> dict:
-    path = Path(fit_path)
-    if not path.is_file():
-        raise UserError(f"fit {fit_path}: no such file (make one with 'hpcdl bench fit')")
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"fit {fit_path}: cannot be read: "
-                        f"{getattr(exc, 'strerror', None) or exc}") from None
-    except ValueError as exc:
-        raise UserError(f"fit {fit_path}: not JSON ({exc}); make one with "
-                        "'hpcdl bench fit'") from None
-    schema = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-    if schema != "hpcdl.fit/1":
-        raise UserError(f"fit {fit_path}: schema is {schema!r}, expected 'hpcdl.fit/1'")
-    return doc
-
-
 def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = None,
                  algorithm: Optional[str] = None, max_ranks: int = 1024,
                  plots: bool = True, scaling: Optional[str] = None,
@@ -156,7 +132,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     out = Path(out_dir) if out_dir else runs.parent
     checks.check_writable_dir(out, "the report's folder")
     fit_path = fit_path or analysis.declared_calibration(recs)[0]
-    fit_doc = _load_fit_doc(fit_path) if fit_path else None
+    fit_doc = checks.fit_file(fit_path) if fit_path else None
     try:
         res = analysis.analyse(recs, recs.study or runs.parent.name, fit_doc,
                                str(fit_path) if fit_path else None, scaling, algorithm, max_ranks,

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
-from .. import cluster, records
+from .. import checks, cluster, records
 from ..errors import UserError
 
 try:
@@ -428,16 +428,11 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
 def _fit_key(v, model) -> str:
     """[model] fit: a 'hpcdl bench fit' file, checked now rather than when the report needs it."""
     fit = v.get(model, "model.fit", str, default="")
-    if not fit:
-        return fit
-    try:
-        doc = json.loads(Path(fit).read_text())
-    except OSError as exc:
-        v.fail("model.fit", f"{fit}: {exc.strerror} (make one with 'hpcdl bench fit')")
-    except ValueError:
-        v.fail("model.fit", f"{fit} is not JSON (make one with 'hpcdl bench fit')")
-    if not isinstance(doc, dict) or doc.get("schema") != "hpcdl.fit/1":
-        v.fail("model.fit", f"{fit} is not a 'hpcdl bench fit' file (schema hpcdl.fit/1)")
+    if fit:
+        try:
+            checks.fit_file(fit, prefix="")
+        except UserError as exc:
+            v.fail("model.fit", str(exc))
     return fit
 
 

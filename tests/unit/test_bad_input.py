@@ -142,7 +142,7 @@ CASES = [
         "study", "report", str(_results(t, _declaring("/etc/passwd")))], None,
      "fit /etc/passwd: not JSON"),
     ("study validate: [model] fit not JSON", lambda t: ["study", "validate", _study(
-        t, GOOD_STUDY + '[model]\nfit = "/etc/passwd"\n')], None, "model.fit: /etc/passwd is not JSON"),
+        t, GOOD_STUDY + '[model]\nfit = "/etc/passwd"\n')], None, "model.fit: /etc/passwd: not JSON"),
     ("unknown workload", ["train", "--workload", "resnet9000"], None, "unknown workload 'resnet9000'"),
     ("unknown backend", ["train", "--backend", "pigeon"], None, "unknown --backend 'pigeon': choose one of"),
     ("unknown compression", ["train", "--compression", "zip"], None, "unknown --compression 'zip'"),

@@ -234,8 +234,8 @@ def test_bad_box_axes_and_calibration_are_named(tmp_path):
                                                             "calibrate = { nodes_max = 2 }"))
     assert st.declared["calibration"] == f"runs:nodes<=2;fit:{fit}"
     # the fit is checked when the study is loaded, not when the report needs it
-    for text, msg in [(None, "No such file"), ("root:x:0:0", "not JSON"),
-                      ('{"schema": "other"}', "not a 'hpcdl bench fit' file")]:
+    for text, msg in [(None, "no such file"), ("root:x:0:0", "not JSON"),
+                      ('{"schema": "other"}', "expected 'hpcdl.fit/1'")]:
         bad = tmp_path / "bad.json"
         bad.unlink(missing_ok=True)
         if text is not None:
