@@ -62,6 +62,7 @@ class Scan:
     torn: List[int] = field(default_factory=list)        # lines skipped: torn or not JSON
     duplicates: List[int] = field(default_factory=list)  # lines repeating an earlier one exactly
     excluded: List[str] = field(default_factory=list)    # "file:line: field: why"
+    hashes: set = field(default_factory=set, repr=False)  # every distinct line's, as read
 
     def notes(self) -> List[str]:
         """One line for each kind of line left out (none when nothing was)."""
@@ -89,13 +90,14 @@ def scan(path, check: Optional[Callable[[dict], Optional[str]]] = None,
     and a record for which ``check`` names a problem ("field: why") is left out and named with its
     file and line. The good records are handed to ``keep`` as they are read (and then dropped),
     else kept in :attr:`Scan.records`. ``decode``: see :func:`records.lines`. ``part``: read only
-    the lines starting in these bytes (:func:`parts`); the lines before it are hashed, so that
-    a repeat of one of them still counts as a repeat."""
+    the lines starting in these bytes (:func:`parts`); a repeat of a line before the part is not
+    seen here: :attr:`Scan.hashes` holds the part's lines for the caller to compare."""
     out = Scan(Path(path))
     start, stop = part or (0, None)
-    seen, first = _hashes_before(out.path, start)
+    seen = out.hashes
     keep = keep or out.records.append
-    for lineno, text, rec, _ in records.lines(out.path, decode, start, stop, first):
+    for lineno, text, rec, _ in records.lines(out.path, decode, start, stop,
+                                              _line_at(out.path, start)):
         digest = _hash(text)
         if digest in seen:
             out.duplicates.append(lineno)
@@ -137,20 +139,17 @@ def _hash(text: bytes) -> bytes:
     return hashlib.blake2b(text, digest_size=16).digest()
 
 
-def _hashes_before(path: Path, start: int) -> Tuple[set, int]:
-    """The hashes of the non-empty lines before byte ``start`` (a line's start), and the
-    number of the line that starts there."""
-    seen, n, pos = set(), 0, 0
-    if start:
-        with open(path, "rb") as fh:
-            for raw in fh:
-                n, pos = n + 1, pos + len(raw)
-                text = raw.strip()
-                if text:
-                    seen.add(_hash(text))
-                if pos >= start:
-                    break
-    return seen, n + 1
+def _line_at(path: Path, start: int) -> int:
+    """The number of the line that starts at byte ``start``."""
+    n, left = 1, start
+    with open(path, "rb") as fh:
+        while left > 0:
+            chunk = fh.read(min(left, 1 << 22))
+            if not chunk:
+                break
+            n += chunk.count(b"\n")
+            left -= len(chunk)
+    return n
 
 
 def parts(path, count: int) -> List[Tuple[int, int]]:

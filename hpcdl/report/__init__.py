@@ -100,13 +100,23 @@ def _read(runs: Path, study_name: Optional[str], workers: Optional[int] = None):
     """(what was left out, the records as :class:`_Studies`), read once: by one process, or
     for a large file by several, each over a part and all merged in the file's order."""
     workers = _workers(runs, workers)
-    if workers == 1:
-        return _read_part(runs, study_name, None)
+    read, studies = (_read_parts(runs, study_name, workers) if workers > 1 else
+                     _read_part(runs, study_name, None))
+    read.hashes = set()                      # needed only while reading
+    return read, studies
+
+
+def _read_parts(runs: Path, study_name: Optional[str], workers: int):
     cuts = checks.parts(runs, workers)
     with ProcessPoolExecutor(len(cuts), mp_context=multiprocessing.get_context("fork")) as ex:
         done = list(ex.map(_read_part, [runs] * len(cuts), [study_name] * len(cuts), cuts))
     read, studies = done[0]
     for more, theirs in done[1:]:
+        if not read.hashes.isdisjoint(more.hashes):
+            # a line repeats one of an earlier part (a file appended to itself): read it whole,
+            # so that the repeat counts once, as one reader counts it
+            return _read_part(runs, study_name, None)
+        read.hashes |= more.hashes
         read.torn += more.torn
         read.duplicates += more.duplicates
         read.excluded += more.excluded

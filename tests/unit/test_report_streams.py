@@ -51,23 +51,26 @@ def test_what_the_analysis_keeps_grows_by_a_small_part_of_each_record():
     assert per_record < parsed / 20
 
 
-def _file(tmp_path: Path) -> Path:
+def _file(tmp_path: Path, again: int = 3) -> Path:
     """A results file of a box study with what a report must leave out and say: torn lines, a
-    record repeated in the other half of the file, a record with no throughput."""
+    record repeated near the end of the file (line ``again`` + 1 once more), a record with no
+    throughput."""
     lines = [line for line in BOX.read_text().splitlines() if line.strip()]
     bad = json.loads(lines[5])
     bad["metrics"]["throughput"]["mean"] = -1
     bad["point"]["id"] += "-bad"
-    body = lines[:30] + ['{"torn": '] + lines[30:] + [lines[3], json.dumps(bad), lines[60][:40]]
+    body = lines[:30] + ['{"torn": '] + lines[30:] + [lines[again], json.dumps(bad),
+                                                     lines[60][:40]]
     runs = tmp_path / "box" / "runs.jsonl"
     runs.parent.mkdir()
     runs.write_text("\n".join(body) + "\n")
     return runs
 
 
-@pytest.mark.parametrize("workers", [2, 3])
-def test_several_readers_make_the_report_one_reader_makes(tmp_path, workers):
-    runs = _file(tmp_path)
+@pytest.mark.parametrize("workers, again", [(2, 3), (3, 3), (2, 71), (3, 71)])
+def test_several_readers_make_the_report_one_reader_makes(tmp_path, workers, again):
+    # the repeated record's first copy lies in the first part (line 4), or in the last (line 73)
+    runs = _file(tmp_path, again)
     one = report.write_report(runs.parent, out_dir=tmp_path / "one", plots=False, workers=1)
     more = report.write_report(runs.parent, out_dir=tmp_path / "more", plots=False,
                                workers=workers)
@@ -78,6 +81,7 @@ def test_several_readers_make_the_report_one_reader_makes(tmp_path, workers):
         assert a == b.replace(str(tmp_path / "more"), str(tmp_path / "one")), name
     left = json.loads((tmp_path / "more" / "report.json").read_text())["left_out"]
     assert left["torn_lines"] == [31, 76] and left["duplicate_lines"] == [74]
+    assert len(more["files"]) == len(one["files"])
     assert len(left["excluded"]) == 1 and ":75: metrics.throughput.mean" in left["excluded"][0]
 
 
@@ -136,3 +140,4 @@ def test_a_study_of_many_repeats_is_reported_with_a_band_from_every_calibration_
     cal = [r for r in res.rows if r.nodes <= 2 and r.ranks > 1]
     assert res.prediction["band_residuals"] == sum(r.runs for r in cal)
     assert all(r.runs == 15 for r in res.rows)
+
