@@ -142,6 +142,8 @@ def _hash(text: bytes) -> bytes:
 def _line_at(path: Path, start: int) -> int:
     """The number of the line that starts at byte ``start``."""
     n, left = 1, start
+    if left <= 0:
+        return n                              # (the file may not exist: it has no lines)
     with open(path, "rb") as fh:
         while left > 0:
             chunk = fh.read(min(left, 1 << 22))

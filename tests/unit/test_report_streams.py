@@ -141,3 +141,8 @@ def test_a_study_of_many_repeats_is_reported_with_a_band_from_every_calibration_
     assert res.prediction["band_residuals"] == sum(r.runs for r in cal)
     assert all(r.runs == 15 for r in res.rows)
 
+
+
+def test_an_absent_results_file_has_no_lines(tmp_path):
+    read = checks.scan(tmp_path / "absent.jsonl", checks.train_record_problem)
+    assert (read.records, read.torn, read.duplicates, read.excluded) == ([], [], [], [])
