@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcdl import checks  # noqa: E402
-from hpcdl.analysis import axis_name, record_axis  # noqa: E402
+from hpcdl.analysis.reading import axis_name, record_axis  # noqa: E402
 from hpcdl.analysis.measured import measured  # noqa: E402
 
 PARTS = (("step", 0.10), ("compute", 0.15), ("exchange", 0.15))

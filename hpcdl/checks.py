@@ -193,7 +193,7 @@ def train_record_problem(rec: dict) -> Optional[str]:
     """What makes an ok train record no measurement ("field: why"), else None: a throughput,
     step time, size or count that is missing (throughput), not a number, not finite, zero or
     negative. Records of other kinds, and failed runs, are not judged here."""
-    if rec.get("kind", "train") != "train" or rec.get("status", "ok") != "ok":
+    if not records.ok_train(rec):
         return None
     for keys, zero, required in _MEASURED:
         value = lookup(rec, *keys)

@@ -134,6 +134,11 @@ def lookup(rec, *keys, default=None):
     return rec
 
 
+def ok_train(rec: dict) -> bool:
+    """Whether a record is of a training run that ended well (what a report measures with)."""
+    return rec.get("kind", "train") == "train" and rec.get("status", "ok") == "ok"
+
+
 def json_or_text(text):
     """A record field given on a command line or in the environment: its JSON value, the text
     itself where it is not JSON, None where there is none."""
@@ -189,9 +194,9 @@ REPORT_ENV = ("HPCDL_SLOW", "HOROVOD_CONTROLLER", "OMPI_MCA_coll_tuned_allreduce
 def slim_decoder():
     """``json.loads`` for results-file lines a report reads, keeping only :data:`REPORT_FIELDS`
     (of the manifest :data:`REPORT_MANIFEST`, of its env :data:`REPORT_ENV`): several times
-    faster with msgspec, which
-    skips the rest unparsed; ``json.loads`` itself where msgspec is not installed, or for a line
-    msgspec cannot read as that shape (NaN literals, a manifest that is no object)."""
+    faster with msgspec, which skips the rest unparsed; ``json.loads`` itself where msgspec is
+    not installed, or for a line msgspec cannot read as that shape (NaN literals, a manifest that
+    is no object)."""
     try:
         import msgspec
     except ImportError:

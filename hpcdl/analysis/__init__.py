@@ -22,7 +22,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import budget, predict, provenance
-from .reading import NONE, Digest, Repeats, Systems, axis_name, record_axis
+from .reading import NONE, Digest, Repeats, Systems, axis_name
 from .. import costmodel
 from ..costmodel import Network, PRESETS, StepModel
 from ..records import lookup as _get
@@ -671,14 +671,6 @@ def _fit_for(fit_doc: Optional[dict], label: Optional[str]):
             fit["_source"] = f"{fit['_source']} from {label}"
         return fit
     return entry
-
-
-def systems(recs: Sequence[dict]) -> List[dict]:
-    """:func:`systems_of` the records."""
-    acc = Systems()
-    for rec in recs:
-        acc.add(rec, axis_name(*record_axis(rec)))
-    return systems_of(acc)
 
 
 def systems_of(acc: Systems) -> List[dict]:

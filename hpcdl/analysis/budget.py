@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 from array import array
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional
 
 from ..records import lookup as _get
 
@@ -242,18 +242,9 @@ def in_pipeline(rec: dict) -> bool:
     return bool(_get(rec, "params", "command")) or "phase=input" in slow
 
 
-def analyse(recs: Sequence[dict], key_of, rows) -> List[dict]:
-    """The budget and the stragglers of every row (a configuration), against the smallest run
-    of its axis; ``key_of(rec)`` gives the (axis, nodes, ranks) a record belongs to."""
-    by: Dict[tuple, Point] = {}
-    for rec in recs:
-        by.setdefault(key_of(rec), Point()).add(rec)
-    return of_points(by, rows)
-
-
 def of_points(by: Dict[tuple, Point], rows) -> List[dict]:
-    """:func:`analyse` of records already gathered into a :class:`Point` per (axis, nodes,
-    ranks)."""
+    """The budget and the stragglers of every row (a configuration), against the smallest run
+    of its axis, from the records gathered into a :class:`Point` per (axis, nodes, ranks)."""
     out = []
     for row in rows:
         sel = [r for r in rows if r.axis == row.axis]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -42,17 +42,6 @@ def summarise(values: Sequence[float]) -> dict:
         method = f"mean of all {len(vals)} (fewer than {MLPERF_MIN_SEEDS} seeds)"
     return {"mean": float(np.mean(kept)), "min": kept[0], "max": kept[-1], "kept": len(kept),
             "method": method}
-
-
-def analyse(recs: Sequence[dict], axis_of: Callable[[dict], str],
-            throughput_speedup: Optional[Dict[tuple, float]] = None) -> List[dict]:
-    """One entry per configuration with evaluations, ordered by axis then ranks; [] if none.
-    ``axis_of`` names a record's axis as the scaling analysis does; ``throughput_speedup`` maps
-    (axis, ranks) to the scaling table's speedup."""
-    curves = Curves()
-    for r in recs:
-        curves.add(r, axis_of(r))
-    return curves.result(throughput_speedup)
 
 
 METRICS = ("test_accuracy", "test_loss")
@@ -78,9 +67,10 @@ class Curves:
         if r.get("status", "ok") != "ok" or not evals:
             return
         lay, params = r.get("layout") or {}, r.get("params") or {}
-        g = self.groups.get((axis, int(lay.get("size") or 1)))
+        key = (axis, int(lay.get("size") or 1))
+        g = self.groups.get(key)
         if g is None:
-            g = self.groups[(axis, int(lay.get("size") or 1))] = {
+            g = self.groups[key] = {
                 "nodes": int(lay.get("nodes") or 1),
                 "global_batch": int(params.get("global_batch") or 0),
                 "lr": {"lr": params.get("lr"), "rule": params.get("lr_scaling") or "linear",

@@ -12,7 +12,7 @@ import numpy as np
 
 from .allreduce import algorithm_of
 from .. import costmodel
-from ..records import lookup as _get
+from ..records import lookup as _get, ok_train
 
 
 def _probes(rank: dict, key: str) -> List[float]:
@@ -32,9 +32,6 @@ class _Slots:
     def __getitem__(self, key: str):
         return getattr(self, key)
 
-    def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__slots__}
-
 
 class Figures(_Slots):
     """What one run measured: see :func:`measured`."""
@@ -43,7 +40,7 @@ class Figures(_Slots):
 
     def __init__(self, compute, center, step, exchange, probe_dev, rank_dev):
         self.compute, self.center, self.step, self.exchange = compute, center, step, exchange
-        self.probe_dev, self.rank_dev = array("d", probe_dev), array("d", rank_dev)
+        self.probe_dev, self.rank_dev = probe_dev, rank_dev
 
 
 class Entry(_Slots):
@@ -86,14 +83,14 @@ def measured(rec: dict) -> Optional[Figures]:
                    [m / center for m in medians] if len(medians) > 1 else [])
 
 
-_SHARED: Dict[str, str] = {}
+_ALGORITHMS: Dict[str, str] = {}
 
 
 def entry(rec: dict) -> Optional[Entry]:
     """An ok train record with probes and one rank per node as a run of its point: its measured
     figures, rank count, batch, wire bytes, link rate, allreduce algorithm and repeat; else
     None."""
-    if rec.get("kind", "train") != "train" or rec.get("status", "ok") != "ok":
+    if not ok_train(rec):
         return None
     m = measured(rec)
     if m is None:
@@ -105,13 +102,11 @@ def entry(rec: dict) -> Optional[Entry]:
     grad = int(rec.get("gradient_bytes") or 0)
     wire = float(costmodel.wire_bytes(grad // 4, params.get("compression", "none")))
     algo = algorithm_of(rec, p, wire)
-    backend = params.get("backend", "horovod")
-    comp = params.get("compression", "none")
     return Entry(m=m, ranks=p, batch=int(params.get("batch_size") or 0), wire=wire,
                  rate=float(_get(rec, "box", "link_bits_per_s") or 0.0),
-                 algorithm=_SHARED.setdefault(algo, algo),
-                 backend=_SHARED.setdefault(backend, backend),
-                 compression=_SHARED.setdefault(comp, comp),
+                 algorithm=_ALGORITHMS.setdefault(algo, algo),   # kept once per run
+                 backend=params.get("backend", "horovod"),
+                 compression=params.get("compression", "none"),
                  repeat=int(_get(rec, "point", "repeat", default=0)))
 
 

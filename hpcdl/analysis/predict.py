@@ -85,10 +85,10 @@ class PartModel:
         if not one:
             raise ValueError("no 1-node run among the calibration points")
         self.per_sample = float(np.median([c["m"]["center"] / c["batch"] for c in one]))
-        self.probe_dev = np.sort(np.concatenate([np.asarray(c["m"]["probe_dev"], dtype=float)
-                                                 for c in cal]))
-        self.rank_dev = np.sort(np.concatenate([np.asarray(c["m"]["rank_dev"], dtype=float)
-                                                for c in cal]))
+        self.probe_dev = np.concatenate([np.asarray(c["m"]["probe_dev"], dtype=float)
+                                         for c in cal])
+        self.rank_dev = np.concatenate([np.asarray(c["m"]["rank_dev"], dtype=float)
+                                        for c in cal])
         self._max: Dict[tuple, float] = {}
         multi = [c for c in cal if c["ranks"] > 1]
         self.p_cal = max((c["ranks"] for c in multi), default=1)
@@ -223,14 +223,14 @@ def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
                      exchange_fit)
 
 
-def of_points(pts: Dict[tuple, List], nodes_max: int, kind: str,
-              remedied: Optional[Dict[tuple, List]] = None,
+def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
+              remedied: Optional[Dict[tuple, Runs]] = None,
               exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None) -> dict:
     """Per axis, the model's and the baselines' predictions of every point; the errors at the
     held-out points, the band and its coverage; the remedies' predicted gains, measured where
     the study (fp16) or ``remedied`` (the runs of the same workload with a remedy applied, e.g.
     twice the batch) ran them. ``pts`` and ``remedied``: each (axis, nodes, ranks) point's runs
-    (:func:`.measured.entry`). ``exchange_fit(backend, compression)``: the bench fit's entry that
+    (:func:`.measured.points`). ``exchange_fit(backend, compression)``: the bench fit's entry that
     predicts an axis's exchange, where the study declared one. Empty when the study declares no
     calibration subset or its records carry no probes."""
     if not nodes_max:

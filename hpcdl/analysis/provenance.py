@@ -152,15 +152,6 @@ class Provenance:
                 "estimated_intervals": self.estimated}
 
 
-def overlaps(recs: Sequence[dict]) -> Tuple[List[dict], int]:
-    """Pairs of runs on a shared machine whose intervals intersect, and how many intervals were
-    estimated from the timed training alone."""
-    origin = Origin()
-    for r in recs:
-        origin.add(r)
-    return origin.overlaps()
-
-
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _US = _dt.timedelta(microseconds=1)
 
@@ -188,24 +179,23 @@ class Origin:
         if iv is None:
             return
         self.estimated += not iv[2]
-        m = machine(r)
-        if m not in self._machine:
-            self._machine[m] = len(self.machines)
-            self.machines.append(m)
         self.starts.append((iv[0] - _EPOCH) // _US)
         self.ends.append((iv[1] - _EPOCH) // _US)
         self.offsets.append(int(iv[0].utcoffset().total_seconds()))
-        self.on.append(self._machine[m])
+        self.on.append(self._index(machine(r)))
         self.ids.append(_point_id(r))
+
+    def _index(self, m: tuple) -> int:
+        """The number of machine ``m`` (each kept once)."""
+        if m not in self._machine:
+            self._machine[m] = len(self.machines)
+            self.machines.append(m)
+        return self._machine[m]
 
     def merge(self, other: "Origin") -> None:
         self.groups.update(other.groups)
         self.boxes.update(other.boxes)
-        for m in other.machines:
-            if m not in self._machine:
-                self._machine[m] = len(self.machines)
-                self.machines.append(m)
-        self.on.extend(self._machine[other.machines[i]] for i in other.on)
+        self.on.extend(self._index(other.machines[i]) for i in other.on)
         self.starts.extend(other.starts)
         self.ends.extend(other.ends)
         self.offsets.extend(other.offsets)

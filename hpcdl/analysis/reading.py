@@ -5,13 +5,14 @@ records (tens of kilobytes each once parsed): :class:`Digest` is what the analys
 
 What each part keeps of a record:
 
-- the scaling table (:func:`run_of`): throughput, step, compute and exchange alone, the repeat;
+- the scaling table (:class:`Repeats`, from :func:`run_of`): throughput, step, compute and
+  exchange alone, the repeat;
 - provenance (:class:`.provenance.Origin`): the code, study file and box setting it came from,
   its interval and machine;
-- the efficiency budget (:func:`.budget.digest`): the typical and slowest ranks' phases, the
+- the efficiency budget (:class:`.budget.Point`): the typical and slowest ranks' phases, the
   stragglers it names, Horovod's timeline;
-- the part-by-part prediction (:func:`.measured.entry`): the slowest rank's compute and exchange,
-  the ranks' spread;
+- the part-by-part prediction (:class:`.measured.Runs`, from :func:`.measured.entry`): the
+  slowest rank's compute and exchange, the ranks' spread;
 - time to accuracy (:class:`.convergence.Curves`): the evaluations summed per step;
 - asynchronous and pipeline runs (:class:`Systems`): their own figures per configuration;
 - the report's words about the runs (:class:`Runs`): hosts, jobs, versions, the commands.
@@ -24,7 +25,7 @@ from array import array
 from typing import Dict, Iterable, NamedTuple, Optional, Tuple
 
 from . import budget, convergence, measured, provenance
-from ..records import lookup as _get
+from ..records import lookup as _get, ok_train
 
 
 def record_axis(rec: dict) -> Tuple[str, str, str, str, str]:
@@ -64,10 +65,6 @@ def row_key(rec: dict) -> tuple:
     return (axis_name(*record_axis(rec)), int(lay.get("nodes") or 1), int(lay.get("size") or 1))
 
 
-def is_ok_train(rec: dict) -> bool:
-    return rec.get("kind", "train") == "train" and rec.get("status", "ok") == "ok"
-
-
 class Run(NamedTuple):
     """One record's figures for the scaling table."""
 
@@ -96,7 +93,7 @@ def run_key(rec: dict) -> tuple:
 
 def run_of(rec: dict) -> Optional[Run]:
     """What the scaling table keeps of an ok train record with a throughput, else None."""
-    if not is_ok_train(rec):
+    if not ok_train(rec):
         return None
     thr = _get(rec, "metrics", "throughput")
     if not isinstance(thr, dict) or thr.get("mean") is None:
@@ -185,7 +182,6 @@ class Systems:
                 "stages", "micro_batches", "bubble", "bubble_theory", "bubble_expected",
                 "bytes_per_step", "ring_bytes_per_rank_at_k")})
 
-
     def merge(self, other: "Systems") -> None:
         for key, g in other.groups.items():
             mine = self.groups.setdefault(key, {"runs": 0, "async": [], "pipeline": []})
@@ -251,16 +247,14 @@ class Runs:
                                   "size": _get(rec, "layout", "size"),
                                   "throughput": _get(rec, "metrics", "throughput")}
 
-
     def merge(self, other: "Runs") -> None:
-        """Add what ``other`` gathered of the records that followed this one's."""
+        """Add what ``other`` gathered of the records that followed this one's (the first
+        record's platform is :class:`Digest`'s to carry over)."""
         for name in ("hosts", "jobs", "commits", "versions", "threads"):
             getattr(self, name).update(getattr(other, name))
         if other.first_time is not None:
             self.first_time = min(filter(None, (self.first_time, other.first_time)))
             self.last_time = max(filter(None, (self.last_time, other.last_time)))
-        if self.platform is None and self.cpu_count is None:
-            self.platform, self.cpu_count = other.platform, other.cpu_count
         self.study_file = self.study_file or other.study_file
         self.link_rates |= other.link_rates
         self.nodes_in_box = max(self.nodes_in_box, other.nodes_in_box)
@@ -293,9 +287,12 @@ class Digest:
         self.calibration: Optional[str] = None   # the first declared calibration that names one
         self._shared: Dict[tuple, tuple] = {}
 
-    def _share(self, key: tuple) -> tuple:
-        """One object for equal keys (a key is kept once per record)."""
-        return self._shared.setdefault(key, key)
+    def _slot(self, table: dict, key: tuple, make):
+        """``table[key]``, made by ``make()`` the first time, its key one object for all the
+        tables (a key is kept once, not once per record)."""
+        if key not in table:
+            table[self._shared.setdefault(key, key)] = make()
+        return table[key]
 
     def add(self, rec: dict) -> None:
         first = self.records == 0
@@ -315,20 +312,13 @@ class Digest:
                 self.calibration = cal
         run = run_of(rec)
         if run is not None:
-            key = run_key(rec)
-            if key not in self.runs:
-                self.runs[self._share(key)] = Repeats()
-            self.runs[key].add(run)
+            self._slot(self.runs, run_key(rec), Repeats).add(run)
         axis = axis_name(*record_axis(rec))
-        key = self._share(row_key(rec))
-        if key not in self.budget:
-            self.budget[key] = budget.Point()
-        self.budget[key].add(rec)
+        key = row_key(rec)
+        self._slot(self.budget, key, budget.Point).add(rec)
         entry = measured.entry(rec)
         if entry is not None:
-            if key not in self.points:
-                self.points[key] = measured.Runs()
-            self.points[key].add(entry)
+            self._slot(self.points, key, measured.Runs).add(entry)
         self.curves.add(rec, axis)
         self.systems.add(rec, axis)
 
@@ -344,21 +334,11 @@ class Digest:
         self.scalings |= other.scalings
         self.calibration = self.calibration if self.calibration is not None else \
             other.calibration
-        for key, reps in other.runs.items():
-            if key in self.runs:
-                self.runs[key].merge(reps)
-            else:
-                self.runs[self._share(key)] = reps
-        for key, point in other.budget.items():
-            if key in self.budget:
-                self.budget[key].merge(point)
-            else:
-                self.budget[self._share(key)] = point
-        for key, runs in other.points.items():
-            if key in self.points:
-                self.points[key].merge(runs)
-            else:
-                self.points[self._share(key)] = runs
+        for mine, theirs, make in ((self.runs, other.runs, Repeats),
+                                   (self.budget, other.budget, budget.Point),
+                                   (self.points, other.points, measured.Runs)):
+            for key, part in theirs.items():
+                self._slot(mine, key, make).merge(part)
         self.curves.merge(other.curves)
         self.systems.merge(other.systems)
 

@@ -417,7 +417,8 @@ def test_the_report_tables_asynchronous_and_pipeline_runs_side_by_side(tmp_path)
     recs = [_variant_record("downpour", "ps-async", 2, 0, **{"async": st}),
             _variant_record("pipe", "horovod", 2, 0, pipeline=pipe)]
     res = analysis.analyse(recs, "s")
-    (t,) = sections.systems(sections.Context(res, recs, tmp_path / "runs.jsonl")).tables
+    about = analysis.Digest.of(recs).about
+    (t,) = sections.systems(sections.Context(res, about, tmp_path / "runs.jsonl")).tables
     text = t.csv_text()
     assert "downpour" in text and "pipe" in text and "0: 2, 1: 2" in text
     md = t.markdown()
