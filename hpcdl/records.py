@@ -4,6 +4,9 @@ One record per run, one line per record. Writers append the whole line in a sing
 under an exclusive ``flock`` and ``fsync`` it, so several jobs of a study may append to the same
 file at once and a crash leaves at most one torn last line. Readers report a torn or corrupt line
 and skip it; they never rewrite the file.
+
+A little over 400 lines: the record's builder, its manifest (code, versions, processor, settings)
+and the readers (whole records, and the report's slim one) are one contract, kept in one place.
 """
 from __future__ import annotations
 
@@ -185,7 +188,7 @@ def lines(path, decode=None, start: int = 0, stop: Optional[int] = None, first: 
 # below, and of the manifest only these. A line whose shape these do not fit is read whole.
 REPORT_FIELDS = ("box", "command", "declared", "gradient_bytes", "kind", "layout", "metrics",
                  "params", "point", "schema", "source", "status", "study", "tag", "time")
-REPORT_MANIFEST = ("code_tree", "cpu_count", "git_commit", "hosts", "platform", "slurm",
+REPORT_MANIFEST = ("code_tree", "cpu", "cpu_count", "git_commit", "hosts", "platform", "slurm",
                    "started", "versions")
 REPORT_ENV = ("HPCDL_SLOW", "HOROVOD_CONTROLLER", "OMPI_MCA_coll_tuned_allreduce_algorithm",
               "OMPI_MCA_coll_tuned_use_dynamic_rules")
@@ -359,6 +362,34 @@ def versions() -> dict:
     }
 
 
+# The vector units a CPU's kernels (TensorFlow's oneDNN, numpy's BLAS) choose between: two
+# machines that differ in these compute at different speeds with the same code.
+_VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+
+
+def cpu_identity(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The processor the run computed on, as one string: its model name, family and model, and
+    the vector units it has (e.g. ``AMD EPYC (family 25 model 1; avx2 fma)``). Records made on
+    processors that differ must not be pooled as one measurement: the same host name ("vm") can
+    stand for machines several times apart in speed. Off Linux, what :mod:`platform` says."""
+    fields = {}
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if not line.strip():
+                    break                      # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or platform.machine() or "unknown"
+    if "cpu family" not in fields:
+        return name
+    have = set(fields.get("flags", "").split())
+    units = " ".join(f for f in _VECTOR_FLAGS if f in have) or "no avx2"
+    return f"{name} (family {fields['cpu family']} model {fields.get('model', '?')}; {units})"
+
+
 def _hpcdl_version() -> str:
     return __version__
 
@@ -378,6 +409,7 @@ def manifest(layout=None, hosts: Optional[Iterable[str]] = None, extra: Optional
         "env": env,
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        "cpu": cpu_identity(),
         "argv": sys.argv,
         "time": now_iso(),
     }

@@ -569,7 +569,7 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
             max_ranks: int = 1024, allow_mixed: bool = False) -> StudyAnalysis:
     """The analysis of one study's records, or of what :class:`.reading.Digest` kept of them
     as they were read (raises ValueError on what cannot be analysed, and
-    :class:`provenance.MixedRecords` on records of different code, study files or box settings
+    :class:`provenance.MixedRecords` on records of different code, study files, processors or box settings
     unless ``allow_mixed``)."""
     recs = recs if isinstance(recs, Digest) else Digest.of(recs)
     origin = recs.origin.result(allow_mixed)

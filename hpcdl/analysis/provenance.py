@@ -2,11 +2,13 @@
 
 A figure pooled over records is one measurement only when the records were made by the same code
 (git's tree of ``hpcdl/``; older records name only their commit), from the same study file (its
-SHA-256, which the study declares in every record) and, on the cluster box, on boxes of the same
-settings: nodes, CPU share, latency and the machine under them (the link rate is the study's
-network axis, so it may differ between points, never within one). :func:`check` groups the records
-by that key and refuses more than one group unless told to pool them anyway (``--allow-mixed``);
-either way :attr:`Provenance.lines` says what was pooled.
+SHA-256, which the study declares in every record), on the same processor (its model and vector
+units, which the manifest names: one host name can stand for machines several times apart in
+speed) and, on the cluster box, on boxes of the same settings: nodes, CPU share, latency and the
+machine under them (the link rate is the study's network axis, so it may differ between points,
+never within one). :func:`check` groups the records by that key and refuses more than one group
+unless told to pool them anyway (``--allow-mixed``); either way :attr:`Provenance.lines` says
+what was pooled.
 
 Runs that share a machine (the box's nodes all share the host's cores; local runs share the
 host) must not run at the same time, or each slows the other. A run's interval is the record's
@@ -22,14 +24,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["Provenance", "Origin", "check", "code_of", "box_setting", "interval", "MixedRecords"]
+__all__ = ["Provenance", "Origin", "check", "code_of", "machine_setting", "interval", "MixedRecords"]
 
 # The box's settings that records pooled together must share; its link rate is the network axis.
 BOX_SETTINGS = ("nodes_in_box", "cpus_per_node", "latency", "host", "cores")
 
 
 class MixedRecords(ValueError):
-    """The records come from different code, study files or box settings."""
+    """The records come from different code, study files, processors or box settings."""
 
 
 def code_of(rec: dict) -> str:
@@ -49,13 +51,16 @@ def study_hash(rec: dict) -> str:
     return f"study file {h[:12]}" if h else "no study file"
 
 
-def box_setting(rec: dict) -> str:
-    """The box's settings a record ran on, as one string ("" off the box)."""
+def machine_setting(rec: dict) -> str:
+    """The processor (where the record names it) and the box's settings a record ran on, as one
+    string ("" for an older record off the box)."""
+    cpu = (rec.get("manifest") or {}).get("cpu")
     box = rec.get("box")
-    if not isinstance(box, dict):
-        return ""
-    parts = [f"{k}={box[k]}" for k in BOX_SETTINGS if box.get(k) not in (None, "")]
-    return "box " + ", ".join(parts)
+    parts = [f"cpu {cpu}"] if cpu else []
+    if isinstance(box, dict):
+        parts.append("box " + ", ".join(f"{k}={box[k]}" for k in BOX_SETTINGS
+                                        if box.get(k) not in (None, "")))
+    return "; ".join(parts)
 
 
 def _parse(stamp) -> Optional[_dt.datetime]:
@@ -96,7 +101,7 @@ def _point_id(rec: dict) -> str:
 
 @dataclass
 class Provenance:
-    """What a report pooled: its groups (code, study file, box setting → records), the box
+    """What a report pooled: its groups (code, study file, machine → records), the box
     instances, and the runs that overlapped in time."""
 
     groups: Dict[Tuple[str, str, str], int]
@@ -112,10 +117,10 @@ class Provenance:
     def differences(self) -> List[str]:
         """What differs between the groups: one phrase per part of the key that differs."""
         out = []
-        for i, what in enumerate(("code", "study file", "box setting")):
+        for i, what in enumerate(("code", "study file", "machine")):
             values = Counter()
             for key, n in self.groups.items():
-                values[key[i] or "off the box"] += n
+                values[key[i] or "unnamed processor, off the box"] += n
             if len(values) > 1:
                 out.append(f"{what}: " + "; ".join(f"{v} ({n} record(s))"
                                                    for v, n in sorted(values.items())))
@@ -145,7 +150,7 @@ class Provenance:
         return out
 
     def as_dict(self) -> dict:
-        return {"groups": [{"code": k[0], "study_file": k[1], "box_setting": k[2], "records": n}
+        return {"groups": [{"code": k[0], "study_file": k[1], "machine": k[2], "records": n}
                            for k, n in sorted(self.groups.items())],
                 "mixed": self.mixed, "allowed": self.allowed, "differences": self.differences(),
                 "boxes": dict(sorted(self.boxes.items())), "overlaps": self.overlaps,
@@ -158,7 +163,7 @@ _US = _dt.timedelta(microseconds=1)
 
 class Origin:
     """What :func:`check` needs of each record, gathered as records are read: the count of each
-    (code, study file, box setting), of each box instance, and each run's interval (µs since
+    (code, study file, machine), of each box instance, and each run's interval (µs since
     1970, and the start's UTC offset), machine and point."""
 
     def __init__(self):
@@ -172,7 +177,7 @@ class Origin:
         self._machine: Dict[tuple, int] = {}
 
     def add(self, r: dict) -> None:
-        self.groups[(code_of(r), study_hash(r), box_setting(r))] += 1
+        self.groups[(code_of(r), study_hash(r), machine_setting(r))] += 1
         if isinstance(r.get("box"), dict) and r["box"].get("box"):
             self.boxes[str(r["box"]["box"])] += 1
         iv = interval(r)
@@ -237,7 +242,8 @@ class Origin:
 
 def check(recs: Sequence[dict], allow_mixed: bool = False) -> Provenance:
     """The records' provenance; raises :class:`MixedRecords`, saying what differs, when they
-    come from different code, study files or box settings and ``allow_mixed`` is False."""
+    come from different code, study files, processors or box settings and ``allow_mixed`` is
+    False."""
     origin = Origin()
     for r in recs:
         origin.add(r)

@@ -7,7 +7,7 @@ What each part keeps of a record:
 
 - the scaling table (:class:`Repeats`, from :func:`run_of`): throughput, step, compute and
   exchange alone, the repeat;
-- provenance (:class:`.provenance.Origin`): the code, study file and box setting it came from,
+- provenance (:class:`.provenance.Origin`): the code, study file and machine it came from,
   its interval and machine;
 - the efficiency budget (:class:`.budget.Point`): the typical and slowest ranks' phases, the
   stragglers it names, Horovod's timeline;
@@ -199,6 +199,7 @@ class Runs:
         self.jobs: Counter = Counter()
         self.commits: Counter = Counter()
         self.versions: Counter = Counter()
+        self.cpus: Counter = Counter()
         self.threads: Counter = Counter()
         self.first_time: Optional[str] = None
         self.last_time: Optional[str] = None
@@ -223,6 +224,8 @@ class Runs:
             self.commits[man["git_commit"][:12]] += 1
         v = man.get("versions") or {}
         self.versions[tuple(sorted((k, str(x)) for k, x in v.items() if x))] += 1
+        if man.get("cpu"):
+            self.cpus[str(man["cpu"])] += 1
         self.threads[(rec.get("params") or {}).get("threads_per_rank")] += 1
         t = rec.get("time")
         if t:
@@ -250,7 +253,7 @@ class Runs:
     def merge(self, other: "Runs") -> None:
         """Add what ``other`` gathered of the records that followed this one's (the first
         record's platform is :class:`Digest`'s to carry over)."""
-        for name in ("hosts", "jobs", "commits", "versions", "threads"):
+        for name in ("hosts", "jobs", "commits", "versions", "cpus", "threads"):
             getattr(self, name).update(getattr(other, name))
         if other.first_time is not None:
             self.first_time = min(filter(None, (self.first_time, other.first_time)))

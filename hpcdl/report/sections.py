@@ -478,6 +478,8 @@ def _manifest_summary(about: Runs, count: int) -> List[str]:
            f"- threads per rank: {', '.join(str(t) for t in sorted(about.threads, key=str))}"]
     for v, n in about.versions.most_common():
         out.append(f"- versions ({n} record(s)): " + ", ".join(f"{k} {x}" for k, x in v))
+    for cpu, n in about.cpus.most_common():
+        out.append(f"- processor ({n} record(s)): {cpu}")
     if about.platform:
         out.append(f"- platform: {about.platform}, {about.cpu_count} CPUs")
     return out

@@ -26,8 +26,13 @@ def _f(x, digits=3, pct=False):
 def stable(x):
     """``x`` with every float kept to 10 significant digits (recursively through dicts, lists and
     tuples), for the CSV and JSON files: a least-squares fit's last bits differ between machines'
-    numpy builds, and a committed report must render the same wherever it is rendered again."""
+    numpy builds, and a committed report must render the same wherever it is rendered again.
+    Below 1e-12 in magnitude a float is rounding left over from a difference that is zero (a
+    fitted point's error: 2e-16 on one machine, -1e-16 on another; no time, byte count or ratio
+    the report shows is that small), and is written as 0."""
     if isinstance(x, float):
+        if abs(x) < 1e-12:
+            return 0.0
         return float(f"{x:.10g}") if math.isfinite(x) else x
     if isinstance(x, dict):
         return {k: stable(v) for k, v in x.items()}

@@ -91,8 +91,8 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true", help="tables and model only")
     p.add_argument("--study", default=None, help="only records of this study name")
     p.add_argument("--allow-mixed", action="store_true",
-                   help="pool records of different code (hpcdl/), study files or box settings "
-                        "(refused by default); the report lists what it mixed")
+                   help="pool records of different code (hpcdl/), study files, processors or box "
+                        "settings (refused by default); the report lists what it mixed")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="processes that read the records (default: one per core, at most 4, "
                         "for a results file over 32 MB, else 1)")

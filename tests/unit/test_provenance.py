@@ -1,4 +1,4 @@
-"""What a report pools: records of one code tree, one study file and one box setting, or it
+"""What a report pools: records of one code tree, one study file and one machine, or it
 refuses (unless told) and says what differs; runs sharing a machine that overlapped in time are
 named. Also checked over every committed study in results/."""
 
@@ -10,8 +10,10 @@ from hpcdl_testing import ROOT
 
 
 def _rec(pid, code="t1", sha="s1", box="b1", cpus=0.2, start="2026-11-24T00:00:00+00:00",
-         end="2026-11-24T00:00:30+00:00", rate="200mbit", wall=None):
+         end="2026-11-24T00:00:30+00:00", rate="200mbit", wall=None, cpu=None):
     man = {"code_tree": code, "git_commit": "c" + code, "hosts": ["n1"]}
+    if cpu:
+        man["cpu"] = cpu
     if start:
         man["started"] = start
     r = {"point": {"id": pid}, "manifest": man, "declared": {"study_sha256": sha},
@@ -36,12 +38,40 @@ def test_records_made_alike_pool_and_say_so():
     assert "2 box instance(s)" in text and "no two runs overlapped" in text
 
 
+def test_local_records_on_one_processor_pool_and_name_it():
+    cpu = "Intel(R) Xeon(R) (family 6 model 143; avx2 fma avx512f)"
+    recs = [_rec("a", box=None, cpu=cpu, **_later(0)), _rec("b", box=None, cpu=cpu, **_later(1))]
+    prov = provenance.check(recs)
+    assert not prov.mixed
+    assert f"2 record(s): hpcdl/ tree t1, study file s1, cpu {cpu}" in "\n".join(prov.lines())
+
+
+def test_the_processor_is_named_with_its_family_model_and_vector_units(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+                    "model name\t: AMD EPYC 9R14\nflags\t\t: fpu sse avx avx2 fma avx512f "
+                    "avx512_bf16 sha_ni\n\nprocessor\t: 1\nmodel name\t: other\n")
+    assert records.cpu_identity(str(info)) == \
+        "AMD EPYC 9R14 (family 25 model 17; avx2 fma avx512f avx512_bf16)"
+    info.write_text("processor\t: 0\ncpu family\t: 6\nmodel\t\t: 85\nmodel name\t: Old\n"
+                    "flags\t\t: fpu sse sse4_2 avx\n")
+    assert records.cpu_identity(str(info)) == "Old (family 6 model 85; no avx2)"
+    assert records.cpu_identity(str(tmp_path / "absent"))       # off Linux: platform's word
+    assert records.manifest()["cpu"] == records.cpu_identity()
+
+
 @pytest.mark.parametrize("change, what", [
     ({"code": "t2"}, "code: hpcdl/ tree t1 (1 record(s)); hpcdl/ tree t2 (1 record(s))"),
     ({"sha": "s2"}, "study file: study file s1"),
-    ({"cpus": 0.4}, "box setting: box nodes_in_box=8, cpus_per_node=0.2"),
+    ({"cpus": 0.4}, "machine: box nodes_in_box=8, cpus_per_node=0.2"),
+    # the same box settings and host name on another processor: another machine
+    ({"cpu": "AMD EPYC (family 25 model 1; avx2 fma)"},
+     "machine: box nodes_in_box=8, cpus_per_node=0.2, latency=0, host=vm, cores=2 (1 record(s)); "
+     "cpu AMD EPYC (family 25 model 1; avx2 fma); box nodes_in_box=8"),
+    ({"cpu": "AMD EPYC (family 25 model 1; avx2 fma)", "box": None},
+     "cores=2 (1 record(s)); cpu AMD EPYC (family 25 model 1; avx2 fma) (1 record(s))"),
 ])
-def test_records_of_other_code_study_files_or_box_settings_are_refused_unless_allowed(change, what):
+def test_records_of_other_code_study_files_or_machines_are_refused_unless_allowed(change, what):
     recs = [_rec("a", **_later(0)), _rec("b", **change, **_later(1))]
     with pytest.raises(provenance.MixedRecords, match="--allow-mixed") as err:
         provenance.check(recs)
