@@ -1,4 +1,4 @@
-"""The hpcdl command: train, bench, study, info.
+"""The hpcdl command: train, bench, tune, study, info.
 
 Every command module is imported lazily and keeps TensorFlow, Horovod and mpi4py out of its top
 level, so ``hpcdl --help``, ``hpcdl info`` and ``hpcdl study report`` start in well under a second.
@@ -24,6 +24,8 @@ from .errors import EXIT_FAILURE, EXIT_USAGE, UserError
 COMMANDS = [
     ("train", "hpcdl.train.run", "train a workload data-parallel (run under mpirun or srun)"),
     ("bench", "hpcdl.bench", "communication benchmarks (allreduce sweep, alpha-beta-gamma fit)"),
+    ("tune", "hpcdl.bench.tune", "the allocation's fastest exchange settings, into a tuning file "
+                           "(run under mpirun or srun)"),
     ("study", "hpcdl.study.cli", "scaling studies: validate, run, submit, status, report"),
     ("info", "hpcdl.info", "versions, Horovod build, MPI library and the detected rank layout"),
 ]

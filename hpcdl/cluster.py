@@ -40,6 +40,10 @@ SETTINGS = {
     "HPCDL_FAULT": "tests only: rank=R,step=S,kind=raise|kill|exit|hang makes rank R fail at step S",
     "HPCDL_RING_PIECE_BYTES": "the ring backend's pipeline piece size in bytes",
     "HPCDL_NATIVE": "0 turns off the compiled fp16 kernels (numpy is used instead)",
+    "HPCDL_SRUN_MPI": "srun's MPI plugin for the ranks the job scripts and 'hpcdl tune' start "
+                      "(default pmix)",
+    "HPCDL_TUNING": "the tuning file ('hpcdl tune') whose exchange settings a run takes when "
+                    "--tuning is not given ('default': none)",
     "HPCDL_TAG_OUTPUT": "1 makes local mpirun prefix every output line with its rank",
     "HPCDL_BOX": "the cluster box's settings file (default /run/hpcdl-box/box.json, written by "
                  "scripts/cluster-box.sh up)",
@@ -100,7 +104,18 @@ def scheduler_facts(env: Optional[Mapping[str, str]] = None) -> dict:
     env = os.environ if env is None else env
     return {"job_id": env.get("SLURM_JOB_ID"), "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
             "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
-            "restart_count": env.get("SLURM_RESTART_COUNT")}
+            "restart_count": env.get("SLURM_RESTART_COUNT"),
+            "cluster": env.get("SLURM_CLUSTER_NAME")}
+
+
+def srun_step(env: Optional[Mapping[str, str]] = None) -> list:
+    """``srun`` and its options for a job step over the job's tasks, as the job scripts start
+    ranks: the MPI plugin (``HPCDL_SRUN_MPI``, default pmix), the job ended when a rank fails,
+    the job's CPUs per task."""
+    env = os.environ if env is None else env
+    cpus = env.get("SLURM_CPUS_PER_TASK")
+    return (["srun", "--kill-on-bad-exit=1", f"--mpi={setting('HPCDL_SRUN_MPI', env) or 'pmix'}"]
+            + ([f"--cpus-per-task={cpus}"] if cpus else []))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from .errors import UserError
 
 SCHEMA = "hpcdl.run/1"
 SECTIONS = ("gradient_bytes", "replicas_identical", "weights_digest", "resumed_from", "box",
-            "command")          # what a record may carry beside its common keys
+            "command", "tuning")          # what a record may carry beside its common keys
 
 
 class TornRecordWarning(UserWarning):

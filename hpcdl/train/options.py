@@ -51,6 +51,10 @@ def _training(p, t) -> None:
                    help=f"gradient exchange: {', '.join(modes.TRAIN_BACKENDS)} "
                         + "; ".join(f"{m.backend}: {m.help}" for m in modes.MODES if m.backend))
     t.add_argument("--compression", default="none", help=f"gradient compression: {', '.join(COMPRESSIONS)}")
+    t.add_argument("--tuning", default=None, metavar="FILE",
+                   help="exchange settings from 'hpcdl tune' (its pick for --compression), put "
+                        "in the environment before MPI and Horovod start; default $HPCDL_TUNING; "
+                        "'default': none")
     t.add_argument("--parallel", choices=modes.PARALLEL, default="data",
                    help="data: every rank a replica (default); " + "; ".join(
                        f"{m.parallel}: {m.help}" for m in modes.MODES if m.parallel != "data"))

@@ -34,7 +34,8 @@ def run(opts) -> int:
             checks.check_writable(results, "--results")
         if opts.checkpoint_dir:
             checks.check_writable_dir(opts.checkpoint_dir, "--checkpoint-dir")
-    rt = runtime.start(timeline=bool(opts.timeline))
+    rt = runtime.start(timeline=bool(opts.timeline), tuning=opts.tuning,
+                       compression=opts.compression)
     rt.tf.keras.utils.set_random_seed(opts.seed)
     wl = workloads.load(opts.workload, opts)
     _check_evaluation(wl, opts)
@@ -175,7 +176,8 @@ def _record(rep, opts, mode, f, found) -> dict:
         weights_digest=f["digests"][0],
         resumed_from=found.as_record() if found else None,
         box=box.record_section(f["hosts"], f["net"], opts.backend, opts.compression,
-                               rep.gradient_bytes() // 4, rt.size))
+                               rep.gradient_bytes() // 4, rt.size),
+        tuning=rt.tuning)
 
 
 def _slow_label(slow) -> "str | None":

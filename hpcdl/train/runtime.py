@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .. import cluster
+from ..comm import tuning as tuning_file
 from ..errors import UserError
 
 
@@ -24,6 +25,7 @@ class Runtime:
     layout: cluster.Layout
     threads: int
     gpu: Optional[int]
+    tuning: Optional[dict] = None       # the record's tuning section: the exchange settings run
 
     @property
     def rank(self) -> int:
@@ -43,11 +45,14 @@ class Runtime:
             print(msg, flush=True)
 
 
-def start(timeline: bool = False) -> Runtime:
-    """Threads and rank defaults before anything starts, then TensorFlow, ``hvd.init()``, the GPU.
-    ``timeline``: Horovod may record its timeline (started and stopped around the timed steps)."""
+def start(timeline: bool = False, tuning: Optional[str] = None, compression: str = "none") -> Runtime:
+    """The tuning file's settings, threads and rank defaults before anything starts, then
+    TensorFlow, ``hvd.init()``, the GPU. ``timeline``: Horovod may record its timeline (started
+    and stopped around the timed steps). ``tuning``: ``--tuning`` (else ``HPCDL_TUNING``), whose
+    pick for ``compression`` replaces those settings in the environment."""
     layout = cluster.discover()
     threads = cluster.configure_threads(layout)
+    tuned = tuning_file.take(tuning, compression)
     cluster.apply_rank_defaults(timeline=timeline)
     check_horovod()
     import tensorflow as tf
@@ -62,7 +67,13 @@ def start(timeline: bool = False) -> Runtime:
                         "or rebuild Horovod with scripts/setup.sh") from exc
     hvd.init()
     layout = cluster.refine_with_horovod(layout, hvd)
-    return Runtime(tf, hvd, layout, threads, cluster.pin_gpu(tf, layout))
+    from ..comm import mpit
+    tuned["in_force"] = mpit.in_force()      # what the MPI library's allreduce runs with
+    rt = Runtime(tf, hvd, layout, threads, cluster.pin_gpu(tf, layout), tuned)
+    note = tuning_file.mismatch(tuned, layout.num_nodes, layout.size)
+    if note:
+        rt.say(f"hpcdl: {note}")
+    return rt
 
 
 def check_horovod() -> None:

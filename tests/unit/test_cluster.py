@@ -189,6 +189,13 @@ def test_only_cluster_reads_hpcdl_and_scheduler_variables():
 def test_job_deadline_and_scheduler_facts():
     assert cluster.job_deadline({"SLURM_JOB_END_TIME": "1700000000"}) == 1700000000
     assert cluster.job_deadline({}) is None and cluster.job_deadline({"SLURM_JOB_END_TIME": "x"}) is None
-    facts = cluster.scheduler_facts({"SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]"})
+    facts = cluster.scheduler_facts({"SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]",
+                                     "SLURM_CLUSTER_NAME": "tsubame"})
     assert facts == {"job_id": "7", "array_task_id": None, "nodelist": "n[1-2]",
-                     "restart_count": None}
+                     "restart_count": None, "cluster": "tsubame"}
+
+
+def test_a_job_step_starts_as_the_job_scripts_start_ranks():
+    assert cluster.srun_step({}) == ["srun", "--kill-on-bad-exit=1", "--mpi=pmix"]
+    assert cluster.srun_step({"HPCDL_SRUN_MPI": "pmi2", "SLURM_CPUS_PER_TASK": "4"}) == [
+        "srun", "--kill-on-bad-exit=1", "--mpi=pmi2", "--cpus-per-task=4"]

@@ -1,0 +1,474 @@
+"""Find the fastest settings of the exchange a training step runs on this allocation, and write
+them to a tuning file that training, the bench and studies take (``--tuning``, ``HPCDL_TUNING``).
+
+``hpcdl tune`` runs where training is launched from: on a workstation it starts ``mpirun -np N``
+itself, in a Slurm job ``srun`` over the job's tasks. Every launch builds the workload's model
+(from the workload options, or a study file's ``[workload]``) and times, for its real gradient
+tensors, the method a training step calls (``HorovodBackend.average``: one ``hvd.allreduce`` per
+tensor in a ``tf.function``, fused by Horovod's background thread), per round the slowest rank's
+median over ``--iters`` exchanges.
+
+- **Open MPI's allreduce algorithm** (the library's own choice, ring, segmented ring, Rabenseifner,
+  recursive doubling) is varied inside each launch: written through MPI_T
+  (:mod:`hpcdl.comm.mpit`), taken up by a new communicator on which Horovod is started again,
+  the algorithms alternating in rounds (the order rotates each round).
+- **Horovod's cycle time, fusion threshold and hierarchical allreduce** (the last only where ranks
+  share a node) are varied between launches, one knob at a time from the job's environment
+  (coordinate descent), the candidates of a knob alternating over ``--rounds`` rounds of launches.
+  They cannot be varied inside one process: Horovod 0.28 keeps the values it fixed from the
+  environment at its first ``hvd.init`` through ``hvd.shutdown`` and a new ``hvd.init`` (a cycle time
+  of 20 ms still ruled the next start without the variable), and crashes (SIGSEGV in
+  ``ParameterManager::BayesianParameter::SetValue``) when a start fixes one of them again after
+  another start fixed both. So a launch sets them once, before Horovod's first start.
+
+A candidate's figure is the median of all its rounds; a setting replaces the default only when at
+least ``--margin`` faster. The table gives each candidate's step exchange time, its bus bandwidth,
+and references measured in the same launches: the MPI library's own ``MPI_Allreduce`` of one
+buffer of the same bytes, and on the cluster box the link's limit. ``--budget`` bounds the time
+spent launching (every candidate is measured at least once). The search follows the first
+compression asked for; the others take the fastest setting measured for them.
+
+A little over 400 lines: the launch (the ranks' side) and the search over launches (the
+driver's) are one protocol, a JSON line after :data:`MARKER`, kept in one place.
+
+Not tried: Horovod over Gloo. Its controller needs horovodrun's rendezvous; with the MPI
+controller, Horovod 0.28 crashes when its CPU operations are switched to Gloo.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from .. import box, cluster, records
+from ..comm import tuning
+from ..errors import UserError
+
+MIB = 1 << 20
+MARKER = "hpcdl-tune-result "
+# Horovod 0.28's own values (the cycle time and fusion threshold since Horovod 0.21)
+HOROVOD_DEFAULTS = {"HOROVOD_CYCLE_TIME": "1", "HOROVOD_FUSION_THRESHOLD": str(128 * MIB),
+                    "HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}
+KNOBS = {"cycle": ("HOROVOD_CYCLE_TIME", ("1", "0.2", "5")),
+         "fusion": ("HOROVOD_FUSION_THRESHOLD", (str(128 * MIB), str(32 * MIB), str(8 * MIB))),
+         "hierarchical": ("HOROVOD_HIERARCHICAL_ALLREDUCE", ("0", "1"))}
+# Open MPI allreduce algorithms tried, as (number, segment bytes); 0 is the library's choice
+ALGORITHMS = ((0, 0), (4, 0), (5, MIB), (6, 0), (3, 0))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    w = p.add_argument_group("workload (whose gradient tensors are exchanged)")
+    w.add_argument("--study", default=None, help="a study file: its [workload] (else the options below)")
+    w.add_argument("--workload", "-w", default="cnn", help="expmlp, mnist, cnn or package.module:factory (cnn)")
+    w.add_argument("--model", default=None, help="cnn: its model (resnet50)")
+    w.add_argument("--image-size", type=int, default=None, help="cnn: input resolution")
+    w.add_argument("--num-classes", type=int, default=None, help="cnn: classes")
+    t = p.add_argument_group("search")
+    t.add_argument("--np", type=int, default=2, help="ranks of each launch on a workstation (2); "
+                   "in a Slurm job, the job's tasks")
+    t.add_argument("--compression", default="none",
+                   help="gradient compressions to tune, a comma list of none and fp16 (none); "
+                        "each gets its own pick")
+    t.add_argument("--knobs", default="algorithm,cycle,fusion,hierarchical",
+                   help="what to tune, a comma list of algorithm, cycle, fusion, hierarchical "
+                        "(all; what cannot apply here is skipped with the reason)")
+    t.add_argument("--budget", type=float, default=300.0,
+                   help="seconds of launches, after each candidate has had one (300)")
+    t.add_argument("--rounds", type=int, default=2, help="rounds of launches per Horovod knob (2)")
+    t.add_argument("--worker-rounds", type=int, default=3,
+                   help="rounds of the algorithms inside each launch (3)")
+    t.add_argument("--iters", type=int, default=5, help="timed exchanges per candidate per round (5)")
+    t.add_argument("--margin", type=float, default=0.03,
+                   help="a setting replaces the default only when this much faster (0.03)")
+    t.add_argument("--timeout", type=float, default=900.0, help="seconds a launch may take (900)")
+    p.add_argument("--out", default=None,
+                   help="the tuning file (default tuning/<cluster>-<nodes>n-<ranks>r.json)")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+
+
+# --- one launch: the ranks ------------------------------------------------------------------------
+
+@dataclass
+class Worker:
+    """A launch's MPI world, the workload's tensors, and its times."""
+
+    opts: object
+    tensors: list
+    layout: object
+    world: object
+    tf: object
+    workload: dict
+    started: bool = False           # Horovod started once (its settings now fixed)
+
+    @property
+    def root(self) -> bool:
+        return self.world.Get_rank() == 0
+
+    def slowest(self, times) -> float:
+        """The median over iterations of the slowest rank's time."""
+        from mpi4py import MPI
+        import numpy as np
+        arr = np.asarray(times, dtype=np.float64)
+        self.world.Allreduce(MPI.IN_PLACE, arr, op=MPI.MAX)
+        return float(np.median(arr))
+
+    def exchange(self, algorithm: Tuple[int, int], compressions: List[str]) -> Dict[str, float]:
+        """Per compression, one round's time of a step's exchange under ``algorithm``."""
+        import horovod.tensorflow as hvd
+        from ..comm import mpit
+        from ..comm.horovod import HorovodBackend
+        if self.started:           # Horovod keeps its first start's settings; naming them again crashes it
+            for name in HOROVOD_DEFAULTS:
+                os.environ.pop(name, None)
+        if algorithm[0] or mpit.read(mpit.ALGORITHM):
+            if not (mpit.write(mpit.ALGORITHM, algorithm[0]) and mpit.write(mpit.SEGMENT, algorithm[1])):
+                raise UserError("the MPI library refused an allreduce algorithm through MPI_T")
+        comm = self.world.Dup()
+        hvd.init(comm=comm)
+        self.started = True
+        out = {}
+        try:
+            for comp in compressions:
+                be = HorovodBackend(comp)
+                fn = self.tf.function(lambda ts: be.average(ts))
+                fn(self.tensors)                                 # negotiation, fusion buffer
+                times = []
+                for _ in range(self.opts.iters):
+                    self.world.Barrier()
+                    t0 = time.perf_counter()
+                    fn(self.tensors)
+                    times.append(time.perf_counter() - t0)
+                out[comp] = self.slowest(times)
+        finally:
+            hvd.shutdown()
+            comm.Free()
+        return out
+
+    def native(self, nbytes: int) -> float:
+        """The MPI library's MPI_Allreduce (its own algorithm choice) of one buffer of ``nbytes``."""
+        import numpy as np
+        from ..comm import mpit
+        if mpit.read(mpit.ALGORITHM):
+            mpit.write(mpit.ALGORITHM, 0)
+        comm = self.world.Dup()
+        src = np.full(nbytes // 4, 0.5, dtype=np.float32)
+        dst = np.empty_like(src)
+        comm.Allreduce(src, dst)
+        times = []
+        for _ in range(self.opts.iters):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            comm.Allreduce(src, dst)
+            times.append(time.perf_counter() - t0)
+        comm.Free()
+        return self.slowest(times)
+
+
+def _train_opts(opts):
+    """``hpcdl train``'s options for the workload: a study file's first point, or the flags."""
+    from ..train import options as train_options
+    if opts.study:
+        from .. import study as study_mod
+        argv = study_mod.load(opts.study).points()[0].train_args("-")
+    else:
+        argv = ["--workload", opts.workload]
+        for flag, value in (("--model", opts.model), ("--image-size", opts.image_size),
+                            ("--num-classes", opts.num_classes)):
+            if value is not None:
+                argv += [flag, str(value)]
+    parser = argparse.ArgumentParser(prog="hpcdl train")
+    train_options.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def _start_worker(opts, setting: dict) -> Worker:
+    """The launch's Horovod settings and rank defaults as training sets them, Open MPI's dynamic
+    rules on (an algorithm can then be forced per communicator), TensorFlow, the tensors."""
+    os.environ.update(setting["env"])
+    layout = cluster.discover()
+    threads = cluster.configure_threads(layout)
+    cluster.apply_rank_defaults()
+    if len(setting["algorithms"]) > 1:
+        os.environ["OMPI_MCA_coll_tuned_use_dynamic_rules"] = "1"
+    targs = _train_opts(opts)
+    import tensorflow as tf
+    cluster.apply_tf_threads(tf, threads)
+    from mpi4py import MPI
+    from .. import workloads
+    wl = workloads.load(targs.workload, targs)
+    tensors = [tf.random.stateless_normal(v.shape, seed=[i, 7], stddev=0.01)
+               for i, v in enumerate(wl.model.trainable_variables)]
+    return Worker(opts, tensors, layout, MPI.COMM_WORLD.Dup(), tf,
+                  {"workload": targs.workload, **(wl.info or {})})
+
+
+def _worker(opts) -> int:
+    """One launch: every algorithm of the setting, alternating over ``--worker-rounds`` rounds;
+    rank 0 prints the times as one JSON line after :data:`MARKER`."""
+    from ..comm import mpit
+    setting = json.loads(opts.worker)
+    wk = _start_worker(opts, setting)
+    algs = [tuple(a) for a in setting["algorithms"]]
+    skipped = []
+    if len(algs) > 1 and mpit.read(mpit.ALGORITHM) is None:
+        algs = [(0, 0)]
+        skipped.append("algorithm: the MPI library has no coll_tuned_allreduce_algorithm control "
+                       "variable (not Open MPI, or its tuned collectives are off)")
+    comps = setting["compressions"]
+    nbytes = sum(int(t.shape.num_elements()) * 4 for t in wk.tensors)
+    times = {f"{a[0]}/{a[1]}": {c: [] for c in comps} for a in algs}
+    native = []
+    for r in range(opts.worker_rounds):
+        native.append(wk.native(nbytes))
+        k = r % len(algs)
+        for a in algs[k:] + algs[:k]:
+            for comp, t in wk.exchange(a, comps).items():
+                times[f"{a[0]}/{a[1]}"][comp].append(t)
+    if wk.root:
+        lay = wk.layout
+        print(MARKER + json.dumps({
+            "env": setting["env"], "times": times, "native": native, "bytes": nbytes,
+            "tensors": len(wk.tensors), "workload": wk.workload, "ranks": wk.world.Get_size(),
+            "nodes": lay.num_nodes, "ranks_per_node": lay.local_size, "host": lay.host,
+            "skipped": skipped,
+            "link_limit_s": _link_limit(lay.host, wk.world.Get_size(), nbytes)}), flush=True)
+    wk.world.Barrier()
+    return 0
+
+
+def _link_limit(host: str, p: int, nbytes: int) -> Optional[float]:
+    """On the cluster box, a ring's bytes over the shaped link: 2(p-1)/p x bytes / rate."""
+    facts = box.node_facts(host) if box.load() else None
+    if not facts or not facts.get("link_bits_per_s") or p < 2:
+        return None
+    return 2 * (p - 1) / p * nbytes / (float(facts["link_bits_per_s"]) / 8)
+
+
+# --- the search: launches, the table, the tuning file ----------------------------------------------
+
+@dataclass
+class Search:
+    """What the launches measured: per Horovod setting (its overrides of the job's environment)
+    the launches' results."""
+
+    opts: object
+    comps: List[str]
+    knobs: List[str]
+    algorithms: List[Tuple[int, int]]
+    deadline: float = 0.0
+    runs: Dict[str, List[dict]] = field(default_factory=dict)
+    skipped: List[str] = field(default_factory=list)
+    launches: int = 0
+
+    def effective(self, env: dict) -> Dict[str, str]:
+        """The Horovod settings a launch with overrides ``env`` ran with."""
+        return {n: str(env.get(n, os.environ.get(n, d))) for n, d in HOROVOD_DEFAULTS.items()}
+
+    def times(self, env: dict, alg: str, comp: str) -> List[float]:
+        return [t for run in self.runs.get(_key(self.effective(env)), [])
+                for t in run["times"].get(alg, {}).get(comp, [])]
+
+    def score(self, env: dict, comp: str) -> float:
+        """The setting's fastest algorithm's median."""
+        import statistics
+        return min(statistics.median(ts) for a in (f"{x}/{y}" for x, y in self.algorithms)
+                   for ts in (self.times(env, a, comp),) if ts)
+
+
+def _key(effective: dict) -> str:
+    return json.dumps(sorted(effective.items()))
+
+
+def _workload_args(opts) -> List[str]:
+    out = []
+    for flag, value in (("--study", opts.study), ("--workload", opts.workload),
+                        ("--model", opts.model), ("--image-size", opts.image_size),
+                        ("--num-classes", opts.num_classes)):
+        if value is not None:
+            out += [flag, str(value)]
+    return out
+
+
+def _launch(se: Search, env: dict) -> dict:
+    """One launch of the ranks with the Horovod overrides ``env``; its result, kept."""
+    from ..launch.local import hpcdl_command, mpirun_command, run
+    setting = {"env": env, "algorithms": se.algorithms, "compressions": se.comps}
+    o = se.opts
+    cmd = hpcdl_command(["tune", "--worker", json.dumps(setting), "--iters", str(o.iters),
+                               "--worker-rounds", str(o.worker_rounds), *_workload_args(o)])
+    if cluster.scheduler_facts().get("job_id"):
+        argv = cluster.srun_step() + cmd
+    else:
+        argv = mpirun_command(o.np, cmd)
+    res = run(argv, timeout=o.timeout)
+    found = [ln for ln in res.stdout.splitlines() if ln.startswith(MARKER)]
+    if res.returncode != 0 or res.timed_out or not found:
+        tail = " | ".join((res.stdout + res.stderr).strip().splitlines()[-5:])
+        raise UserError(f"a launch of hpcdl tune {'timed out' if res.timed_out else 'failed'} "
+                        f"(exit {res.returncode}, {res.elapsed:.0f} s): {tail}")
+    result = json.loads(found[-1][len(MARKER):])
+    result["seconds"] = res.elapsed
+    se.runs.setdefault(_key(se.effective(env)), []).append(result)
+    se.launches += 1
+    print(f"# launch {se.launches} ({res.elapsed:.0f} s): {_name(se.effective(env))}: "
+          + ", ".join(f"{c} {se.score(env, c) * 1e3:.2f} ms" for c in se.comps), flush=True)
+    return result
+
+
+def _search(se: Search) -> None:
+    """Coordinate descent over the Horovod knobs from the job's environment: each knob's values
+    launched in rotating order for ``--rounds`` rounds (fewer when its share of the budget is
+    spent, never none), the fastest kept when ``--margin`` faster than the current one."""
+    base: dict = {}
+    comp = se.comps[0]
+    if not se.knobs or se.knobs[0] == "hierarchical":
+        _launch(se, base)           # the default first: it tells the ranks per node
+    for i, knob in enumerate(se.knobs):
+        name, values = KNOBS[knob]
+        first = next(iter(se.runs.values()), [{}])[0]
+        if knob == "hierarchical" and first.get("ranks_per_node", 2) < 2:
+            se.skipped.append("hierarchical: one rank per node, nothing to reduce within a node")
+            continue
+        cands, seen = [], set()
+        for c in [base] + [dict(base, **{name: v}) for v in values]:
+            if _key(se.effective(c)) not in seen:
+                seen.add(_key(se.effective(c)))
+                cands.append(c)
+        stop = time.monotonic() + max(0.0, se.deadline - time.monotonic()) / (len(se.knobs) - i)
+        for r in range(se.opts.rounds):
+            if r and time.monotonic() > stop:
+                break
+            k = r % len(cands)
+            for c in cands[k:] + cands[:k]:
+                _launch(se, c)
+        fastest = min(cands, key=lambda c: se.score(c, comp))
+        if se.score(fastest, comp) < (1 - se.opts.margin) * se.score(base, comp):
+            base = fastest
+        print(f"# {knob}: {_name(se.effective(base))}", flush=True)
+
+
+def _name(effective: dict, alg: Optional[str] = None) -> str:
+    from ..comm.mpit import ALGORITHMS as NAMES
+    out = (f"cycle {effective['HOROVOD_CYCLE_TIME']} ms, fusion "
+           f"{int(effective['HOROVOD_FUSION_THRESHOLD']) / MIB:g} MiB"
+           + (", hierarchical" if effective["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1" else ""))
+    if alg is None:
+        return out
+    number, segment = (int(x) for x in alg.split("/"))
+    return f"{NAMES[number]}{f' ({segment // 1024} KiB segments)' if segment else ''}, {out}"
+
+
+def _rows(se: Search, comp: str) -> List[Tuple[float, str, str, List[float]]]:
+    """(median, setting key, algorithm, times) of every candidate measured for ``comp``, fastest first."""
+    import statistics
+    out = []
+    for key, runs in se.runs.items():
+        env = dict(json.loads(key))
+        for alg in runs[0]["times"]:
+            ts = se.times(env, alg, comp)
+            if ts:
+                out.append((statistics.median(ts), key, alg, ts))
+    return sorted(out)
+
+
+def _picks(se: Search) -> Dict[str, dict]:
+    """Per compression the fastest candidate measured, unless the default (the job's environment,
+    the library's own algorithm) is within ``--margin`` of it."""
+    import statistics
+    default_key = _key(se.effective({}))
+    picks = {}
+    for comp in se.comps:
+        rows = _rows(se, comp)
+        base = statistics.median(se.times({}, "0/0", comp))
+        t, key, alg, _ = rows[0]
+        if not t < (1 - se.opts.margin) * base:
+            t, key, alg = base, default_key, "0/0"
+        effective = dict(json.loads(key))
+        number, segment = (int(x) for x in alg.split("/"))
+        env = {**effective, "OMPI_MCA_coll_tuned_use_dynamic_rules": "1" if number else "0",
+               "OMPI_MCA_coll_tuned_allreduce_algorithm": str(number),
+               "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": str(segment)}
+        picks[comp] = {"name": _name(effective, alg), "env": env, "exchange_s": t,
+                       "default_s": base, "gain": base / t}
+    return picks
+
+
+def _table(se: Search, picks: dict, first: dict) -> List[str]:
+    import statistics
+    from ..costmodel import busbw_factor
+    nbytes, limit = first["bytes"], first.get("link_limit_s")
+    native = statistics.median([t for runs in se.runs.values() for r in runs for t in r["native"]])
+    bus = busbw_factor(first["ranks"])
+    out = [f"{'compr':>5}  {'candidate':<66} {'n':>3} {'exchange(ms)':>12} {'busbw(GB/s)':>11} "
+           f"{'vs MPI':>6} {'vs default':>10}" + ("  vs link" if limit else "")]
+    for comp in se.comps:
+        base = picks[comp]["default_s"]
+        for t, key, alg, ts in _rows(se, comp):
+            mark = "*" if _name(dict(json.loads(key)), alg) == picks[comp]["name"] else " "
+            out.append(f"{comp:>5} {mark}{_name(dict(json.loads(key)), alg):<66} {len(ts):>3} "
+                       f"{t * 1e3:>12.2f} {nbytes / t / 1e9 * bus:>11.3f} {native / t:>6.2f} "
+                       f"{base / t:>10.2f}" + (f"  {limit / t:>7.2f}" if limit else ""))
+    out.append(f"# {first['tensors']} gradient tensors, {nbytes / MIB:.2f} MiB a step, {first['ranks']} "
+               f"ranks on {first['nodes']} node(s); n: rounds measured (each the median of --iters)")
+    out.append(f"# references in the same launches: MPI_Allreduce of one buffer of those bytes "
+               f"{native * 1e3:.2f} ms (busbw {nbytes / native / 1e9 * bus:.3f} GB/s)"
+               + (f"; the link's limit for a ring {limit * 1e3:.2f} ms" if limit else ""))
+    out.append("# * the pick; vs MPI, vs default, vs link: their time over the candidate's "
+               "(above 1: the candidate is faster)")
+    return out
+
+
+def _document(se: Search, picks: dict, first: dict, skipped: List[str]) -> dict:
+    import statistics
+    import sys
+    return {
+        "schema": tuning.SCHEMA, "time": records.now_iso(),
+        "command": "hpcdl " + " ".join(a for a in sys.argv[1:]),
+        "made_for": {"cluster": cluster.scheduler_facts().get("cluster") or first["host"],
+                     "nodes": first["nodes"], "ranks": first["ranks"],
+                     "ranks_per_node": first["ranks_per_node"], "cpu": records.cpu_identity(),
+                     "mpi": records.mpi_library_version()},
+        "workload": first["workload"], "tensors": first["tensors"], "bytes": first["bytes"],
+        "references": {"mpi_allreduce_s": statistics.median(
+            [t for runs in se.runs.values() for r in runs for t in r["native"]]),
+            "link_limit_s": first.get("link_limit_s")},
+        "skipped": skipped, "launches": se.launches, "picks": picks,
+        "candidates": [{"compression": comp, "name": _name(dict(json.loads(key)), alg),
+                        "times_s": ts} for comp in se.comps for _, key, alg, ts in _rows(se, comp)],
+    }
+
+
+def main(opts) -> int:
+    if opts.worker:
+        return _worker(opts)
+    comps = [c.strip() for c in opts.compression.split(",") if c.strip()]
+    knobs = [k.strip() for k in opts.knobs.split(",") if k.strip()]
+    bad = [k for k in knobs if k not in KNOBS and k != "algorithm"]
+    if not comps or set(comps) - {"none", "fp16"}:
+        raise UserError(f"--compression {opts.compression}: tune none, fp16 or both")
+    if bad:
+        raise UserError(f"--knobs: unknown {', '.join(bad)}; choose from algorithm, {', '.join(KNOBS)}")
+    if opts.budget < 0 or min(opts.rounds, opts.worker_rounds, opts.iters, opts.np) < 1 \
+            or not 0 <= opts.margin < 1:
+        raise UserError("--budget must be >= 0, --rounds, --worker-rounds, --iters and --np at "
+                        "least 1, --margin in [0, 1)")
+    if cluster.discover().size > 1:
+        raise UserError("run hpcdl tune itself, not under mpirun or srun: it launches the ranks")
+    se = Search(opts, comps, [k for k in knobs if k != "algorithm"],
+                list(ALGORITHMS) if "algorithm" in knobs else [(0, 0)])
+    se.deadline = time.monotonic() + opts.budget
+    _search(se)
+    first = next(iter(se.runs.values()))[0]
+    skipped = list(first.get("skipped") or []) + se.skipped
+    if first["ranks"] < 2:
+        raise UserError("hpcdl tune needs at least 2 ranks: one rank exchanges nothing")
+    picks = _picks(se)
+    print("\n".join(_table(se, picks, first)), flush=True)
+    path = opts.out or (f"tuning/{cluster.scheduler_facts().get('cluster') or first['host']}-"
+                        f"{first['nodes']}n-{first['ranks']}r.json")
+    tuning.write(path, _document(se, picks, first, skipped))
+    print(f"# tuning file: {path} (hpcdl train --tuning {path}, or HPCDL_TUNING={path})", flush=True)
+    return 0

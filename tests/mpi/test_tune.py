@@ -1,0 +1,67 @@
+"""hpcdl tune on real ranks: it launches them, times the training path under each candidate,
+writes a tuning file, and training then runs exactly what the file picked (read back from the MPI
+library itself)."""
+import json
+import os
+
+from hpcdl.launch import local
+from hpcdl_testing import ROOT, check, mpirun, read_records
+
+WORKLOAD = ["--workload", "cnn", "--model", "small", "--image-size", "32", "--num-classes", "10"]
+TRAIN = ["train", *WORKLOAD, "--batch-size", "8", "--num-warmup-batches", "1",
+         "--num-batches-per-iter", "2", "--num-iters", "1", "--probes", "0"]
+
+
+def _tune(tmp_path, *extra):
+    out = tmp_path / "tuning.json"
+    argv = local.hpcdl_command(["tune", *WORKLOAD, "--np", "2", "--knobs", "algorithm,cycle",
+                                "--rounds", "1", "--worker-rounds", "1", "--iters", "2",
+                                "--budget", "0", "--out", str(out), *extra])
+    res = local.run(argv, timeout=400, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert not res.timed_out, res.stdout[-3000:]
+    return check(res), out
+
+
+def _train(tmp_path, name, *extra):
+    results = tmp_path / f"{name}.jsonl"
+    check(mpirun(2, [*TRAIN, "--results", str(results), *extra], timeout=240))
+    return read_records(results)[-1]
+
+
+def test_tune_times_every_candidate_and_training_runs_its_pick(tmp_path):
+    res, path = _tune(tmp_path)
+    rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith(" none")]
+    # five algorithms under each of three cycle times, one launch per cycle time
+    assert len(rows) == 15, res.stdout
+    assert sum(1 for ln in res.stdout.splitlines() if ln.startswith("# launch ")) == 3
+    assert "MPI_Allreduce of one buffer" in res.stdout
+    doc = json.loads(path.read_text())
+    assert doc["made_for"]["ranks"] == 2 and doc["launches"] == 3
+    assert len(doc["candidates"]) == 15 and all(c["times_s"] for c in doc["candidates"])
+    pick = doc["picks"]["none"]
+    assert sum(1 for r in rows if r[1].startswith("*")) == 1
+    rec = _train(tmp_path, "tuned", "--tuning", str(path))
+    section = rec["tuning"]
+    assert section["source"] == "--tuning" and section["settings"] == pick["env"]
+    assert section["pick"] == pick["name"]
+    # what the library ran with, read back from it in the training process
+    assert section["in_force"]["algorithm"] == int(pick["env"]["OMPI_MCA_coll_tuned_allreduce_algorithm"])
+    assert section["in_force"]["dynamic_rules"] == int(pick["env"]["OMPI_MCA_coll_tuned_use_dynamic_rules"])
+    env = rec["manifest"]["env"]
+    assert all(env[k] == v for k, v in pick["env"].items())
+
+
+def test_a_forced_algorithm_from_the_environments_tuning_file_is_what_the_library_runs(tmp_path):
+    path = tmp_path / "ring.json"
+    env = {"HOROVOD_CYCLE_TIME": "5", "HOROVOD_FUSION_THRESHOLD": str(32 << 20),
+           "HOROVOD_HIERARCHICAL_ALLREDUCE": "0", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+           "OMPI_MCA_coll_tuned_allreduce_algorithm": "4",
+           "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": "0"}
+    path.write_text(json.dumps({"schema": "hpcdl.tuning/1", "made_for": {"nodes": 1, "ranks": 2},
+                                "picks": {"none": {"name": "ring", "env": env}}}))
+    results = tmp_path / "ring.jsonl"
+    check(mpirun(2, [*TRAIN, "--results", str(results)], timeout=240,
+                 env={"HPCDL_TUNING": str(path)}))
+    rec = read_records(results)[-1]
+    assert rec["tuning"]["source"] == "HPCDL_TUNING"
+    assert rec["tuning"]["in_force"] == {"dynamic_rules": 1, "algorithm": 4, "segment_bytes": 0}

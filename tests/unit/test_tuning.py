@@ -1,0 +1,134 @@
+"""The tuning file: which one a run takes, what it may hold, how its pick replaces the
+environment, and how hpcdl tune picks from what its launches measured (the launches themselves
+run on real ranks in tests/mpi/test_tune.py)."""
+import json
+import types
+
+import pytest
+
+from hpcdl.bench import tune
+from hpcdl.comm import tuning
+from hpcdl.errors import UserError
+
+PICK = {"HOROVOD_CYCLE_TIME": "0.2", "HOROVOD_FUSION_THRESHOLD": "33554432",
+        "HOROVOD_HIERARCHICAL_ALLREDUCE": "0", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+        "OMPI_MCA_coll_tuned_allreduce_algorithm": "4",
+        "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": "0"}
+
+
+def _file(tmp_path, picks=None, made_for=None, **extra):
+    doc = {"schema": tuning.SCHEMA, "made_for": made_for or {"nodes": 2, "ranks": 2},
+           "picks": picks if picks is not None else {"none": {"name": "ring", "env": PICK}},
+           **extra}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_flag_wins_over_the_environment_and_default_means_none():
+    assert tuning.path_of("a.json", {"HPCDL_TUNING": "b.json"}) == "a.json"
+    assert tuning.path_of(None, {"HPCDL_TUNING": "b.json"}) == "b.json"
+    assert tuning.path_of("default", {"HPCDL_TUNING": "b.json"}) is None
+    assert tuning.path_of(None, {"HPCDL_TUNING": "none"}) is None
+    assert tuning.path_of(None, {}) is None
+
+
+def test_the_pick_replaces_the_environment_and_the_section_says_what_it_replaced(tmp_path):
+    path = _file(tmp_path)
+    env = {"HOROVOD_FUSION_THRESHOLD": "67108864", "HOROVOD_CYCLE_TIME": "0.2", "OTHER": "x"}
+    section = tuning.take(None, "none", dict(env, HPCDL_TUNING=str(path)))
+    assert section["source"] == "HPCDL_TUNING" and section["settings"] == PICK
+    assert section["replaced"] == {"HOROVOD_FUSION_THRESHOLD": "67108864"}   # same value: not replaced
+    assert len(section["sha256"]) == 64 and section["pick"] == "ring"
+    env2 = dict(env)
+    section = tuning.take(str(path), "none", env2)
+    assert section["source"] == "--tuning" and all(env2[k] == v for k, v in PICK.items())
+    assert env2["OTHER"] == "x"
+
+
+def test_without_a_file_the_section_names_what_the_environment_holds():
+    env = {"HOROVOD_FUSION_THRESHOLD": "67108864", "PATH": "/bin"}
+    assert tuning.take("default", "none", env) == {
+        "source": "default", "settings": {"HOROVOD_FUSION_THRESHOLD": "67108864"}}
+    assert env == {"HOROVOD_FUSION_THRESHOLD": "67108864", "PATH": "/bin"}
+
+
+@pytest.mark.parametrize("doc, words", [
+    (None, "no such file"),
+    ("not json", "not readable JSON"),
+    ({"schema": "other"}, "not an hpcdl tuning file"),
+    ({"schema": tuning.SCHEMA, "picks": {}}, "holds no picks"),
+    ({"schema": tuning.SCHEMA, "picks": {"none": {"env": {"LD_PRELOAD": "x"}}}},
+     "LD_PRELOAD is not a setting a tuning file may hold"),
+])
+def test_a_bad_tuning_file_is_refused_with_what_is_wrong(tmp_path, doc, words):
+    path = tmp_path / "t.json"
+    if doc is not None:
+        path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    with pytest.raises(UserError, match=words):
+        tuning.take(str(path), "none", {})
+
+
+def test_a_compression_the_file_was_not_tuned_for_is_refused(tmp_path):
+    with pytest.raises(UserError, match="tuned for none gradients, not fp16.*--compression fp16"):
+        tuning.take(str(_file(tmp_path)), "fp16", {})
+
+
+def test_a_run_on_another_allocation_than_the_tuned_one_is_named(tmp_path):
+    section = tuning.take(str(_file(tmp_path)), "none", {})
+    assert tuning.mismatch(section, 2, 2) is None
+    assert "tuned on 2 node(s), 2 rank(s); this run has 4 node(s), 4 rank(s)" in \
+        tuning.mismatch(section, 4, 4)
+    assert tuning.mismatch({"source": "default", "settings": {}}, 4, 4) is None
+
+
+# --- hpcdl tune's choice from what its launches measured ---------------------------------------
+
+def _search(runs, margin=0.03, comps=("none",)):
+    opts = types.SimpleNamespace(margin=margin)
+    se = tune.Search(opts, list(comps), ["cycle"], [(0, 0), (4, 0)])
+    for env, times in runs:
+        se.runs.setdefault(tune._key(se.effective(env)), []).append(
+            {"times": times, "native": [0.004]})
+    return se
+
+
+def test_the_fastest_setting_is_picked_and_written_as_full_settings(monkeypatch):
+    for k in tune.HOROVOD_DEFAULTS:
+        monkeypatch.delenv(k, raising=False)
+    se = _search([({}, {"0/0": {"none": [0.010, 0.011, 0.012]}, "4/0": {"none": [0.009] * 3}}),
+                  ({"HOROVOD_CYCLE_TIME": "0.2"}, {"0/0": {"none": [0.008] * 3},
+                                                   "4/0": {"none": [0.005, 0.006, 0.007]}})])
+    pick = tune._picks(se)["none"]
+    assert pick["name"] == "ring, cycle 0.2 ms, fusion 128 MiB"
+    assert pick["exchange_s"] == 0.006 and pick["default_s"] == 0.011
+    assert pick["env"] == {"HOROVOD_CYCLE_TIME": "0.2", "HOROVOD_FUSION_THRESHOLD": str(128 << 20),
+                           "HOROVOD_HIERARCHICAL_ALLREDUCE": "0",
+                           "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+                           "OMPI_MCA_coll_tuned_allreduce_algorithm": "4",
+                           "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": "0"}
+    assert set(pick["env"]) == set(tuning.SETTINGS)
+
+
+def test_a_gain_within_the_margin_keeps_the_default_and_the_job_environment(monkeypatch):
+    monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", str(64 << 20))     # what a job script exports
+    monkeypatch.delenv("HOROVOD_CYCLE_TIME", raising=False)
+    se = _search([({}, {"0/0": {"none": [0.0100] * 3}, "4/0": {"none": [0.0099] * 3}})])
+    pick = tune._picks(se)["none"]
+    assert pick["name"] == "library's choice, cycle 1 ms, fusion 64 MiB"
+    assert pick["env"]["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "0"
+    assert pick["env"]["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "0"
+    assert pick["env"]["HOROVOD_FUSION_THRESHOLD"] == str(64 << 20)
+    se.opts.margin = 0.0
+    assert tune._picks(se)["none"]["name"].startswith("ring")
+
+
+def test_tune_refuses_what_it_cannot_do_before_launching_anything():
+    import argparse
+    p = argparse.ArgumentParser()
+    tune.add_arguments(p)
+    for argv, words in ((["--compression", "int8"], "tune none, fp16 or both"),
+                        (["--knobs", "speed"], "unknown speed"),
+                        (["--rounds", "0"], "at least 1")):
+        with pytest.raises(UserError, match=words):
+            tune.main(p.parse_args(argv))
