@@ -187,7 +187,7 @@ def lines(path, decode=None, start: int = 0, stop: Optional[int] = None, first: 
 # What a report reads of a record (hpcdl.analysis, hpcdl.report, hpcdl.checks): the fields
 # below, and of the manifest only these. A line whose shape these do not fit is read whole.
 REPORT_FIELDS = ("box", "command", "declared", "gradient_bytes", "kind", "layout", "metrics",
-                 "params", "point", "schema", "source", "status", "study", "tag", "time")
+                 "params", "point", "schema", "source", "status", "study", "tag", "time", "tuning")
 REPORT_MANIFEST = ("code_tree", "cpu", "cpu_count", "git_commit", "hosts", "platform", "slurm",
                    "started", "versions")
 REPORT_ENV = ("HPCDL_SLOW", "HOROVOD_CONTROLLER", "OMPI_MCA_coll_tuned_allreduce_algorithm",

@@ -99,13 +99,14 @@ class Row:
     lr_rule: str = ""                # the learning-rate rule ([axes] lr_scaling), "" elsewhere
     fitted: bool = True              # the model was calibrated on this row (else: predicted)
     variant: str = ""                # the study's [variants] name, "" elsewhere
+    tuning: str = ""                 # [axes] tuning: "default" or "tuned", "" elsewhere
     modelled: bool = True            # the allreduce model describes the step (see modelled())
     model_band: Optional[List[float]] = None   # 5-95% of the bootstrap's predicted step time
 
     @property
     def axis(self) -> str:
         return axis_name(self.backend, self.compression, self.network, self.lr_rule,
-                         self.variant)
+                         self.variant, self.tuning)
 
     @property
     def wire_bytes(self) -> float:
@@ -115,6 +116,20 @@ class Row:
     @property
     def ci95(self) -> float:
         return 1.96 * self.throughput_std
+
+    @property
+    def hidden_share(self) -> Optional[float]:
+        """The share of the exchange (timed alone) the step hid behind the compute: (compute +
+        exchange − step) / exchange, clipped to [0, 1], medians over repeats. A lower bound: the
+        step also holds the update and overheads that neither probe times. Only where the
+        exchange can overlap the backward pass (Horovod's per-tensor allreduce); None elsewhere,
+        and where either probe is missing."""
+        ex = [e for e in self.exchanges if e is not None]
+        if self.backend != "horovod" or self.compression == "int8" or not ex \
+                or self.compute_s is None or not self.step_time > 0:
+            return None
+        e = float(np.median(ex))
+        return min(1.0, max(0.0, (self.compute_s + e - self.step_time) / e)) if e > 0 else None
 
     @property
     def rest_share(self) -> Optional[float]:
@@ -147,8 +162,7 @@ def rows_of(runs: "OrderedDict[tuple, Repeats]") -> List[Row]:
     """The rows of each configuration's runs (:class:`.reading.Repeats`), ordered and scaled."""
     rows = [_row(key, rs) for key, rs in runs.items()]
     rows.sort(key=lambda r: (_rate(r.network), r.variant, r.backend, r.compression, r.lr_rule,
-                             r.ranks,
-                             r.nodes))
+                             r.tuning, r.ranks, r.nodes))
     add_scaling(rows)
     return rows
 
@@ -158,7 +172,7 @@ def _rate(network: str) -> float:
 
 
 def _row(key, rs: Repeats) -> Row:
-    backend, comp, nodes, rpn, size, net, lr_rule, variant = key
+    backend, comp, nodes, rpn, size, net, lr_rule, variant, tuning = key
     mean, std = pooled(rs.mean, rs.std, rs.n)
     timed = [i for i, s in enumerate(rs.step) if not math.isnan(s)]
     keep = timed or range(len(rs))
@@ -178,7 +192,7 @@ def _row(key, rs: Repeats) -> Row:
                exchanges=[None if math.isnan(rs.exchange[i]) else rs.exchange[i] for i in keep],
                compute_s=compute, compute_share=share,
                gradient_bytes=first.gradient_bytes, network=net,
-               lr_rule=lr_rule, variant=variant, modelled=first.modelled)
+               lr_rule=lr_rule, variant=variant, tuning=tuning, modelled=first.modelled)
 
 
 def add_scaling(rows: List[Row]) -> None:

@@ -28,21 +28,22 @@ from . import budget, convergence, measured, provenance
 from ..records import lookup as _get, ok_train
 
 
-def record_axis(rec: dict) -> Tuple[str, str, str, str, str]:
-    """(backend, compression, box link rate, learning-rate rule, variant) of a record: what
-    keeps its configurations apart beside the layout ("" where a study has no such axis)."""
+def record_axis(rec: dict) -> Tuple[str, str, str, str, str, str]:
+    """(backend, compression, box link rate, learning-rate rule, variant, tuning) of a record:
+    what keeps its configurations apart beside the layout ("" where a study has no such axis)."""
     params = rec.get("params") or {}
     return (params.get("backend", "horovod"), params.get("compression", "none"),
             _get(rec, "point", "network") or _get(rec, "box", "link_rate") or "",
-            _get(rec, "point", "lr_scaling") or "", _get(rec, "point", "variant") or "")
+            _get(rec, "point", "lr_scaling") or "", _get(rec, "point", "variant") or "",
+            _get(rec, "point", "tuning") or "")
 
 
 def axis_name(backend: str, compression: str, network: str = "", lr_rule: str = "",
-              variant: str = "") -> str:
-    """How a report names an axis: horovod/none, horovod/fp16@200mbit, ... lr:linear; a study's
-    variant by its name."""
+              variant: str = "", tuning: str = "") -> str:
+    """How a report names an axis: horovod/none, horovod/fp16@200mbit, ... lr:linear,
+    ... settings:tuned; a study's variant by its name."""
     return ((variant or f"{backend}/{compression}") + (f"@{network}" if network else "")
-            + (f" lr:{lr_rule}" if lr_rule else ""))
+            + (f" lr:{lr_rule}" if lr_rule else "") + (f" settings:{tuning}" if tuning else ""))
 
 
 def modelled(rec: dict) -> bool:
@@ -83,12 +84,12 @@ class Run(NamedTuple):
 
 
 def run_key(rec: dict) -> tuple:
-    """(backend, compression, nodes, ranks per node, ranks, network, lr rule, variant)."""
+    """(backend, compression, nodes, ranks per node, ranks, network, lr rule, variant, tuning)."""
     lay = rec.get("layout") or {}
     size, nodes = int(lay.get("size") or 1), int(lay.get("nodes") or 1)
     rpn = int(lay.get("ranks_per_node") or max(1, size // nodes))
-    backend, comp, net, lr_rule, variant = record_axis(rec)
-    return (backend, comp, nodes, rpn, size, net, lr_rule, variant)
+    backend, comp, net, lr_rule, variant, tuning = record_axis(rec)
+    return (backend, comp, nodes, rpn, size, net, lr_rule, variant, tuning)
 
 
 def run_of(rec: dict) -> Optional[Run]:
@@ -190,9 +191,31 @@ class Systems:
             mine["pipeline"] += g["pipeline"]
 
 
+_ALGORITHMS = {0: "the library's choice", 1: "basic linear", 2: "nonoverlapping",
+               3: "recursive doubling", 4: "ring", 5: "segmented ring", 6: "Rabenseifner"}
+
+
+def settings_of(rec: dict) -> Optional[str]:
+    """The exchange settings a record ran with, in words (None for records made before runs
+    recorded them): the tuning file's pick or the environment's Horovod settings, and the
+    allreduce algorithm the MPI library ran, as read back from it."""
+    t = rec.get("tuning")
+    if not isinstance(t, dict):
+        return None
+    if t.get("source") == "default":
+        env = t.get("settings") or {}
+        words = "defaults" + (" with " + ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
+                              if env else "")
+    else:
+        words = f"{t.get('pick') or 'tuned'} (tuning file {t.get('file')}, from {t.get('source')})"
+    alg = (t.get("in_force") or {}).get("algorithm")
+    return words + (f"; MPI allreduce ran {_ALGORITHMS.get(alg, alg)}" if alg is not None else "")
+
+
 class Runs:
     """What the report says about the runs themselves: hosts, jobs, commits, versions, threads,
-    when; the study file, the box, and the latest record of each point of a user's command."""
+    when; the study file, the box, the exchange settings per configuration, and the latest record
+    of each point of a user's command."""
 
     def __init__(self):
         self.hosts: Counter = Counter()
@@ -200,6 +223,7 @@ class Runs:
         self.commits: Counter = Counter()
         self.versions: Counter = Counter()
         self.cpus: Counter = Counter()
+        self.settings: "OrderedDict[str, Counter]" = OrderedDict()
         self.threads: Counter = Counter()
         self.first_time: Optional[str] = None
         self.last_time: Optional[str] = None
@@ -268,6 +292,13 @@ class Runs:
             self.commands.pop(pid, None)
             self.commands[pid] = rec
         self.recorded_commands += other.recorded_commands
+        for axis, words in other.settings.items():
+            self.settings.setdefault(axis, Counter()).update(words)
+
+    def add_settings(self, axis: str, rec: dict) -> None:
+        words = settings_of(rec) if ok_train(rec) else None
+        if words is not None:
+            self.settings.setdefault(axis, Counter())[words] += 1
 
 
 class Digest:
@@ -317,6 +348,7 @@ class Digest:
         if run is not None:
             self._slot(self.runs, run_key(rec), Repeats).add(run)
         axis = axis_name(*record_axis(rec))
+        self.about.add_settings(axis, rec)
         key = row_key(rec)
         self._slot(self.budget, key, budget.Point).add(rec)
         entry = measured.entry(rec)

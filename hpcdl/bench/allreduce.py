@@ -85,6 +85,10 @@ def add_arguments(a):
                    help=f"JSONL file for the record (default $HPCDL_BENCH_RESULTS or "
                         f"{DEFAULT_RESULTS}); '-' for none")
     a.add_argument("--tag", default=None, help="free text stored in the record")
+    a.add_argument("--tuning", default=None, metavar="FILE",
+                   help="exchange settings from 'hpcdl tune' (its pick for the first "
+                        "--compression), as training takes them; default $HPCDL_TUNING; "
+                        "'default': none. The MPI reference keeps the library's own algorithm")
     a.add_argument("--seed", type=int, default=0, help="seed of the test data")
     a.add_argument("--inject-error", action="store_true",
                    help="the last rank adds 1 to one element of each result before the check "
@@ -177,6 +181,8 @@ class _Sweep:
     hosts: List[str] = field(default_factory=list)
     src: object = None          # every rank's input, float32, an ordinary numpy buffer
     dst: object = None          # the references' output buffer
+    tuning: dict = field(default_factory=dict)   # the record's tuning section
+    ref_comm: object = None     # the MPI reference's communicator: the library's own algorithm
 
     @property
     def p(self) -> int:
@@ -229,8 +235,10 @@ def _plan(opts) -> _Sweep:
 
 def _start(sw: _Sweep) -> None:
     """Threads and rank defaults as training sets them, then MPI (and TensorFlow for Horovod)."""
+    from ..comm import mpit, tuning
     sw.layout = cluster.discover()
     sw.threads = cluster.configure_threads(sw.layout)
+    sw.tuning = tuning.take(sw.opts.tuning, sw.compressions[0])
     cluster.apply_rank_defaults()
     if "horovod" in sw.backends:
         import tensorflow as tf            # reads its thread counts at start-up, as in training
@@ -238,6 +246,14 @@ def _start(sw: _Sweep) -> None:
     import numpy as np
     from mpi4py import MPI
     sw.world = MPI.COMM_WORLD.Dup()
+    forced = mpit.read(mpit.ALGORITHM)
+    if forced:                 # the reference runs the library's own choice, not the tuned one
+        mpit.write(mpit.ALGORITHM, 0)
+        sw.ref_comm = MPI.COMM_WORLD.Dup()
+        mpit.write(mpit.ALGORITHM, forced)
+    else:
+        sw.ref_comm = sw.world
+    sw.tuning["in_force"] = mpit.in_force()
     sw.hosts = sw.world.allgather(sw.layout.host)
     nmax = max(sw.sizes) // 4
     sw.src = _data(np, 0, nmax, sw.world.Get_rank(), sw.opts.seed)
@@ -256,7 +272,7 @@ def _references(sw: _Sweep) -> dict:
         iters = min(_iters_for(size, sw.opts), 100)
         src, dst = sw.src[:n], sw.dst[:n]
         t_copy, _ = sw.timed(lambda: np.copyto(dst, src), iters, 1)
-        t_mpi, _ = sw.timed(lambda: sw.world.Allreduce(src, dst, op=MPI.SUM), iters, 1)
+        t_mpi, _ = sw.timed(lambda: sw.ref_comm.Allreduce(src, dst, op=MPI.SUM), iters, 1)
         refs[size] = {"memcpy": _stats(np, t_copy), "mpi_allreduce": _stats(np, t_mpi)}
         for comp in sw.compressions:
             codec = get_codec(comp)
@@ -323,6 +339,9 @@ def _print_header(sw: _Sweep) -> None:
            f"type: float32  numpy {np.__version__}")
     # MPI_Get_library_version's string ends in a NUL byte, which makes the table "binary" to grep
     sw.say("#  versions: " + " ".join(f"{k}={str(v).strip(chr(0)).strip()}" for k, v in vers.items()))
+    t = sw.tuning
+    sw.say("#  tuning: " + (f"{t['pick']} ({t['file']}, from {t['source']})" if t.get("file")
+                            else "none (defaults)"))
     env = cluster.launcher_env()
     sw.say("#  env: " + (" ".join(f"{k}={v}" for k, v in env.items()
                                   if not k.startswith("SLURM_")) or "(none)"))
@@ -397,6 +416,7 @@ def _record(sw: _Sweep, rows, refs, summary, ok) -> dict:
                                 for k, v in r.items()} for s, r in refs.items()},
         "summary": summary,
         "manifest": records.manifest(sw.layout, hosts=sw.hosts, extra=extra),
+        "tuning": sw.tuning,
     }
 
 

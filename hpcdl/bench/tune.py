@@ -1,5 +1,7 @@
 """Find the fastest settings of the exchange a training step runs on this allocation, and write
-them to a tuning file that training, the bench and studies take (``--tuning``, ``HPCDL_TUNING``).
+them to a tuning file that training, the bench and studies take (--tuning, HPCDL_TUNING). Run it
+on a workstation (it starts mpirun -np N itself) or inside a Slurm job (srun over the job's
+tasks).
 
 ``hpcdl tune`` runs where training is launched from: on a workstation it starts ``mpirun -np N``
 itself, in a Slurm job ``srun`` over the job's tasks. Every launch builds the workload's model
@@ -244,7 +246,8 @@ def _link_limit(host: str, p: int, nbytes: int) -> Optional[float]:
     facts = box.node_facts(host) if box.load() else None
     if not facts or not facts.get("link_bits_per_s") or p < 2:
         return None
-    return 2 * (p - 1) / p * nbytes / (float(facts["link_bits_per_s"]) / 8)
+    from ..costmodel import busbw_factor
+    return busbw_factor(p) * nbytes / (float(facts["link_bits_per_s"]) / 8)
 
 
 # --- the search: launches, the table, the tuning file ----------------------------------------------

@@ -14,7 +14,7 @@ from typing import Callable, List, Optional
 
 from . import command, local
 from .. import checks, records
-from ..errors import EXIT_INTERRUPTED
+from ..errors import EXIT_INTERRUPTED, UserError
 
 
 def _fmt(seconds: float) -> str:
@@ -37,6 +37,10 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
         f"{' (re-run: --force)' if skipped and not force else ''}, {len(todo)} to run")
     if not todo:
         return 0
+    missing = study.missing_tuning(todo) if hasattr(study, "missing_tuning") else []
+    if missing:
+        raise UserError(f"{study.name}: its tuned points need tuning files that do not exist: "
+                        + "; ".join(missing))
     if not dry_run:
         checks.check_writable(runs, "the study's results file")
         if study.command:            # this process writes the records, not hpcdl train's rank 0

@@ -112,6 +112,7 @@ def plan_study(study, software: Software, force: bool = False,
     done = set() if force else study.done_ids()
     steps, skipped, waiting = [], [], []
     box = _box_for(study, unchecked_box)
+    _require_tuning(study, [p for p in study.points() if p.id not in done])
     in_flight = _in_flight(jobs_dir)
     study_path = str(Path(study.path).resolve()) if getattr(study, "path", None) else study.name
     for point in study.points():
@@ -188,6 +189,14 @@ def _box_for(study, unchecked: bool = False) -> Optional[dict]:
                         "one at a time (jobs side by side would share the machine's cores and "
                         "slow each other): bring it up again (scripts/cluster-box.sh up N ...)")
     return settings
+
+
+def _require_tuning(study, points) -> None:
+    """Refuse, before anything is queued, points whose tuning file does not exist."""
+    missing = study.missing_tuning(points) if hasattr(study, "missing_tuning") else []
+    if missing:
+        raise UserError(f"{study.name}: its tuned points need tuning files that do not exist: "
+                        + "; ".join(missing))
 
 
 def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:

@@ -83,6 +83,11 @@ def scaling(ctx: Context) -> Part:
     lines = []
     for t in tables:
         lines += [f"## {t.title}", "", t.markdown(), "", f"CSV: `{t.name}.csv`", ""]
+    if any(r.hidden_share is not None for r in res.rows):
+        lines += ["Exchange hidden: the share of the exchange (timed alone) that the step hid "
+                  "behind the backward pass, (compute + exchange − step) / exchange, a lower "
+                  "bound (the step also holds the update); only for Horovod's per-tensor "
+                  "allreduce, the one exchange that can overlap.", ""]
     if notes:
         lines += ["**Notes** (what these figures cannot support):", ""]
         lines += [f"{i}. {n}" for i, n in enumerate(notes, 1)] + [""]
@@ -166,7 +171,19 @@ def runs(ctx: Context) -> Part:
     pooled = (["What was pooled (the code in hpcdl/, the study file and the box's settings must "
                "be the same in every record; runs sharing a machine must not overlap in time):",
                ""] + prov.lines() + [""]) if prov else []
-    return Part([], ["## Runs", ""] + _manifest_summary(ctx.about, ctx.res.records) + [""] + pooled)
+    return Part([], ["## Runs", ""] + _manifest_summary(ctx.about, ctx.res.records) + [""] + pooled
+                + _settings_markdown(ctx.about))
+
+
+def _settings_markdown(about: Runs) -> List[str]:
+    """The exchange settings each configuration's records ran with (from 'hpcdl tune' or not)."""
+    if not about.settings:
+        return []
+    out = ["Exchange settings per configuration (what each run's record says it ran with):", ""]
+    for axis, words in sorted(about.settings.items()):
+        for w, n in words.most_common():
+            out.append(f"- {axis}: {w} ({n} record(s))")
+    return out + [""]
 
 
 # --- tables and words the sections use ----------------------------------------------------------------
@@ -369,7 +386,8 @@ def _scaling_table(res, axis, notes: List[str]) -> Table:
     unit = sel[0].unit
     t = Table(f"scaling-{_axis_slug(axis)}", f"{res.scaling} scaling, {axis}",
               ["nodes", "ranks", "global batch", f"throughput ({unit}, ±1.96σ)", "step (ms)",
-               "speedup", "efficiency", "Karp–Flatt e", "compute", "rest of step", "runs", "notes"],
+               "speedup", "efficiency", "Karp–Flatt e", "compute", "rest of step",
+               "exchange hidden", "runs", "notes"],
               meta={"study": res.study, "scaling": res.scaling, "axis": axis, "unit": unit,
                     "baseline_ranks": min(r.ranks for r in sel)})
     for r in sel:
@@ -377,7 +395,7 @@ def _scaling_table(res, axis, notes: List[str]) -> Table:
         t.add([r.nodes, r.ranks, r.global_batch, f"{r.throughput:.1f} ± {r.ci95:.1f}",
                _ms(r.step_time), _f(r.speedup, 2), _f(r.efficiency, pct=True),
                _f(r.karp_flatt, 3), _f(r.compute_share, pct=True), _f(r.rest_share, pct=True),
-               r.runs, ids],
+               _f(r.hidden_share, pct=True), r.runs, ids],
               {"backend": r.backend, "compression": r.compression, "nodes": r.nodes,
                "ranks_per_node": r.ranks_per_node, "ranks": r.ranks, "batch_size": r.batch_size,
                "global_batch": r.global_batch, "throughput_mean": r.throughput,
@@ -385,6 +403,7 @@ def _scaling_table(res, axis, notes: List[str]) -> Table:
                "step_time_s": r.step_time, "speedup": r.speedup, "efficiency": r.efficiency,
                "karp_flatt": r.karp_flatt, "compute_s": r.compute_s,
                "compute_share": r.compute_share, "rest_share": r.rest_share,
+               "exchange_hidden_share": r.hidden_share,
                "gradient_bytes": r.gradient_bytes, "runs": r.runs, "flags": " | ".join(r.flags)})
     return t
 

@@ -124,9 +124,10 @@ _TARGET_FLAGS: Dict[str, Tuple[type, str]] = {"target": (str, "--target"),
 _MODEL_KEYS = ("fit", "calibrate")
 _STUDY_KEYS = ("name", "description", "scaling", "repeats")
 _LAYOUT_KEYS = ("ranks", "nodes", "ranks_per_node")
-_AXES_KEYS = ("backend", "compression", "exchange", "network", "lr_scaling")
+_AXES_KEYS = ("backend", "compression", "exchange", "network", "lr_scaling", "tuning")
+TUNINGS = ("default", "tuned")
 LR_RULES = ("linear", "none")
-_RUN_KEYS = ("timeout", "threads_per_rank", "env", "mpirun_args", "tag", "timeline")
+_RUN_KEYS = ("timeout", "threads_per_rank", "env", "mpirun_args", "tag", "timeline", "tuning")
 SLURM_KEYS = ("partition", "account", "qos", "constraint", "time", "cpus_per_task",
               "gpus_per_node", "ntasks_per_node", "mem", "signal_lead", "mpi", "modules",
               "setup", "extra")
@@ -186,6 +187,8 @@ class Point:
     timeline: bool = False         # [run] timeline: Horovod's timeline, summarised in the record
     variant: str = ""              # [variants]: this point's variant ("": no variants)
     variant_args: Tuple[str, ...] = ()   # its hpcdl train options beyond backend and compression
+    tuning: str = ""               # [axes] tuning: "default" or "tuned" ("": no such axis)
+    tuning_file: str = ""          # [run] tuning: the tuning file, {nodes} {ranks} filled in
 
     @property
     def ranks(self) -> int:
@@ -201,7 +204,8 @@ class Point:
         return (f"n{self.nodes}-r{self.ranks_per_node}-{self.backend}-{self.compression}"
                 + (f"-{self.network}" if self.network else "")
                 + (f"-lr{self.lr_rule}" if self.lr_rule else "")
-                + (f"-v{self.variant}" if self.variant else "") + f"-rep{self.repeat}")
+                + (f"-v{self.variant}" if self.variant else "")
+                + (f"-t{self.tuning}" if self.tuning else "") + f"-rep{self.repeat}")
 
     @property
     def group(self) -> str:
@@ -215,7 +219,8 @@ class Point:
                 "batch_size": self.batch_size, "global_batch": self.global_batch,
                 **({"network": self.network} if self.network else {}),
                 **({"lr_scaling": self.lr_rule} if self.lr_rule else {}),
-                **({"variant": self.variant} if self.variant else {})}
+                **({"variant": self.variant} if self.variant else {}),
+                **({"tuning": self.tuning} if self.tuning else {})}
 
     def train_args(self, results_path) -> List[str]:
         """The arguments that follow ``hpcdl train`` for this point (no leading 'train')."""
@@ -226,6 +231,8 @@ class Point:
             args += [(_WORKLOAD_KEYS.get(key) or _TARGET_FLAGS[key])[1], str(value)]
         if self.lr_rule:
             args += ["--lr-scaling", self.lr_rule]
+        if self.tuning == "default" or self.tuning_file:
+            args += ["--tuning", "default" if self.tuning == "default" else self.tuning_path]
         if self.timeline:
             args += ["--timeline", str(Path(results_path).parent / "timelines" / f"{self.id}.json")]
         args += ["--study", self.study,
@@ -234,6 +241,12 @@ class Point:
             args += ["--declared", self.declared]
         args += ["--results", str(results_path)]
         return args
+
+    @property
+    def tuning_path(self) -> str:
+        """[run] tuning with this point's {nodes}, {ranks} and {ranks_per_node}."""
+        values = {"nodes": self.nodes, "ranks": self.ranks, "ranks_per_node": self.ranks_per_node}
+        return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), self.tuning_file)
 
     def command(self, results_path) -> List[str]:
         """``["train", *train_args]``: the full hpcdl argument list."""
@@ -278,6 +291,8 @@ class Study:
     command: List[str] = field(default_factory=list)   # [workload] command: the user's script
     scrape: Dict[str, str] = field(default_factory=dict)  # [scrape]: figure name -> pattern
     timeline: bool = False           # [run] timeline = true: Horovod's timeline per point
+    tunings: List[str] = field(default_factory=lambda: [""])   # [axes] tuning
+    tuning_file: str = ""            # [run] tuning: the tuning file ({nodes}, {ranks} filled in)
     sha256: str = ""                 # of the study file's bytes
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -310,7 +325,8 @@ class Study:
             if self.target:
                 params["seed"] = int(self.params.get("seed", 0)) + rep
             variants = self.variants or [("", b, c, ()) for b, c in self.exchange_pairs]
-            for net, rule in ((n, r) for n in self.networks for r in self.lr_rules):
+            for net, rule, tun in ((n, r, t) for n in self.networks for r in self.lr_rules
+                                   for t in self.tunings):
                 for variant, backend, comp, extra in variants:
                     for nodes, rpn in self.layouts:
                         ranks = nodes * rpn
@@ -318,7 +334,8 @@ class Study:
                         out.append(Point(self.name, nodes, rpn, rep, backend, comp, per_rank,
                                          self.workload, tuple(sorted(params.items())),
                                          declared, net, rule, tuple(self.command),
-                                         self.timeline, variant, extra))
+                                         self.timeline, variant, extra, tun,
+                                         self.tuning_file if tun != "default" else ""))
         return out
 
     @property
@@ -334,6 +351,14 @@ class Study:
     def pending(self, runs_path=None) -> List[Point]:
         done = self.done_ids(runs_path)
         return [p for p in self.points() if p.id not in done]
+
+    def missing_tuning(self, points: Iterable[Point]) -> List[str]:
+        """The tuning files these points need that do not exist (relative to where the study is
+        run from), each with the command that makes it."""
+        need = sorted({(p.tuning_path, p.nodes, p.ranks_per_node) for p in points if p.tuning_file})
+        return [f"{path} (make it on {n} node(s) with 'hpcdl tune --study {self.path} --out {path}' "
+                f"in a job of {n} node(s) x {rpn} task(s))"
+                for path, n, rpn in need if not Path(path).is_file()]
 
     def summary(self) -> str:
         pts = self.points()
@@ -406,6 +431,7 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
         backends = list(dict.fromkeys(b for _, b, _, _ in variants))
         compressions = list(dict.fromkeys(c for _, _, c, _ in variants))
     timeout, env, mpirun_args = _run_section(v, raw)
+    tunings, tuning_file = _tuning_axis(v, ax, v.table(raw, "run"), command)
     timeline = bool(v.get(v.table(raw, "run"), "run.timeline", bool, default=False))
     if timeline and command:
         v.fail("run.timeline", "records hpcdl train's Horovod timeline; workload.command runs "
@@ -422,7 +448,8 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
                  fit=_fit_key(v, model),
                  calibrate_nodes_max=_calibrate_key(v, model), target=target, command=command,
-                 scrape=scrape, timeline=timeline, variants=variants, raw=raw)
+                 scrape=scrape, timeline=timeline, variants=variants, tunings=tunings,
+                 tuning_file=tuning_file, raw=raw)
 
 
 def _fit_key(v, model) -> str:
@@ -523,6 +550,23 @@ def _network_axis(v, ax) -> List[str]:
     if not nets or len(set(nets)) != len(nets):
         v.fail("axes.network", f"must list distinct link rates, not {nets!r}")
     return [str(x) for x in nets]
+
+
+def _tuning_axis(v, ax, run, command) -> Tuple[List[str], str]:
+    """[axes] tuning = ["default", "tuned"] and [run] tuning, the tuning file of the tuned points
+    (placeholders {nodes}, {ranks}, {ranks_per_node}: one per allocation, as 'hpcdl tune' makes)."""
+    path = v.get(run, "run.tuning", str, default="")
+    for name in _PLACEHOLDER.findall(path):
+        if name not in ("nodes", "ranks", "ranks_per_node"):
+            v.fail("run.tuning", f"{{{name}}} is not a placeholder of a tuning file's path "
+                                 "(use {nodes}, {ranks}, {ranks_per_node})")
+    tunings = v.str_list(ax, "axes.tuning", TUNINGS, default=None) if "tuning" in ax else [""]
+    if "tuned" in tunings and not path:
+        v.fail("axes.tuning", "'tuned' needs run.tuning, the tuning file ('hpcdl tune' makes it)")
+    if command and (path or "tuning" in ax):
+        v.fail("run.tuning", "tunes hpcdl train's exchange; workload.command runs your script "
+                             "(export the tuning file's settings in run.env for it)")
+    return tunings, path
 
 
 def _study_section(v, raw, path):

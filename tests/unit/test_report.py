@@ -183,3 +183,29 @@ def test_every_report_file_starts_with_the_command_that_regenerates_it(results):
     for p in out["files"]:
         if p.suffix == ".csv":
             assert p.read_text().splitlines()[0] == f"# command: hpcdl study report {d}"
+
+
+def test_tuned_and_default_runs_are_configurations_apart_and_their_settings_are_named(tmp_path):
+    d = tmp_path / "results" / "tun"
+    d.mkdir(parents=True)
+    ring = {"source": "--tuning", "file": "t/1n.json", "pick": "ring, cycle 0.2 ms, fusion 128 MiB",
+            "settings": {}, "in_force": {"algorithm": 4, "dynamic_rules": 1, "segment_bytes": 0}}
+    plain = {"source": "default", "settings": {"HOROVOD_FUSION_THRESHOLD": "67108864"},
+             "in_force": {"algorithm": 0, "dynamic_rules": 0, "segment_bytes": 0}}
+    with open(d / "runs.jsonl", "w") as fh:
+        for rep in range(2):
+            for ranks in (1, 2):
+                for tun, section, step in (("default", plain, 1.2e-3), ("tuned", ring, 1.0e-3)):
+                    r = _record("tun", ranks, rep, 1000.0 * ranks / step / 1000, 10.0, step, 0.8e-3)
+                    r["point"].update(id=r["point"]["id"].replace("-rep", f"-t{tun}-rep"), tuning=tun)
+                    r["tuning"] = section
+                    fh.write(json.dumps(r) + "\n")
+    report.write_report(d)
+    text = (d / "report.md").read_text()
+    rows = {(r["axis"], r["ranks"]): r for r in json.loads((d / "report.json").read_text())["rows"]}
+    assert rows[("horovod/none settings:tuned", 2)]["runs"] == 2
+    assert rows[("horovod/none settings:default", 2)]["runs"] == 2
+    assert ("- horovod/none settings:tuned: ring, cycle 0.2 ms, fusion 128 MiB (tuning file "
+            "t/1n.json, from --tuning); MPI allreduce ran ring (4 record(s))") in text
+    assert ("- horovod/none settings:default: defaults with HOROVOD_FUSION_THRESHOLD=67108864; "
+            "MPI allreduce ran the library's choice (4 record(s))") in text

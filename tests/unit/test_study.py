@@ -346,3 +346,65 @@ def test_variants_and_a_backend_axis_do_not_mix(tmp_path):
     both = GOOD + '\n[variants]\nring = "--backend horovod"\n'
     with pytest.raises(study.StudyError, match="axes.backend: and \\[variants\\] both say"):
         study.load(write(tmp_path, both))
+
+
+def _tuning_study(tmp_path, axes='tuning = ["default", "tuned"]', run='tuning = "t/box-{nodes}n.json"'):
+    return study.from_dict(__import__("tomllib").loads(f"""
+[study]
+name = "t"
+scaling = "weak"
+[workload]
+name = "expmlp"
+batch_size = 10
+[layout]
+nodes = [1, 2]
+ranks_per_node = 1
+[axes]
+exchange = ["horovod", "horovod+fp16"]
+{axes}
+[run]
+{run}
+"""), tmp_path / "t.toml", results_root=tmp_path)
+
+
+def test_a_tuning_axis_runs_each_point_with_defaults_and_with_its_allocations_tuning_file(
+        tmp_path, monkeypatch):
+    st = _tuning_study(tmp_path)
+    pts = st.points()
+    assert len(pts) == 2 * 2 * 2
+    tuned = [p for p in pts if p.tuning == "tuned"]
+    assert {p.id for p in tuned} >= {"n2-r1-horovod-fp16-ttuned-rep0"}
+    p2 = next(p for p in tuned if p.nodes == 2)
+    args = p2.train_args("r.jsonl")
+    assert args[args.index("--tuning") + 1] == "t/box-2n.json"
+    assert json.loads(args[args.index("--point") + 1])["tuning"] == "tuned"
+    d = next(p for p in pts if p.tuning == "default" and p.nodes == 2)
+    assert d.train_args("r.jsonl")[d.train_args("r.jsonl").index("--tuning") + 1] == "default"
+    assert d.id == "n2-r1-horovod-none-tdefault-rep0"
+    # the files tuned points need are named before anything runs, with how to make them
+    monkeypatch.chdir(tmp_path)
+    missing = st.missing_tuning(pts)
+    assert len(missing) == 2 and missing[1].startswith("t/box-2n.json (make it on 2 node(s)")
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "box-2n.json").write_text("{}")
+    assert [m.split()[0] for m in st.missing_tuning(pts)] == ["t/box-1n.json"]
+
+
+def test_run_tuning_alone_tunes_every_point_and_adds_nothing_to_the_ids(tmp_path):
+    st = _tuning_study(tmp_path, axes="")
+    pts = st.points()
+    assert len(pts) == 4 and all("-t" not in p.id for p in pts)
+    assert all(p.train_args("r")[p.train_args("r").index("--tuning") + 1].startswith("t/box-")
+               for p in pts)
+    plain = _tuning_study(tmp_path, axes="", run="")
+    assert all("--tuning" not in p.train_args("r") for p in plain.points())
+
+
+@pytest.mark.parametrize("axes, run, words", [
+    ('tuning = ["tuned"]', "", "'tuned' needs run.tuning"),
+    ('tuning = ["fast"]', 'tuning = "x.json"', "axes.tuning"),
+    ("", 'tuning = "t/{gpus}.json"', "{gpus} is not a placeholder"),
+])
+def test_a_bad_tuning_axis_is_refused_with_what_to_fix(tmp_path, axes, run, words):
+    with pytest.raises(study.StudyError, match=words):
+        _tuning_study(tmp_path, axes=axes, run=run)
