@@ -10,7 +10,7 @@ figures, so the choice can be checked later.
 A run takes a tuning file from ``--tuning`` (``hpcdl train``, ``hpcdl bench allreduce``), else
 from ``HPCDL_TUNING`` (which a study's ``[run] tuning`` sets for its points); ``default`` (or
 ``none``) in either means no tuning file. Its settings replace what the environment holds (the
-job scripts export Horovod's defaults, which would otherwise win), and the run's record carries
+job scripts export a fusion threshold, which would otherwise win), and the run's record carries
 the section :func:`apply` returns: the file, its hash, the settings, what they replaced, and
 where the file was made.
 """

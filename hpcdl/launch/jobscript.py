@@ -120,7 +120,8 @@ DEFAULT_EXPORTS: Tuple[Export, ...] = (
            "Open MPI: a waiting rank yields its core instead of spinning (ranks whose threads "
            "outnumber their cores lose the core to the spin otherwise)."),
     Export("HOROVOD_FUSION_THRESHOLD", "67108864", "67108864",
-           "Horovod: bytes of gradients fused into one allreduce (64 MiB, Horovod's default)."),
+           "Horovod: bytes of gradients fused into one allreduce (64 MiB; Horovod 0.28's own "
+           "default is 128 MiB)."),
     Export("HOROVOD_CYCLE_TIME", None, "5",
            "Horovod: milliseconds between fusion cycles; larger fuses more, smaller reacts faster."),
     Export("NCCL_DEBUG", "WARN", "WARN",
