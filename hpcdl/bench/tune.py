@@ -3,32 +3,37 @@ them to a tuning file that training, the bench and studies take (--tuning, HPCDL
 on a workstation (it starts mpirun -np N itself) or inside a Slurm job (srun over the job's
 tasks).
 
-``hpcdl tune`` runs where training is launched from: on a workstation it starts ``mpirun -np N``
-itself, in a Slurm job ``srun`` over the job's tasks. Every launch builds the workload's model
+Every launch of the ranks builds the workload's model
 (from the workload options, or a study file's ``[workload]``) and times, for its real gradient
 tensors, the method a training step calls (``HorovodBackend.average``: one ``hvd.allreduce`` per
 tensor in a ``tf.function``, fused by Horovod's background thread), per round the slowest rank's
 median over ``--iters`` exchanges.
 
 - **Open MPI's allreduce algorithm** (the library's own choice, ring, segmented ring, Rabenseifner,
-  recursive doubling) is varied inside each launch: written through MPI_T
-  (:mod:`hpcdl.comm.mpit`), taken up by a new communicator on which Horovod is started again,
-  the algorithms alternating in rounds (the order rotates each round).
+  recursive doubling) first, under the job's environment: all of them inside each launch, written
+  through MPI_T (:mod:`hpcdl.comm.mpit`) and taken up by a new communicator on which Horovod is
+  started again, alternating in rounds (the order rotates each round).
 - **Horovod's cycle time, fusion threshold and hierarchical allreduce** (the last only where ranks
-  share a node) are varied between launches, one knob at a time from the job's environment
-  (coordinate descent), the candidates of a knob alternating over ``--rounds`` rounds of launches.
+  share a node) then, one knob at a time (coordinate descent), with the fastest algorithm, one
+  setting per launch, the candidates of a knob alternating over ``--rounds`` rounds of launches.
   They cannot be varied inside one process: Horovod 0.28 keeps the values it fixed from the
   environment at its first ``hvd.init`` through ``hvd.shutdown`` and a new ``hvd.init`` (a cycle time
   of 20 ms still ruled the next start without the variable), and crashes (SIGSEGV in
-  ``ParameterManager::BayesianParameter::SetValue``) when a start fixes one of them again after
-  another start fixed both. So a launch sets them once, before Horovod's first start.
+  ``ParameterManager::BayesianParameter::SetValue``) when it starts again after a start that
+  fixed both. So a launch sets them once, before Horovod's first start, and where the job's
+  environment fixes both, the algorithms get a launch each.
+- **The result against the default**, launched alike (one algorithm per launch) and alternating
+  for ``--rounds`` rounds: the file takes the result only when its median is at least
+  ``--margin`` faster; else the default (the job's environment, the library's own algorithm).
+  Launches of different kinds are not compared with each other: on two local ranks the same
+  setting took 3.8-5.7 ms a step restarted for each round and 6.8-7.8 ms timed within one start.
 
-A candidate's figure is the median of all its rounds; a setting replaces the default only when at
-least ``--margin`` faster. The table gives each candidate's step exchange time, its bus bandwidth,
-and references measured in the same launches: the MPI library's own ``MPI_Allreduce`` of one
-buffer of the same bytes, and on the cluster box the link's limit. ``--budget`` bounds the time
-spent launching (every candidate is measured at least once). The search follows the first
-compression asked for; the others take the fastest setting measured for them.
+A candidate's figure is the median of its rounds. The table gives each candidate's step exchange
+time, its bus bandwidth, and references measured in the same launches: the MPI library's own
+``MPI_Allreduce`` of one buffer of the same bytes, and on the cluster box the link's limit.
+``--budget`` bounds the time spent launching (every candidate is measured at least once). The
+search follows the first compression asked for; every launch times each compression asked for,
+and each takes the search's result where it is faster for it.
 
 A little over 400 lines: the launch (the ranks' side) and the search over launches (the
 driver's) are one protocol, a JSON line after :data:`MARKER`, kept in one place.
@@ -117,8 +122,10 @@ class Worker:
         self.world.Allreduce(MPI.IN_PLACE, arr, op=MPI.MAX)
         return float(np.median(arr))
 
-    def exchange(self, algorithm: Tuple[int, int], compressions: List[str]) -> Dict[str, float]:
-        """Per compression, one round's time of a step's exchange under ``algorithm``."""
+    def session(self, algorithm: Tuple[int, int], compressions: List[str],
+                rounds: int) -> Dict[str, List[float]]:
+        """Horovod started once on a communicator that runs ``algorithm``; per compression,
+        ``rounds`` rounds' times of a step's exchange (each the slowest rank's median)."""
         import horovod.tensorflow as hvd
         from ..comm import mpit
         from ..comm.horovod import HorovodBackend
@@ -131,19 +138,22 @@ class Worker:
         comm = self.world.Dup()
         hvd.init(comm=comm)
         self.started = True
-        out = {}
+        out: Dict[str, List[float]] = {c: [] for c in compressions}
         try:
+            fns = {}
             for comp in compressions:
                 be = HorovodBackend(comp)
-                fn = self.tf.function(lambda ts: be.average(ts))
-                fn(self.tensors)                                 # negotiation, fusion buffer
-                times = []
-                for _ in range(self.opts.iters):
-                    self.world.Barrier()
-                    t0 = time.perf_counter()
-                    fn(self.tensors)
-                    times.append(time.perf_counter() - t0)
-                out[comp] = self.slowest(times)
+                fns[comp] = self.tf.function(lambda ts, be=be: be.average(ts))
+                fns[comp](self.tensors)                          # negotiation, fusion buffer
+            for _ in range(rounds):
+                for comp in compressions:
+                    times = []
+                    for _ in range(self.opts.iters):
+                        self.world.Barrier()
+                        t0 = time.perf_counter()
+                        fns[comp](self.tensors)
+                        times.append(time.perf_counter() - t0)
+                    out[comp].append(self.slowest(times))
         finally:
             hvd.shutdown()
             comm.Free()
@@ -193,7 +203,7 @@ def _start_worker(opts, setting: dict) -> Worker:
     layout = cluster.discover()
     threads = cluster.configure_threads(layout)
     cluster.apply_rank_defaults()
-    if len(setting["algorithms"]) > 1:
+    if any(a[0] for a in setting["algorithms"]):
         os.environ["OMPI_MCA_coll_tuned_use_dynamic_rules"] = "1"
     targs = _train_opts(opts)
     import tensorflow as tf
@@ -221,14 +231,21 @@ def _worker(opts) -> int:
                        "variable (not Open MPI, or its tuned collectives are off)")
     comps = setting["compressions"]
     nbytes = sum(int(t.shape.num_elements()) * 4 for t in wk.tensors)
+    if len(algs) > 1 and all(n in os.environ for n in ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD")):
+        raise UserError("a launch that fixes both Horovod's cycle time and fusion threshold can "
+                        "start Horovod only once, so it can time only one algorithm")
     times = {f"{a[0]}/{a[1]}": {c: [] for c in comps} for a in algs}
-    native = []
-    for r in range(opts.worker_rounds):
+    native = [wk.native(nbytes)]
+    if len(algs) == 1:             # one start of Horovod, the rounds inside it
+        times[f"{algs[0][0]}/{algs[0][1]}"] = wk.session(algs[0], comps, opts.worker_rounds)
         native.append(wk.native(nbytes))
+    for r in range(opts.worker_rounds if len(algs) > 1 else 0):
+        if r:
+            native.append(wk.native(nbytes))
         k = r % len(algs)
         for a in algs[k:] + algs[:k]:
-            for comp, t in wk.exchange(a, comps).items():
-                times[f"{a[0]}/{a[1]}"][comp].append(t)
+            for comp, ts in wk.session(a, comps, 1).items():
+                times[f"{a[0]}/{a[1]}"][comp] += ts
     if wk.root:
         lay = wk.layout
         print(MARKER + json.dumps({
@@ -274,11 +291,15 @@ class Search:
         return [t for run in self.runs.get(_key(self.effective(env)), [])
                 for t in run["times"].get(alg, {}).get(comp, [])]
 
+    def median(self, env: dict, alg: Tuple[int, int], comp: str) -> float:
+        """The median of every round measured for the setting and algorithm (inf: none)."""
+        import statistics
+        ts = self.times(env, f"{alg[0]}/{alg[1]}", comp)
+        return statistics.median(ts) if ts else float("inf")
+
     def score(self, env: dict, comp: str) -> float:
         """The setting's fastest algorithm's median."""
-        import statistics
-        return min(statistics.median(ts) for a in (f"{x}/{y}" for x, y in self.algorithms)
-                   for ts in (self.times(env, a, comp),) if ts)
+        return min(self.median(env, a, comp) for a in self.algorithms)
 
 
 def _key(effective: dict) -> str:
@@ -295,10 +316,11 @@ def _workload_args(opts) -> List[str]:
     return out
 
 
-def _launch(se: Search, env: dict) -> dict:
-    """One launch of the ranks with the Horovod overrides ``env``; its result, kept."""
+def _launch(se: Search, env: dict, algorithms: List[Tuple[int, int]]) -> dict:
+    """One launch of the ranks with the Horovod overrides ``env`` timing ``algorithms``; its
+    result, kept."""
     from ..launch.local import hpcdl_command, mpirun_command, run
-    setting = {"env": env, "algorithms": se.algorithms, "compressions": se.comps}
+    setting = {"env": env, "algorithms": algorithms, "compressions": se.comps}
     o = se.opts
     cmd = hpcdl_command(["tune", "--worker", json.dumps(setting), "--iters", str(o.iters),
                                "--worker-rounds", str(o.worker_rounds), *_workload_args(o)])
@@ -321,15 +343,30 @@ def _launch(se: Search, env: dict) -> dict:
     return result
 
 
-def _search(se: Search) -> None:
-    """Coordinate descent over the Horovod knobs from the job's environment: each knob's values
-    launched in rotating order for ``--rounds`` rounds (fewer when its share of the budget is
-    spent, never none), the fastest kept when ``--margin`` faster than the current one."""
-    base: dict = {}
+def _search(se: Search) -> Tuple[dict, Tuple[int, int]]:
+    """The algorithm first, under the job's environment (all of them in each launch, or one per
+    launch where the environment fixes both the cycle time and the fusion threshold: Horovod
+    cannot start twice then), then the Horovod knobs one at a time with the fastest algorithm
+    (coordinate descent). Each stage's candidates are launched in rotating order for ``--rounds``
+    rounds (fewer when the stage's share of the budget is spent, never none); the fastest is
+    kept when ``--margin`` faster than the current one."""
     comp = se.comps[0]
-    if not se.knobs or se.knobs[0] == "hierarchical":
-        _launch(se, base)           # the default first: it tells the ranks per node
-    for i, knob in enumerate(se.knobs):
+    alg: Tuple[int, int] = (0, 0)
+    stages = (["algorithm"] if len(se.algorithms) > 1 else []) + se.knobs
+    if not stages or stages[0] == "hierarchical":
+        _launch(se, {}, [alg])        # the default first: it tells the ranks per node
+    base: dict = {}
+    for i, knob in enumerate(stages):
+        stop = time.monotonic() + max(0.0, se.deadline - time.monotonic()) / (len(stages) - i)
+        if knob == "algorithm":
+            both = all(n in os.environ for n in ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD"))
+            groups = [[a] for a in se.algorithms] if both else [list(se.algorithms)]
+            _rounds(se, [({}, g) for g in groups], stop)
+            alg = min(se.algorithms, key=lambda a: se.median({}, a, comp))
+            if not se.median({}, alg, comp) < (1 - se.opts.margin) * se.median({}, (0, 0), comp):
+                alg = (0, 0)
+            print(f"# algorithm: {_name(se.effective({}), f'{alg[0]}/{alg[1]}')}", flush=True)
+            continue
         name, values = KNOBS[knob]
         first = next(iter(se.runs.values()), [{}])[0]
         if knob == "hierarchical" and first.get("ranks_per_node", 2) < 2:
@@ -340,17 +377,40 @@ def _search(se: Search) -> None:
             if _key(se.effective(c)) not in seen:
                 seen.add(_key(se.effective(c)))
                 cands.append(c)
-        stop = time.monotonic() + max(0.0, se.deadline - time.monotonic()) / (len(se.knobs) - i)
-        for r in range(se.opts.rounds):
-            if r and time.monotonic() > stop:
-                break
-            k = r % len(cands)
-            for c in cands[k:] + cands[:k]:
-                _launch(se, c)
-        fastest = min(cands, key=lambda c: se.score(c, comp))
-        if se.score(fastest, comp) < (1 - se.opts.margin) * se.score(base, comp):
+        _rounds(se, [(c, [alg]) for c in cands], stop)
+        fastest = min(cands, key=lambda c: se.median(c, alg, comp))
+        if se.median(fastest, alg, comp) < (1 - se.opts.margin) * se.median(base, alg, comp):
             base = fastest
-        print(f"# {knob}: {_name(se.effective(base))}", flush=True)
+        print(f"# {knob}: {_name(se.effective(base), f'{alg[0]}/{alg[1]}')}", flush=True)
+    return base, alg
+
+
+def _confirm(se: Search, base: dict, alg: Tuple[int, int]) -> Dict[str, Dict[str, List[float]]]:
+    """The search's result against the default, launched alike (one algorithm per launch)
+    and alternating for ``--rounds`` rounds: per side ("pick", "default") and compression, the
+    rounds' times. The search's stages compared candidates within a stage; this compares the
+    two that the tuning file chooses between, the same way."""
+    kept, se.runs = se.runs, {}
+    same = _key(se.effective(base)) == _key(se.effective({})) and alg == (0, 0)
+    try:
+        _rounds(se, [({}, [(0, 0)])] + ([] if same else [(base, [alg])]), float("inf"))
+        out = {"default": {c: se.times({}, "0/0", c) for c in se.comps}}
+        out["pick"] = out["default"] if same else {
+            c: se.times(base, f"{alg[0]}/{alg[1]}", c) for c in se.comps}
+    finally:
+        se.runs = kept
+    return out
+
+
+def _rounds(se: Search, cands, stop: float) -> None:
+    """``--rounds`` rounds of launches of ``cands`` ((overrides, algorithms) each), the order
+    rotating every round; no new round once ``stop`` has passed."""
+    for r in range(se.opts.rounds):
+        if r and time.monotonic() > stop:
+            break
+        k = r % len(cands)
+        for env, algs in cands[k:] + cands[:k]:
+            _launch(se, env, algs)
 
 
 def _name(effective: dict, alg: Optional[str] = None) -> str:
@@ -370,32 +430,32 @@ def _rows(se: Search, comp: str) -> List[Tuple[float, str, str, List[float]]]:
     out = []
     for key, runs in se.runs.items():
         env = dict(json.loads(key))
-        for alg in runs[0]["times"]:
+        for alg in dict.fromkeys(a for run in runs for a in run["times"]):
             ts = se.times(env, alg, comp)
             if ts:
                 out.append((statistics.median(ts), key, alg, ts))
     return sorted(out)
 
 
-def _picks(se: Search) -> Dict[str, dict]:
-    """Per compression the fastest candidate measured, unless the default (the job's environment,
-    the library's own algorithm) is within ``--margin`` of it."""
+def _picks(se: Search, base: dict, alg: Tuple[int, int], confirm: dict) -> Dict[str, dict]:
+    """Per compression the search's result, unless the confirmation found the default (the job's
+    environment, the library's own algorithm) within ``--margin`` of it."""
     import statistics
-    default_key = _key(se.effective({}))
     picks = {}
     for comp in se.comps:
-        rows = _rows(se, comp)
-        base = statistics.median(se.times({}, "0/0", comp))
-        t, key, alg, _ = rows[0]
-        if not t < (1 - se.opts.margin) * base:
-            t, key, alg = base, default_key, "0/0"
-        effective = dict(json.loads(key))
-        number, segment = (int(x) for x in alg.split("/"))
-        env = {**effective, "OMPI_MCA_coll_tuned_use_dynamic_rules": "1" if number else "0",
-               "OMPI_MCA_coll_tuned_allreduce_algorithm": str(number),
-               "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": str(segment)}
-        picks[comp] = {"name": _name(effective, alg), "env": env, "exchange_s": t,
-                       "default_s": base, "gain": base / t}
+        d = statistics.median(confirm["default"][comp])
+        t = statistics.median(confirm["pick"][comp])
+        chosen = t < (1 - se.opts.margin) * d
+        env_, alg_ = (base, alg) if chosen else ({}, (0, 0))
+        effective = se.effective(env_)
+        env = {**effective, "OMPI_MCA_coll_tuned_use_dynamic_rules": "1" if alg_[0] else "0",
+               "OMPI_MCA_coll_tuned_allreduce_algorithm": str(alg_[0]),
+               "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": str(alg_[1])}
+        picks[comp] = {"name": _name(effective, f"{alg_[0]}/{alg_[1]}"), "env": env,
+                       "exchange_s": t if chosen else d, "default_s": d,
+                       "searched": _name(se.effective(base), f"{alg[0]}/{alg[1]}"),
+                       "searched_s": t, "gain": d / t if chosen else 1.0,
+                       "confirm_times_s": {k: v[comp] for k, v in confirm.items()}}
     return picks
 
 
@@ -408,7 +468,7 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
     out = [f"{'compr':>5}  {'candidate':<66} {'n':>3} {'exchange(ms)':>12} {'busbw(GB/s)':>11} "
            f"{'vs MPI':>6} {'vs default':>10}" + ("  vs link" if limit else "")]
     for comp in se.comps:
-        base = picks[comp]["default_s"]
+        base = se.median({}, (0, 0), comp)
         for t, key, alg, ts in _rows(se, comp):
             mark = "*" if _name(dict(json.loads(key)), alg) == picks[comp]["name"] else " "
             out.append(f"{comp:>5} {mark}{_name(dict(json.loads(key)), alg):<66} {len(ts):>3} "
@@ -421,6 +481,12 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
                + (f"; the link's limit for a ring {limit * 1e3:.2f} ms" if limit else ""))
     out.append("# * the pick; vs MPI, vs default, vs link: their time over the candidate's "
                "(above 1: the candidate is faster)")
+    for comp, pk in picks.items():
+        n = len(pk["confirm_times_s"]["default"])
+        out.append(f"# {comp}: the search found {pk['searched']}; against the default, launched "
+                   f"alike and alternating ({n} round(s) each): {pk['searched_s'] * 1e3:.2f} ms "
+                   f"against {pk['default_s'] * 1e3:.2f} ms, so the file takes "
+                   + (f"it ({pk['gain']:.2f}x)" if pk["gain"] > 1 else "the default"))
     return out
 
 
@@ -463,12 +529,13 @@ def main(opts) -> int:
     se = Search(opts, comps, [k for k in knobs if k != "algorithm"],
                 list(ALGORITHMS) if "algorithm" in knobs else [(0, 0)])
     se.deadline = time.monotonic() + opts.budget
-    _search(se)
+    base, alg = _search(se)
+    confirm = _confirm(se, base, alg)
     first = next(iter(se.runs.values()))[0]
     skipped = list(first.get("skipped") or []) + se.skipped
     if first["ranks"] < 2:
         raise UserError("hpcdl tune needs at least 2 ranks: one rank exchanges nothing")
-    picks = _picks(se)
+    picks = _picks(se, base, alg, confirm)
     print("\n".join(_table(se, picks, first)), flush=True)
     path = opts.out or (f"tuning/{cluster.scheduler_facts().get('cluster') or first['host']}-"
                         f"{first['nodes']}n-{first['ranks']}r.json")

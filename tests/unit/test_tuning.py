@@ -84,24 +84,20 @@ def test_a_run_on_another_allocation_than_the_tuned_one_is_named(tmp_path):
 
 # --- hpcdl tune's choice from what its launches measured ---------------------------------------
 
-def _search(runs, margin=0.03, comps=("none",)):
+def _search(margin=0.03, comps=("none",)):
     opts = types.SimpleNamespace(margin=margin)
-    se = tune.Search(opts, list(comps), ["cycle"], [(0, 0), (4, 0)])
-    for env, times in runs:
-        se.runs.setdefault(tune._key(se.effective(env)), []).append(
-            {"times": times, "native": [0.004]})
-    return se
+    return tune.Search(opts, list(comps), ["cycle"], [(0, 0), (4, 0)])
 
 
-def test_the_fastest_setting_is_picked_and_written_as_full_settings(monkeypatch):
+def test_the_search_result_is_taken_when_faster_and_written_as_full_settings(monkeypatch):
     for k in tune.HOROVOD_DEFAULTS:
         monkeypatch.delenv(k, raising=False)
-    se = _search([({}, {"0/0": {"none": [0.010, 0.011, 0.012]}, "4/0": {"none": [0.009] * 3}}),
-                  ({"HOROVOD_CYCLE_TIME": "0.2"}, {"0/0": {"none": [0.008] * 3},
-                                                   "4/0": {"none": [0.005, 0.006, 0.007]}})])
-    pick = tune._picks(se)["none"]
+    se = _search()
+    confirm = {"default": {"none": [0.010, 0.011, 0.012]}, "pick": {"none": [0.005, 0.006, 0.007]}}
+    pick = tune._picks(se, {"HOROVOD_CYCLE_TIME": "0.2"}, (4, 0), confirm)["none"]
     assert pick["name"] == "ring, cycle 0.2 ms, fusion 128 MiB"
     assert pick["exchange_s"] == 0.006 and pick["default_s"] == 0.011
+    assert pick["gain"] == pytest.approx(0.011 / 0.006)
     assert pick["env"] == {"HOROVOD_CYCLE_TIME": "0.2", "HOROVOD_FUSION_THRESHOLD": str(128 << 20),
                            "HOROVOD_HIERARCHICAL_ALLREDUCE": "0",
                            "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
@@ -113,14 +109,17 @@ def test_the_fastest_setting_is_picked_and_written_as_full_settings(monkeypatch)
 def test_a_gain_within_the_margin_keeps_the_default_and_the_job_environment(monkeypatch):
     monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", str(64 << 20))     # what a job script exports
     monkeypatch.delenv("HOROVOD_CYCLE_TIME", raising=False)
-    se = _search([({}, {"0/0": {"none": [0.0100] * 3}, "4/0": {"none": [0.0099] * 3}})])
-    pick = tune._picks(se)["none"]
-    assert pick["name"] == "library's choice, cycle 1 ms, fusion 64 MiB"
+    se = _search()
+    confirm = {"default": {"none": [0.0100] * 3}, "pick": {"none": [0.0099] * 3}}
+    pick = tune._picks(se, {"HOROVOD_CYCLE_TIME": "5"}, (4, 0), confirm)["none"]
+    assert pick["name"] == "library's choice, cycle 1 ms, fusion 64 MiB" and pick["gain"] == 1.0
+    assert pick["searched"] == "ring, cycle 5 ms, fusion 64 MiB"
     assert pick["env"]["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "0"
     assert pick["env"]["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "0"
     assert pick["env"]["HOROVOD_FUSION_THRESHOLD"] == str(64 << 20)
     se.opts.margin = 0.0
-    assert tune._picks(se)["none"]["name"].startswith("ring")
+    assert tune._picks(se, {"HOROVOD_CYCLE_TIME": "5"}, (4, 0), confirm)["none"]["name"] \
+        .startswith("ring")
 
 
 def test_tune_refuses_what_it_cannot_do_before_launching_anything():
