@@ -232,7 +232,7 @@ class Point:
         if self.lr_rule:
             args += ["--lr-scaling", self.lr_rule]
         if self.tuning == "default" or self.tuning_file:
-            args += ["--tuning", "default" if self.tuning == "default" else self.tuning_path]
+            args += ["--tuning", self.tuning_path if self.tuned else "default"]
         if self.timeline:
             args += ["--timeline", str(Path(results_path).parent / "timelines" / f"{self.id}.json")]
         args += ["--study", self.study,
@@ -243,9 +243,17 @@ class Point:
         return args
 
     @property
+    def tuned(self) -> bool:
+        """Whether this point runs with a tuning file: [run] tuning is set, the point is not the
+        tuning axis's "default", and it has ranks to exchange between (one rank has nothing to
+        tune, and 'hpcdl tune' needs two)."""
+        return bool(self.tuning_file) and self.tuning != "default" and self.ranks > 1
+
+    @property
     def tuning_path(self) -> str:
-        """[run] tuning with this point's {nodes}, {ranks} and {ranks_per_node}."""
-        values = {"nodes": self.nodes, "ranks": self.ranks, "ranks_per_node": self.ranks_per_node}
+        """[run] tuning with this point's {nodes}, {ranks}, {ranks_per_node} and {network}."""
+        values = {"nodes": self.nodes, "ranks": self.ranks, "ranks_per_node": self.ranks_per_node,
+                  "network": self.network}
         return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), self.tuning_file)
 
     def command(self, results_path) -> List[str]:
@@ -355,7 +363,7 @@ class Study:
     def missing_tuning(self, points: Iterable[Point]) -> List[str]:
         """The tuning files these points need that do not exist (relative to where the study is
         run from), each with the command that makes it."""
-        need = sorted({(p.tuning_path, p.nodes, p.ranks_per_node) for p in points if p.tuning_file})
+        need = sorted({(p.tuning_path, p.nodes, p.ranks_per_node) for p in points if p.tuned})
         return [f"{path} (make it on {n} node(s) with 'hpcdl tune --study {self.path} --out {path}' "
                 f"in a job of {n} node(s) x {rpn} task(s))"
                 for path, n, rpn in need if not Path(path).is_file()]
@@ -554,12 +562,13 @@ def _network_axis(v, ax) -> List[str]:
 
 def _tuning_axis(v, ax, run, command) -> Tuple[List[str], str]:
     """[axes] tuning = ["default", "tuned"] and [run] tuning, the tuning file of the tuned points
-    (placeholders {nodes}, {ranks}, {ranks_per_node}: one per allocation, as 'hpcdl tune' makes)."""
+    (placeholders {nodes}, {ranks}, {ranks_per_node}, {network}: one per allocation and link
+    rate, as 'hpcdl tune' makes them)."""
     path = v.get(run, "run.tuning", str, default="")
     for name in _PLACEHOLDER.findall(path):
-        if name not in ("nodes", "ranks", "ranks_per_node"):
+        if name not in ("nodes", "ranks", "ranks_per_node", "network"):
             v.fail("run.tuning", f"{{{name}}} is not a placeholder of a tuning file's path "
-                                 "(use {nodes}, {ranks}, {ranks_per_node})")
+                                 "(use {nodes}, {ranks}, {ranks_per_node}, {network})")
     tunings = v.str_list(ax, "axes.tuning", TUNINGS, default=None) if "tuning" in ax else [""]
     if "tuned" in tunings and not path:
         v.fail("axes.tuning", "'tuned' needs run.tuning, the tuning file ('hpcdl tune' makes it)")
