@@ -131,3 +131,18 @@ def test_tune_refuses_what_it_cannot_do_before_launching_anything():
                         (["--rounds", "0"], "at least 1")):
         with pytest.raises(UserError, match=words):
             tune.main(p.parse_args(argv))
+
+
+def test_an_algorithm_only_search_is_decided_by_the_launches_that_ran_it_beside_the_default(
+        monkeypatch):
+    for k in tune.HOROVOD_DEFAULTS:
+        monkeypatch.delenv(k, raising=False)
+    se = tune.Search(types.SimpleNamespace(margin=0.03), ["none"], [], [(0, 0), (4, 0)])
+    se.runs[tune._key(se.effective({}))] = [
+        {"times": {"0/0": {"none": [0.7, 0.71]}, "4/0": {"none": [0.41, 0.43]}}},
+        {"times": {"0/0": {"none": [0.72]}, "4/0": {"none": [0.42]}}}]
+    monkeypatch.setattr(tune, "_launch", lambda *a: pytest.fail("no launch is needed"))
+    confirm = tune._confirm(se, {}, (4, 0))
+    assert confirm == {"default": {"none": [0.7, 0.71, 0.72]}, "pick": {"none": [0.41, 0.43, 0.42]}}
+    pick = tune._picks(se, {}, (4, 0), confirm)["none"]
+    assert pick["name"].startswith("ring") and pick["gain"] == pytest.approx(0.71 / 0.42)
