@@ -362,11 +362,25 @@ class Study:
 
     def missing_tuning(self, points: Iterable[Point]) -> List[str]:
         """The tuning files these points need that do not exist (relative to where the study is
-        run from), each with the command that makes it."""
-        need = sorted({(p.tuning_path, p.nodes, p.ranks_per_node) for p in points if p.tuned})
-        return [f"{path} (make it on {n} node(s) with 'hpcdl tune --study {self.path} --out {path}' "
-                f"in a job of {n} node(s) x {rpn} task(s))"
-                for path, n, rpn in need if not Path(path).is_file()]
+        run from) or hold no pick for a point's compression, each with the command that makes
+        it."""
+        need: Dict[Tuple[str, int, int], set] = {}
+        for p in points:
+            if p.tuned:
+                need.setdefault((p.tuning_path, p.nodes, p.ranks_per_node), set()).add(p.compression)
+        out = []
+        for (path, n, rpn), comps in sorted(need.items()):
+            try:
+                picks = set(json.loads(Path(path).read_text()).get("picks") or {})
+            except (OSError, ValueError, AttributeError):
+                picks = set()
+            lacking = sorted(comps - picks)
+            if lacking:
+                what = "no pick for " + ", ".join(lacking) if Path(path).is_file() else "missing"
+                out.append(f"{path} ({what}; make it on {n} node(s) with 'hpcdl tune --study {self.path} "
+                           f"--compression {','.join(sorted(comps))} --out {path}' in a job of "
+                           f"{n} node(s) x {rpn} task(s))")
+        return out
 
     def summary(self) -> str:
         pts = self.points()

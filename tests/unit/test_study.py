@@ -385,11 +385,14 @@ def test_a_tuning_axis_runs_each_point_with_defaults_and_with_its_allocations_tu
     monkeypatch.chdir(tmp_path)
     missing = st.missing_tuning(pts)
     # one rank has nothing to exchange: its tuned point runs with the defaults, and needs no file
-    assert len(missing) == 1 and missing[0].startswith("t/box-2n.json (make it on 2 node(s)")
+    assert len(missing) == 1 and missing[0].startswith("t/box-2n.json (missing; make it on 2 node(s)")
+    assert "--compression fp16,none" in missing[0]
     p1 = next(p for p in tuned if p.nodes == 1)
     assert p1.train_args("r")[p1.train_args("r").index("--tuning") + 1] == "default"
     (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "box-2n.json").write_text("{}")
+    (tmp_path / "t" / "box-2n.json").write_text(json.dumps({"picks": {"none": {}}}))
+    assert st.missing_tuning(pts)[0].startswith("t/box-2n.json (no pick for fp16; make it")
+    (tmp_path / "t" / "box-2n.json").write_text(json.dumps({"picks": {"none": {}, "fp16": {}}}))
     assert st.missing_tuning(pts) == []
 
 
