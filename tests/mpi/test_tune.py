@@ -72,3 +72,9 @@ def test_a_forced_algorithm_from_the_environments_tuning_file_is_what_the_librar
     rec = read_records(results)[-1]
     assert rec["tuning"]["source"] == "HPCDL_TUNING"
     assert rec["tuning"]["in_force"] == {"dynamic_rules": 1, "algorithm": 4, "segment_bytes": 0}
+    # one rank exchanges nothing: the file is not applied, and the record says why
+    one = tmp_path / "one.jsonl"
+    check(mpirun(1, [*TRAIN, "--results", str(one)], timeout=240, env={"HPCDL_TUNING": str(path)}))
+    rec = read_records(one)[-1]
+    assert rec["tuning"]["source"] == "default" and "one rank" in rec["tuning"]["ignored"]
+    assert rec["tuning"]["in_force"]["algorithm"] == 0
