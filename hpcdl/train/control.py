@@ -45,6 +45,26 @@ class StopWatch:
             raise SystemExit(128 + signum)    # a second TERM: go now
         self.signalled = signal.Signals(signum).name
 
+    def code(self) -> int:
+        """This rank's reason to stop as a number the ranks can agree on (MAX): 0 none, 1 the
+        Slurm limit, 2 --max-time, 3 the stop file, 4 a signal (the order :meth:`reason` checks)."""
+        text = self.reason()
+        if text is None:
+            return 0
+        return (4 if text.startswith("signal") else 3 if text.startswith("stop file")
+                else 2 if text.startswith("--max-time") else 1)
+
+    def agreed(self, code: int) -> str:
+        """Why the ranks stopped: this rank's own reason, else the one another rank gave
+        (``code``, the ranks' MAX of :meth:`code`)."""
+        mine = self.reason()
+        if mine is not None:
+            return mine
+        return {4: "a signal", 3: f"stop file {self.stop_file}",
+                2: f"--max-time {self.max_time:g} s reached" if self.max_time else "--max-time",
+                1: "Slurm time limit (SLURM_JOB_END_TIME) near"}.get(
+                    int(code), "another rank asked to stop") + " (on another rank first)"
+
     def reason(self) -> Optional[str]:
         if self.signalled:
             return f"signal {self.signalled}"

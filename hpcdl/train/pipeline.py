@@ -401,8 +401,9 @@ def _loop(rep, stage: Stage, opts, watch, log: PipeLog, comm, MPI, ckpt_dir) -> 
         if evals.due(step):
             evals.run(rep, log, step, t_run, lambda: evaluate(rep, stage))
         if step % opts.stop_check_every == 0 and step < plan.steps:
-            if comm.allreduce(1 if watch.reason() else 0, op=MPI.MAX):
-                log.stopped = watch.reason() or "another stage asked to stop"
+            code = comm.allreduce(watch.code(), op=MPI.MAX)
+            if code:
+                log.stopped = watch.agreed(code)
                 break
         if ckpt_dir is not None and opts.checkpoint_every and \
                 step % opts.checkpoint_every == 0 and step < plan.steps:

@@ -167,11 +167,11 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
             now = time.perf_counter()
             mine = next_interval(every, step - last_check[0], now - last_check[1],
                                  opts.stop_check_every) if rt.root else 0
-            stop, every = hvd.allreduce(tf.constant([1.0 if watch.reason() else 0.0, float(mine)],
+            stop, every = hvd.allreduce(tf.constant([float(watch.code()), float(mine)],
                                                     tf.float64), op=hvd.Max,
                                         name="hpcdl.stop").numpy()
             if stop > 0:
-                res.stopped = watch.reason() or "another rank asked to stop"
+                res.stopped = watch.agreed(stop)
                 break
             every = int(every)           # rank 0's proposal: every rank agrees at the same steps
             next_check, last_check = step + every, (step, now)

@@ -199,3 +199,17 @@ def test_a_job_step_starts_as_the_job_scripts_start_ranks():
     assert cluster.srun_step({}) == ["srun", "--kill-on-bad-exit=1", "--mpi=pmix"]
     assert cluster.srun_step({"HPCDL_SRUN_MPI": "pmi2", "SLURM_CPUS_PER_TASK": "4"}) == [
         "srun", "--kill-on-bad-exit=1", "--mpi=pmi2", "--cpus-per-task=4"]
+
+
+def test_the_ranks_agree_on_why_they_stop_and_name_another_ranks_reason(tmp_path, monkeypatch):
+    from hpcdl.train.control import StopWatch
+    monkeypatch.delenv("SLURM_JOB_END_TIME", raising=False)
+    watch = StopWatch(max_time=1.5, stop_file=tmp_path / "STOP")
+    assert watch.code() == 0
+    # another rank reached its --max-time first: this one names that reason, not a vague one
+    assert watch.agreed(2) == "--max-time 1.5 s reached (on another rank first)"
+    assert watch.agreed(1.0).startswith("Slurm time limit (SLURM_JOB_END_TIME) near")
+    (tmp_path / "STOP").write_text("")
+    assert watch.code() == 3 and watch.agreed(2) == f"stop file {tmp_path / 'STOP'}"
+    watch.signalled = "SIGUSR1"
+    assert watch.code() == 4 and watch.agreed(4) == "signal SIGUSR1"
