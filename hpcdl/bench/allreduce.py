@@ -196,27 +196,27 @@ class _Sweep:
         if self.root:
             print(msg, flush=True)
 
-    def slowest(self, times):
-        from mpi4py import MPI
-        import numpy as np
-        arr = np.asarray(times, dtype=np.float64)
-        self.world.Allreduce(MPI.IN_PLACE, arr, op=MPI.MAX)
-        return arr
-
     def timed(self, fn, iters, warm, sync=None):
-        """Per iteration the slowest rank's time of ``fn()``, ``sync()`` (a barrier) outside."""
-        import numpy as np
-        sync = sync or self.world.Barrier
-        for _ in range(warm):
-            sync()
-            fn()
-        times, out = np.empty(iters, dtype=np.float64), None
-        for i in range(iters):
-            sync()
-            t0 = time.perf_counter()
-            out = fn()
-            times[i] = time.perf_counter() - t0
-        return self.slowest(times), out
+        return timed(self.world, fn, iters, warm, sync)
+
+
+def timed(world, fn, iters: int, warm: int, sync=None):
+    """``(times, last result)``: per iteration the slowest rank of ``world``'s time of ``fn()``,
+    after ``warm`` untimed calls; ``sync()`` (default: ``world``'s barrier) before each, outside."""
+    import numpy as np
+    from mpi4py import MPI
+    sync = sync or world.Barrier
+    for _ in range(warm):
+        sync()
+        fn()
+    times, out = np.empty(iters, dtype=np.float64), None
+    for i in range(iters):
+        sync()
+        t0 = time.perf_counter()
+        out = fn()
+        times[i] = time.perf_counter() - t0
+    world.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
+    return times, out
 
 
 def _plan(opts) -> _Sweep:

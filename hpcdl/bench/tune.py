@@ -52,6 +52,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from .allreduce import timed
 from .. import box, cluster, records
 from ..comm import tuning
 from ..errors import UserError
@@ -116,19 +117,12 @@ class Worker:
     def root(self) -> bool:
         return self.world.Get_rank() == 0
 
-    def slowest(self, times) -> float:
-        """The median over iterations of the slowest rank's time."""
-        from mpi4py import MPI
-        import numpy as np
-        arr = np.asarray(times, dtype=np.float64)
-        self.world.Allreduce(MPI.IN_PLACE, arr, op=MPI.MAX)
-        return float(np.median(arr))
-
     def session(self, algorithm: Tuple[int, int], compressions: List[str],
                 rounds: int) -> Dict[str, List[float]]:
         """Horovod started once on a communicator that runs ``algorithm``; per compression,
         ``rounds`` rounds' times of a step's exchange (each the slowest rank's median)."""
         import horovod.tensorflow as hvd
+        import numpy as np
         from ..comm import mpit
         from ..comm.horovod import HorovodBackend
         if self.started:           # Horovod keeps its first start's settings; naming them again crashes it
@@ -149,13 +143,8 @@ class Worker:
                 fns[comp](self.tensors)                          # negotiation, fusion buffer
             for _ in range(rounds):
                 for comp in compressions:
-                    times = []
-                    for _ in range(self.opts.iters):
-                        self.world.Barrier()
-                        t0 = time.perf_counter()
-                        fns[comp](self.tensors)
-                        times.append(time.perf_counter() - t0)
-                    out[comp].append(self.slowest(times))
+                    times, _ = timed(self.world, lambda: fns[comp](self.tensors), self.opts.iters, 0)
+                    out[comp].append(float(np.median(times)))
         finally:
             hvd.shutdown()
             comm.Free()
@@ -170,15 +159,9 @@ class Worker:
         comm = self.world.Dup()
         src = np.full(nbytes // 4, 0.5, dtype=np.float32)
         dst = np.empty_like(src)
-        comm.Allreduce(src, dst)
-        times = []
-        for _ in range(self.opts.iters):
-            comm.Barrier()
-            t0 = time.perf_counter()
-            comm.Allreduce(src, dst)
-            times.append(time.perf_counter() - t0)
+        times, _ = timed(comm, lambda: comm.Allreduce(src, dst), self.opts.iters, 1)
         comm.Free()
-        return self.slowest(times)
+        return float(np.median(times))
 
 
 def _train_opts(opts):
