@@ -36,6 +36,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 ALGORITHMS = ("ring", "ps", "allgather")
+# Open MPI's tuned allreduce algorithms by their number (coll_tuned_allreduce_algorithm), as
+# tables and records name them; 0 leaves the choice to the library
+OMPI_ALLREDUCE_NAMES = {0: "library's choice", 1: "basic linear", 2: "nonoverlapping",
+                        3: "recursive doubling", 4: "ring", 5: "segmented ring", 6: "Rabenseifner"}
 FORMULAS = {
     "ring": "2(p−1)·α + 2(p−1)/p·n·β + (p−1)/p·n·γ",
     "ps": "2(p−1)·α + 2(p−1)·n·β + (p−1)·n·γ",

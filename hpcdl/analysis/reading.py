@@ -25,6 +25,7 @@ from array import array
 from typing import Dict, Iterable, NamedTuple, Optional, Tuple
 
 from . import budget, convergence, measured, provenance
+from ..costmodel import OMPI_ALLREDUCE_NAMES
 from ..records import lookup as _get, ok_train
 
 
@@ -191,10 +192,6 @@ class Systems:
             mine["pipeline"] += g["pipeline"]
 
 
-_ALGORITHMS = {0: "the library's choice", 1: "basic linear", 2: "nonoverlapping",
-               3: "recursive doubling", 4: "ring", 5: "segmented ring", 6: "Rabenseifner"}
-
-
 def settings_of(rec: dict) -> Optional[str]:
     """The exchange settings a record ran with, in words (None for records made before runs
     recorded them): the tuning file's pick or the environment's Horovod settings, and the
@@ -209,7 +206,8 @@ def settings_of(rec: dict) -> Optional[str]:
     else:
         words = f"{t.get('pick') or 'tuned'} (tuning file {t.get('file')}, from {t.get('source')})"
     alg = (t.get("in_force") or {}).get("algorithm")
-    return words + (f"; MPI allreduce ran {_ALGORITHMS.get(alg, alg)}" if alg is not None else "")
+    ran = "the library's choice" if alg == 0 else OMPI_ALLREDUCE_NAMES.get(alg, alg)
+    return words + (f"; MPI allreduce ran {ran}" if alg is not None else "")
 
 
 class Runs:

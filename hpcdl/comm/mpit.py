@@ -21,11 +21,12 @@ import ctypes.util
 import importlib
 from typing import Optional
 
+from ..costmodel import OMPI_ALLREDUCE_NAMES
+
 ALGORITHM = "coll_tuned_allreduce_algorithm"
 SEGMENT = "coll_tuned_allreduce_algorithm_segmentsize"
 DYNAMIC = "coll_tuned_use_dynamic_rules"
-ALGORITHMS = {0: "library's choice", 1: "basic linear", 2: "nonoverlapping", 3: "recursive doubling",
-              4: "ring", 5: "segmented ring", 6: "Rabenseifner"}
+ALGORITHMS = OMPI_ALLREDUCE_NAMES
 
 _lib = None
 _started = False
