@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Mapping, MutableMapping, Optional
+from typing import Mapping, MutableMapping, Optional, Tuple
 
 from .. import cluster
 from ..errors import UserError
@@ -41,9 +41,15 @@ def path_of(flag: Optional[str], env: Optional[Mapping[str, str]] = None) -> Opt
 
 def load(path) -> dict:
     """The tuning file at ``path``, checked; UserError naming what is wrong."""
-    p = Path(path)
+    return _read(path)[0]
+
+
+def _read(path) -> Tuple[dict, bytes]:
+    """The tuning file at ``path`` checked, and its bytes (read once: the hash a record keeps is
+    of the settings it applied)."""
     try:
-        doc = json.loads(p.read_text())
+        raw = Path(path).read_bytes()
+        doc = json.loads(raw)
     except FileNotFoundError:
         raise UserError(f"tuning file {path}: no such file (make one with 'hpcdl tune', or "
                         "run with --tuning default)") from None
@@ -62,7 +68,7 @@ def load(path) -> dict:
         if bad:
             raise UserError(f"tuning file {path}: {', '.join(bad)} is not a setting a tuning "
                             f"file may hold ({', '.join(SETTINGS)})")
-    return doc
+    return doc, raw
 
 
 def settings(doc: dict, compression: str, path="the tuning file") -> dict:
@@ -79,12 +85,12 @@ def apply(path, compression: str, environ: Optional[MutableMapping[str, str]] = 
     """Put the pick for ``compression`` into ``environ`` (os.environ), replacing what is there;
     return the record's ``tuning`` section. Call before MPI and Horovod start."""
     env = os.environ if environ is None else environ
-    doc = load(path)
+    doc, raw = _read(path)
     chosen = settings(doc, compression, path)
     replaced = {k: env[k] for k in chosen if k in env and env[k] != chosen[k]}
     env.update(chosen)
     made = doc.get("made_for") or {}
-    return {"file": str(path), "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+    return {"file": str(path), "sha256": hashlib.sha256(raw).hexdigest(),
             "compression": compression, "settings": chosen, "replaced": replaced,
             "made_for": made, "pick": doc["picks"][compression].get("name")}
 

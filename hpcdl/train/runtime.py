@@ -52,10 +52,11 @@ def start(timeline: bool = False, tuning: Optional[str] = None, compression: str
     pick for ``compression`` replaces those settings in the environment."""
     layout = cluster.discover()
     threads = cluster.configure_threads(layout)
-    if layout.size == 1 and tuning_file.path_of(tuning):
+    path = tuning_file.path_of(tuning)
+    if layout.size == 1 and path:
         # one rank exchanges nothing: a tuned cycle time would only wake Horovod's thread more
         tuned = dict(tuning_file.take("default", compression),
-                     ignored=f"{tuning_file.path_of(tuning)}: one rank has nothing to exchange")
+                     ignored=f"{path}: one rank has nothing to exchange")
     else:
         tuned = tuning_file.take(tuning, compression)
     cluster.apply_rank_defaults(timeline=timeline)
