@@ -28,8 +28,8 @@ from ..errors import UserError
 from ..study import parse_time
 
 __all__ = ["Job", "Software", "Export", "DEFAULT_EXPORTS", "sbatch_options", "render_train",
-           "render_study_step", "render_study_command", "render_report", "render_qsub",
-           "train_command"]
+           "render_study_step", "render_study_command", "render_study_tune", "render_report",
+           "render_qsub", "train_command"]
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
 _PARTIAL = re.compile(r"^\{\{>\s*([a-z_]+)\s*\}\}$", re.M)
@@ -311,6 +311,20 @@ def render_study_command(job: Job, software: Software, study: str, study_path: s
                                        for k, v in sorted(env.items())),
                   command=" ".join(words), python=shlex.quote(software.python))
     return _fill("study-command.sbatch", values)
+
+
+def render_study_tune(job: Job, software: Software, study: str, study_path: str,
+                      tuning_file: str, tune_args: Sequence[str],
+                      script_name: str = "study-tune.sbatch") -> str:
+    """the ``study-tune.sbatch`` template: ``hpcdl tune`` for a study's tuned points of one
+    layout (``tune_args``: its options, ``--study`` and ``--out`` among them)."""
+    job = replace(job, signal_lead=None)
+    values = _common(job, software, script_name)
+    tune = " ".join([shlex.quote(software.python), "-m", "hpcdl", "tune"]
+                    + [shlex.quote(str(a)) for a in tune_args])
+    values.update(sbatch=_sbatch_block(job, preemptible=False), study=study,
+                  study_path=study_path, tuning_file=shlex.quote(str(tuning_file)), tune=tune)
+    return _fill("study-tune.sbatch", values)
 
 
 def render_report(job: Job, software: Software, study: str, results_dir: str,

@@ -18,7 +18,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from . import command
 from .jobscript import (Job, parse_exports, render_report, render_study_command, render_study_step,
-                        Software)
+                        render_study_tune, Software)
 from .scheduler import ACTIVE_STATES, job_states, sbatch
 from .. import checks, records
 from ..errors import UserError
@@ -35,6 +35,7 @@ class Step:
     text: str
     job: Job
     spec: Optional[command.Spec] = None     # a command's point: what its record needs
+    tuning: str = ""                        # the tuning file it reads (a tuned point) or makes (a tune)
 
 
 @dataclass
@@ -50,6 +51,7 @@ class StudyPlan:
     box: Optional[dict] = None      # the cluster box's settings, when the study runs on one
     in_flight: Dict[str, str] = None  # point -> "job N STATE": its latest job is still queued or
     #                                   running (or requeued after a node failure)
+    tunes: List[Step] = None        # --tune: hpcdl tune jobs for the tuning files the points lack
 
 
 def _slurm_settings(study, overrides: Optional[Mapping] = None) -> dict:
@@ -102,9 +104,12 @@ def study_software(study, extra_exports: Sequence[str] = (), setup: Optional[str
 
 
 def plan_study(study, software: Software, force: bool = False,
-               overrides: Optional[Mapping] = None, unchecked_box: bool = False) -> StudyPlan:
+               overrides: Optional[Mapping] = None, unchecked_box: bool = False,
+               tune: Optional[Sequence[str]] = None) -> StudyPlan:
     """The scripts of every point neither recorded nor in flight, and of the report (pure but
-    for reading the study's records and asking the scheduler about the jobs it submitted)."""
+    for reading the study's records and asking the scheduler about the jobs it submitted).
+    ``tune``: options of ``hpcdl tune`` for a job per tuning file the points to submit lack
+    (None: such points are refused)."""
     overrides = dict(overrides or {})
     results_dir = Path(study.results_dir).resolve()
     jobs_dir = results_dir / "jobs"
@@ -112,9 +117,19 @@ def plan_study(study, software: Software, force: bool = False,
     done = set() if force else study.done_ids()
     steps, skipped, waiting = [], [], []
     box = _box_for(study, unchecked_box)
-    _require_tuning(study, [p for p in study.points() if p.id not in done])
     in_flight = _in_flight(jobs_dir)
     study_path = str(Path(study.path).resolve()) if getattr(study, "path", None) else study.name
+    here = [p for p in study.points() if p.id not in done and p.id not in in_flight
+            and not (p.network and p.network != box["link_rate"])]
+    tunes = [] if tune is None else _tune_steps(study, study_path, here, jobs_dir, software,
+                                                overrides, box, tune)
+    busy = [f"{t.point_id} ({in_flight[t.point_id]})" for t in tunes if t.point_id in in_flight]
+    if busy:
+        raise UserError(f"{study.name}: a tuning job is still queued or running: {', '.join(busy)};"
+                        " submit again once it has ended")
+    # only the points submitted now: those of a box with other links are tuned on that box
+    _require_tuning(study, [p for p in here if not any(p.tuned and p.tuning_path == t.tuning
+                                                       for t in tunes)])
     for point in study.points():
         pid = str(point.id)
         if pid in done:
@@ -139,7 +154,8 @@ def plan_study(study, software: Software, force: bool = False,
             args = list(point.train_args(str(results)))
             text = render_study_step(job, software, study.name, study_path, pid, point.as_dict(),
                                      args, str(results_dir / "checkpoints" / pid), script_name=name)
-        steps.append(Step(pid, point.as_dict(), jobs_dir / name, text, job, spec))
+        steps.append(Step(pid, point.as_dict(), jobs_dir / name, text, job, spec,
+                          point.tuning_path if point.tuned else ""))
     s = _slurm_settings(study, overrides)
     # on the box the report job takes the licence too: it runs on a node, and drawing plots
     # there beside another study's measurement would slow that measurement
@@ -150,7 +166,28 @@ def plan_study(study, software: Software, force: bool = False,
     rtext = render_report(rjob, software, study.name, str(results_dir), script_name="report.sbatch")
     report = Step("report", {}, jobs_dir / "report.sbatch", rtext, rjob)
     return StudyPlan(study.name, study_path, results_dir, jobs_dir, steps, report, skipped,
-                     waiting, box, {p: j for p, j in in_flight.items() if p not in done})
+                     waiting, box, {p: j for p, j in in_flight.items() if p not in done}, tunes)
+
+
+def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
+                overrides: Mapping, box: Optional[dict], tune: Sequence[str]) -> List[Step]:
+    """A ``hpcdl tune`` job for each tuning file that ``points`` lack, on their layout, under
+    the points' own settings, taking the box's licence like them."""
+    steps = []
+    for path, nodes, rpn, comps, _lacking in study.lacking_tuning(points):
+        if "none" not in comps and "fp16" not in comps:
+            continue        # int8 has no tune: _require_tuning names the file
+        comps = [c for c in ("none", "fp16") if c in comps]     # tune's search follows the first
+        stem = Path(path).stem
+        job = _job_for(study, f"hpcdl-{study.name}-tune-{stem}", nodes, rpn, overrides,
+                       licence=(box or {}).get("licence"))
+        args = ["--study", study_path, "--compression", ",".join(comps), *tune, "--out", path]
+        name = f"tune-{stem}.sbatch"
+        text = render_study_tune(job, software, study.name, study_path, path, args, script_name=name)
+        steps.append(Step(f"tune-{stem}", {"tuning": path, "nodes": nodes,
+                                           "ranks_per_node": rpn, "compressions": comps},
+                          jobs_dir / name, text, job, tuning=path))
+    return steps
 
 
 def _in_flight(jobs_dir: Path) -> Dict[str, str]:
@@ -209,7 +246,7 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
     checks.check_writable_dir(plan.jobs_dir, "the study's job folder")
     if plan.steps:
         checks.check_writable_dir(plan.results_dir / "checkpoints", "the study's checkpoints")
-    for step in plan.steps + [plan.report]:
+    for step in (plan.tunes or []) + plan.steps + [plan.report]:
         step.script.write_text(step.text)
         step.script.chmod(0o755)
         if step.spec is not None:
@@ -227,17 +264,25 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
     submission = {"study": plan.study, "study_path": plan.study_path,
                   "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "dry_run": dry_run, "steps": [], "report": None}
-    ids = []
-    for step in plan.steps:
+    ids, made_by = [], {}           # tuning file -> the job that makes it
+    tunes = plan.tunes or []
+    for k, step in enumerate(tunes + plan.steps):
         rel = os.path.relpath(step.script, plan.jobs_dir)
+        is_tune = k < len(tunes)
+        after = made_by.get(step.tuning) if step.tuning else None
+        what = f"the tuning job for {step.tuning}" if is_tune else f"point {step.point_id}"
         if dry_run:
-            print(f"Would submit point {step.point_id}: (cd {plan.jobs_dir} && sbatch {rel})", file=out)
+            dep_text = f"--dependency=afterany:<{after}> " if after else ""
+            print(f"Would submit {what}: (cd {plan.jobs_dir} && sbatch {dep_text}{rel})", file=out)
             jid = None
         else:
-            jid = sbatch(step.script, cwd=plan.jobs_dir)
+            jid = sbatch(step.script, cwd=plan.jobs_dir,
+                         dependency=f"afterany:{after}" if after else None)
             ids.append(jid)
-            print(f"Submitted point {step.point_id} ({step.job.nodes} node(s) x "
-                  f"{step.job.ntasks_per_node} rank(s)) as job {jid}", file=out)
+            print(f"Submitted {what} ({step.job.nodes} node(s) x {step.job.ntasks_per_node} "
+                  f"rank(s)) as job {jid}" + (f", after job {after}" if after else ""), file=out)
+        if is_tune:
+            made_by[step.tuning] = jid or f"the tuning job for {step.tuning}"
         submission["steps"].append({"point": step.point_id, "job_id": jid, "script": str(step.script)})
     dep = ("afterany:" + ":".join(ids)) if ids else None
     if dry_run:

@@ -360,10 +360,10 @@ class Study:
         done = self.done_ids(runs_path)
         return [p for p in self.points() if p.id not in done]
 
-    def missing_tuning(self, points: Iterable[Point]) -> List[str]:
+    def lacking_tuning(self, points: Iterable[Point]) -> List[Tuple[str, int, int, List[str], List[str]]]:
         """The tuning files these points need that do not exist (relative to where the study is
-        run from) or hold no pick for a point's compression, each with the command that makes
-        it."""
+        run from) or hold no pick for a point's compression: (path, nodes, ranks per node, every
+        compression its points need, those the file has no pick for)."""
         need: Dict[Tuple[str, int, int], set] = {}
         for p in points:
             if p.tuned:
@@ -374,12 +374,18 @@ class Study:
                 picks = set(json.loads(Path(path).read_text()).get("picks") or {})
             except (OSError, ValueError, AttributeError):
                 picks = set()
-            lacking = sorted(comps - picks)
-            if lacking:
-                what = "no pick for " + ", ".join(lacking) if Path(path).is_file() else "missing"
-                out.append(f"{path} ({what}; make it on {n} node(s) with 'hpcdl tune --study {self.path} "
-                           f"--compression {','.join(sorted(comps))} --out {path}' in a job of "
-                           f"{n} node(s) x {rpn} task(s))")
+            if comps - picks:
+                out.append((path, n, rpn, sorted(comps), sorted(comps - picks)))
+        return out
+
+    def missing_tuning(self, points: Iterable[Point]) -> List[str]:
+        """:meth:`lacking_tuning` in words, each with the command that makes the file."""
+        out = []
+        for path, n, rpn, comps, lacking in self.lacking_tuning(points):
+            what = "no pick for " + ", ".join(lacking) if Path(path).is_file() else "missing"
+            out.append(f"{path} ({what}; make it on {n} node(s) with 'hpcdl tune --study {self.path} "
+                       f"--compression {','.join(comps)} --out {path}' in a job of "
+                       f"{n} node(s) x {rpn} task(s), or submit with --tune)")
         return out
 
     def summary(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
 from .. import study as _study
@@ -171,6 +172,10 @@ def add_submit_arguments(p) -> None:
                    help="set an environment variable in the job scripts (repeatable)")
     p.add_argument("--results-root", default=None,
                    help="folder that holds results/<study> (default $HPCDL_RESULTS_ROOT or results)")
+    p.add_argument("--tune", nargs="?", const="", default=None, metavar="'TUNE OPTIONS'",
+                   help="make the tuning files the tuned points lack first: a job per layout "
+                        "runs 'hpcdl tune' (with these options, e.g. '--knobs algorithm "
+                        "--rounds 1') and the layout's tuned points start after it")
 
 
 def submit_main(opts) -> int:
@@ -178,7 +183,8 @@ def submit_main(opts) -> int:
     software = submit.study_software(st, opts.export, opts.setup)
     plan = submit.plan_study(st, software, force=opts.force,
                              overrides={"partition": opts.partition, "account": opts.account,
-                                        "time": opts.time}, unchecked_box=opts.unchecked_box)
+                                        "time": opts.time}, unchecked_box=opts.unchecked_box,
+                             tune=None if opts.tune is None else shlex.split(opts.tune))
     if not plan.steps and not opts.force:
         for pid, job in (plan.in_flight or {}).items():
             print(f"Point {pid}: {job}, not submitted again")
