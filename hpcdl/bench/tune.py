@@ -435,17 +435,24 @@ def _picks(se: Search, base: dict, alg: Tuple[int, int], confirm: dict) -> Dict[
     import statistics
     picks = {}
     for comp in se.comps:
+        found = alg
+        if not se.knobs and len(se.algorithms) > 1:
+            # only the algorithm was searched: every algorithm ran beside the default in the same
+            # launches for every compression, so each compression takes its own fastest
+            found = min(se.algorithms, key=lambda a: se.median({}, a, comp))
+            confirm = dict(confirm, pick=dict(confirm["pick"], **{
+                comp: se.times({}, f"{found[0]}/{found[1]}", comp)}))
         d = statistics.median(confirm["default"][comp])
         t = statistics.median(confirm["pick"][comp])
         chosen = t < (1 - se.opts.margin) * d
-        env_, alg_ = (base, alg) if chosen else ({}, (0, 0))
+        env_, alg_ = (base, found) if chosen else ({}, (0, 0))
         effective = se.effective(env_)
         env = {**effective, "OMPI_MCA_coll_tuned_use_dynamic_rules": "1" if alg_[0] else "0",
                "OMPI_MCA_coll_tuned_allreduce_algorithm": str(alg_[0]),
                "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": str(alg_[1])}
         picks[comp] = {"name": _name(effective, f"{alg_[0]}/{alg_[1]}"), "env": env,
                        "exchange_s": t if chosen else d, "default_s": d,
-                       "searched": _name(se.effective(base), f"{alg[0]}/{alg[1]}"),
+                       "searched": _name(se.effective(base), f"{found[0]}/{found[1]}"),
                        "searched_s": t, "gain": d / t if chosen else 1.0,
                        "confirm_times_s": {k: v[comp] for k, v in confirm.items()}}
     return picks
@@ -453,7 +460,7 @@ def _picks(se: Search, base: dict, alg: Tuple[int, int], confirm: dict) -> Dict[
 
 def _table(se: Search, picks: dict, first: dict) -> List[str]:
     import statistics
-    from ..costmodel import busbw_factor
+    from ..costmodel import busbw_factor, wire_bytes
     nbytes, limit = first["bytes"], first.get("link_limit_s")
     native = statistics.median([t for runs in se.runs.values() for r in runs for t in r["native"]])
     bus = busbw_factor(first["ranks"])
@@ -461,18 +468,22 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
            f"{'vs MPI':>6} {'vs default':>10}" + ("  vs link" if limit else "")]
     for comp in se.comps:
         base = se.median({}, (0, 0), comp)
+        # the link carries the compressed bytes: fp16's limit is half fp32's
+        lim = limit and limit * wire_bytes(nbytes // 4, comp) / wire_bytes(nbytes // 4, "none")
         for t, key, alg, ts in _rows(se, comp):
             mark = "*" if _name(dict(json.loads(key)), alg) == picks[comp]["name"] else " "
             out.append(f"{comp:>5} {mark}{_name(dict(json.loads(key)), alg):<66} {len(ts):>3} "
                        f"{t * 1e3:>12.2f} {nbytes / t / 1e9 * bus:>11.3f} {native / t:>6.2f} "
-                       f"{base / t:>10.2f}" + (f"  {limit / t:>7.2f}" if limit else ""))
+                       f"{base / t:>10.2f}" + (f"  {lim / t:>7.2f}" if limit else ""))
     out.append(f"# {first['tensors']} gradient tensors, {nbytes / MIB:.2f} MiB a step, {first['ranks']} "
                f"ranks on {first['nodes']} node(s); n: rounds measured (each the median of --iters)")
     out.append(f"# references in the same launches: MPI_Allreduce of one buffer of those bytes "
                f"{native * 1e3:.2f} ms (busbw {nbytes / native / 1e9 * bus:.3f} GB/s)"
                + (f"; the link's limit for a ring {limit * 1e3:.2f} ms" if limit else ""))
     out.append("# * the pick; vs MPI, vs default, vs link: their time over the candidate's "
-               "(above 1: the candidate is faster)")
+               "(above 1: the candidate is faster)"
+               + ("; fp16: busbw and vs MPI over the float32 bytes the step averages, vs link over "
+                  "the half as many bytes on the wire" if "fp16" in se.comps else ""))
     for comp, pk in picks.items():
         n = len(pk["confirm_times_s"]["default"])
         out.append(f"# {comp}: the search found {pk['searched']}; against the default, launched "

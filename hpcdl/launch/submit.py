@@ -54,6 +54,9 @@ class StudyPlan:
     tunes: List[Step] = None        # --tune: hpcdl tune jobs for the tuning files the points lack
 
 
+TUNE_PREFIX = "tune-"     # a tuning job's id in submitted.jsonl (a point's id starts with n<nodes>)
+
+
 def _slurm_settings(study, overrides: Optional[Mapping] = None) -> dict:
     s = dict(getattr(study, "slurm", None) or {})
     s.update({k: v for k, v in dict(overrides or {}).items() if v is not None})
@@ -184,7 +187,7 @@ def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Softwa
         args = ["--study", study_path, "--compression", ",".join(comps), *tune, "--out", path]
         name = f"tune-{stem}.sbatch"
         text = render_study_tune(job, software, study.name, study_path, path, args, script_name=name)
-        steps.append(Step(f"tune-{stem}", {"tuning": path, "nodes": nodes,
+        steps.append(Step(f"{TUNE_PREFIX}{stem}", {"tuning": path, "nodes": nodes,
                                            "ranks_per_node": rpn, "compressions": comps},
                           jobs_dir / name, text, job, tuning=path))
     return steps
@@ -331,12 +334,15 @@ def _latest_jobs(jobs_dir: Path):
 
 def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
                  study_name: Optional[str] = None) -> List[dict]:
-    """One row per point (latest submission of each) and one for the report."""
+    """One row per tuning job (``--tune``), per point (latest submission of each) and one for
+    the report; a tuning job's ``recorded`` is None (it makes a file, not a record)."""
     results_dir = Path(results_dir)
     latest, report_id = _latest_jobs(results_dir / "jobs")
     recorded = {recorded_point(rec, study_name or rec.get("study"))
                 for rec in records.iter_records(results_dir / "runs.jsonl")} - {None}
-    order = list(point_ids) if point_ids is not None else sorted(latest)
+    tunes = sorted(p for p in latest if p.startswith(TUNE_PREFIX))
+    order = tunes + (list(point_ids) if point_ids is not None
+                     else sorted(p for p in latest if p not in tunes))
     ids = [latest[p] for p in order if p in latest] + ([report_id] if report_id else [])
     states = job_states(ids) if ids else {}
     rows = []
@@ -350,6 +356,6 @@ def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
                      "attempts": st.attempts if st else 0,
                      "history": st.history if st else [],
                      "source": st.source if st else None,
-                     "recorded": (pid in recorded) if pid != "report" else
-                                 (results_dir / "report.md").is_file()})
+                     "recorded": None if pid in tunes else (results_dir / "report.md").is_file()
+                                 if pid == "report" else pid in recorded})
     return rows

@@ -241,5 +241,9 @@ def status_main(opts) -> int:
     print(f"{'point':<24} {'job':>8}  {'state':<13} {'exit':>6} {'tries':>5}  recorded  reason")
     for r in rows:
         print(f"{r['point']:<24} {r['job_id'] or '-':>8}  {r['state']:<13} {r['exit_code'] or '-':>6} "
-              f"{r['attempts']:>5}  {'yes' if r['recorded'] else 'no':<8}  {r['reason'] or ''}")
+              f"{r['attempts']:>5}  {_recorded(r['recorded']):<8}  {r['reason'] or ''}")
     return rc
+
+
+def _recorded(value) -> str:
+    return "-" if value is None else "yes" if value else "no"

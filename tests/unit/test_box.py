@@ -98,3 +98,47 @@ def test_submit_on_a_checked_box_takes_the_points_of_its_link_rate_and_exports_i
         submit.plan_study(st, Software.here(), unchecked_box=True)
     sw = submit.study_software(st)
     assert dict(sw.exports)["OMPI_MCA_btl_tcp_if_include"] == "10.77.0.0/24"
+
+
+def test_submit_tune_makes_this_boxs_missing_tuning_files_first_and_the_tuned_points_wait_for_them(
+        tmp_path, monkeypatch):
+    import io
+    from hpcdl import study
+    from hpcdl.launch import submit
+    from hpcdl.launch.jobscript import Software
+    f = tmp_path / "t.toml"
+    f.write_text('[study]\nname = "t"\nscaling = "weak"\n[workload]\nname = "expmlp"\n'
+                 'batch_size = 100\n[layout]\nnodes = [1, 2]\nranks_per_node = 1\n[axes]\n'
+                 'exchange = ["horovod+fp16", "horovod"]\nnetwork = ["200mbit", "1gbit"]\n'
+                 'tuning = ["default", "tuned"]\n[run]\n'
+                 f'tuning = "{tmp_path}/tuning/box-{{nodes}}n-{{network}}.json"\n')
+    st = study.load(f, results_root=tmp_path / "results")
+    monkeypatch.setenv("HPCDL_BOX", str(tmp_path / "box.json"))
+    (tmp_path / "box.json").write_text(json.dumps(BOX))
+    want = f"{tmp_path}/tuning/box-2n-200mbit.json"
+    # without --tune the missing file is refused, and only this box's: 1gbit's is made on its box
+    with pytest.raises(UserError, match="need tuning files") as err:
+        submit.plan_study(st, Software.here(), unchecked_box=True)
+    assert want in str(err.value) and "1gbit" not in str(err.value)
+    plan = submit.plan_study(st, Software.here(), unchecked_box=True, tune=["--knobs", "algorithm"])
+    assert [t.tuning for t in plan.tunes] == [want]      # one rank exchanges nothing: no 1-node file
+    text = plan.tunes[0].text
+    assert "#SBATCH --nodes=2" in text.splitlines() and "#SBATCH --licenses=box:1" in text.splitlines()
+    # none first: the search follows the first compression; the points' own exports
+    assert (f"-m hpcdl tune --study {f} --compression none,fp16 --knobs algorithm --out {want}"
+            in text)
+    assert "OMPI_MCA_btl_tcp_if_include" in text
+    out = io.StringIO()
+    submit.submit_study(plan, dry_run=True, out=out)
+    lines = out.getvalue().splitlines()
+    first = next(k for k, line in enumerate(lines) if line.startswith("Would submit"))
+    assert lines[first].startswith(f"Would submit the tuning job for {want}")
+    tuned = [line for line in lines if "-ttuned-" in line and "n2-" in line and "Would" in line]
+    assert len(tuned) == 2 and all(f"--dependency=afterany:<the tuning job for {want}>" in line
+                                   for line in tuned)
+    assert not any("afterany" in line for line in lines
+                   if "-tdefault-" in line or "Would submit point n1-" in line)
+    # a file that exists with a pick for every compression is not made again
+    (tmp_path / "tuning").mkdir()
+    open(want, "w").write(json.dumps({"picks": {"none": {}, "fp16": {}}}))
+    assert submit.plan_study(st, Software.here(), unchecked_box=True, tune=[]).tunes == []

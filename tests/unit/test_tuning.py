@@ -146,3 +146,29 @@ def test_an_algorithm_only_search_is_decided_by_the_launches_that_ran_it_beside_
     assert confirm == {"default": {"none": [0.7, 0.71, 0.72]}, "pick": {"none": [0.41, 0.43, 0.42]}}
     pick = tune._picks(se, {}, (4, 0), confirm)["none"]
     assert pick["name"].startswith("ring") and pick["gain"] == pytest.approx(0.71 / 0.42)
+
+
+def test_an_algorithm_only_search_lets_each_compression_take_its_own_fastest_algorithm(monkeypatch):
+    for k in tune.HOROVOD_DEFAULTS:
+        monkeypatch.delenv(k, raising=False)
+    # measured on the 4-node box: fp32 fastest on the segmented ring, fp16 on the plain ring
+    se = tune.Search(types.SimpleNamespace(margin=0.03), ["none", "fp16"], [],
+                     [(0, 0), (4, 0), (5, 1 << 20)])
+    se.runs[tune._key(se.effective({}))] = [{
+        "times": {"0/0": {"none": [0.62, 0.63], "fp16": [0.34, 0.35]},
+                  "4/0": {"none": [0.381, 0.382], "fp16": [0.220, 0.221]},
+                  "5/1048576": {"none": [0.379, 0.380], "fp16": [0.238, 0.239]}},
+        "native": [0.59], "bytes": 4 << 20, "ranks": 4, "nodes": 4, "tensors": 10,
+        "link_limit_s": 0.277}]
+    confirm = tune._confirm(se, {}, (5, 1 << 20))
+    picks = tune._picks(se, {}, (5, 1 << 20), confirm)
+    assert picks["none"]["name"].startswith("segmented ring")
+    assert picks["fp16"]["name"].startswith("ring,")
+    assert picks["fp16"]["env"]["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "4"
+    assert picks["fp16"]["exchange_s"] == pytest.approx(0.2205)
+    table = tune._table(se, picks, se.runs[tune._key(se.effective({}))][0])
+    # the link carries fp16's half as many bytes: its limit is half fp32's
+    fp16_ring = next(line for line in table if line.startswith(" fp16 *ring"))
+    assert fp16_ring.split()[-1] == f"{0.277 / 2 / 0.2205:.2f}"
+    none_seg = next(line for line in table if line.startswith(" none *segmented"))
+    assert none_seg.split()[-1] == f"{0.277 / 0.3795:.2f}"
