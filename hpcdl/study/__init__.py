@@ -460,6 +460,10 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
         compressions = list(dict.fromkeys(c for _, _, c, _ in variants))
     timeout, env, mpirun_args = _run_section(v, raw)
     tunings, tuning_file = _tuning_axis(v, ax, v.table(raw, "run"), command)
+    if tuning_file and set(tunings) - {"default"} and "int8" in compressions:
+        v.fail("run.tuning", "hpcdl tune tunes the none and fp16 exchanges, and int8 is among "
+                             "this study's: its tuned points would have no settings (study int8 "
+                             "in a study without run.tuning)")
     timeline = bool(v.get(v.table(raw, "run"), "run.timeline", bool, default=False))
     if timeline and command:
         v.fail("run.timeline", "records hpcdl train's Horovod timeline; workload.command runs "

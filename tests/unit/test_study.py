@@ -414,3 +414,22 @@ def test_run_tuning_alone_tunes_every_point_and_adds_nothing_to_the_ids(tmp_path
 def test_a_bad_tuning_axis_is_refused_with_what_to_fix(tmp_path, axes, run, words):
     with pytest.raises(study.StudyError, match=words):
         _tuning_study(tmp_path, axes=axes, run=run)
+
+
+def test_an_int8_exchange_is_refused_with_a_tuning_file_since_tune_has_no_pick_for_it(tmp_path):
+    with pytest.raises(study.StudyError, match="hpcdl tune tunes the none and fp16 exchanges"):
+        study.from_dict(__import__("tomllib").loads("""
+[study]
+name = "t"
+scaling = "weak"
+[workload]
+name = "expmlp"
+batch_size = 10
+[layout]
+nodes = [1, 2]
+ranks_per_node = 1
+[axes]
+exchange = ["horovod", "horovod+int8"]
+[run]
+tuning = "t/box-{nodes}n.json"
+"""), tmp_path / "t.toml", results_root=tmp_path)
