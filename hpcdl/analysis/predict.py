@@ -42,7 +42,7 @@ its coverage is then counted on the held-out points.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -295,49 +295,69 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
 
 
 REMEDIES = (("fp16 gradients", 1, 0.5), ("twice the batch per rank", 2, 1.0))
+TUNED = " settings:tuned"       # an axis's name for the tuned points of a study's tuning axis
+
+
+def _parts(axis: str) -> Tuple[str, str, str]:
+    """(configuration, link rate, the rest) of an axis name: "horovod/none@200mbit
+    settings:default" is ("horovod/none", "200mbit", " settings:default")."""
+    base, _, after = axis.partition("@")
+    rate, space, rest = after.partition(" ")
+    return base, rate, space + rest
 
 
 def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> List[dict]:
-    """For the largest point of each uncompressed axis (weak scaling): the efficiency the model
-    predicts with each remedy (fp16 gradients: half the bytes; twice the batch per rank) beside
-    the one it predicts as run, so the predicted gain; and the measured gain where the remedy was
-    run: fp16 by the same study's fp16 axis at the same rate, a larger batch by ``others`` (a
-    study of the same workload with another batch, its axes as :func:`analyse` returns them)."""
+    """For the largest point of each axis (weak scaling): the efficiency the model predicts
+    with each remedy beside the one it predicts as run, so the predicted gain, and the measured
+    gain where the remedy was run. For an uncompressed axis: fp16 gradients (half the bytes;
+    measured by the same study's fp16 axis at the same rate) and twice the batch per rank
+    (measured by ``others``: a study of the same workload with another batch, its axes as
+    :func:`analyse` returns them). For a study's default settings (a tuning axis): the tuned
+    points' allreduce algorithm, the one part of the tuned settings the model has a term for
+    (measured by the tuned points)."""
     if kind != "weak":
         return []
     out = []
+    names = {a["axis"]: a for a in out_axes}
     for ax in out_axes:
-        base, _, rate = ax["axis"].partition("@")
-        if not base.endswith("/none") or ax["backend"] == "ps":
-            continue
+        base, rate, rest = _parts(ax["axis"])
         model, by_p = ax["_model"], ax["_by_p"]
         p = max(by_p)
-        if p <= 1 or 1 not in by_p:
+        if ax["backend"] == "ps" or p <= 1 or 1 not in by_p:
             continue
         s1, sp = _summary(by_p[1]), _summary(by_p[p])
 
-        def efficiency(batch, wire):
-            t1 = model.step(1, batch, sp["algorithm"], wire, sp["rate"])
-            tp = model.step(p, batch, sp["algorithm"], wire, sp["rate"])
+        def efficiency(batch, wire, algorithm=sp["algorithm"]):
+            t1 = model.step(1, batch, algorithm, wire, sp["rate"])
+            tp = model.step(p, batch, algorithm, wire, sp["rate"])
             return None if t1 is None or tp is None else t1 / tp
         e0 = efficiency(sp["batch"], sp["wire"])
         measured0 = s1["step"] / sp["step"]
-        for name, bmul, wmul in REMEDIES:
-            e = efficiency(sp["batch"] * bmul, sp["wire"] * wmul)
+
+        def add(name, e, twin, same_batch=sp["batch"]):
             meas = None
-            twin = ([a for a in out_axes if a["axis"] == base.replace("/none", "/fp16")
-                     + (f"@{rate}" if rate else "")] if wmul != 1 else
-                    [a for a in others if a["axis"] == ax["axis"]])
-            for t in twin:
-                if p in t["_by_p"] and 1 in t["_by_p"]:
-                    r1, rp = _summary(t["_by_p"][1]), _summary(t["_by_p"][p])
-                    if rp["batch"] == sp["batch"] * bmul:
-                        meas = r1["step"] / rp["step"]
+            if twin is not None and p in twin["_by_p"] and 1 in twin["_by_p"]:
+                r1, rp = _summary(twin["_by_p"][1]), _summary(twin["_by_p"][p])
+                if rp["batch"] == same_batch:
+                    meas = r1["step"] / rp["step"]
             out.append({"axis": ax["axis"], "nodes": p, "remedy": name,
                         "model_efficiency": e, "model_efficiency_as_run": e0,
                         "model_gain": None if e is None or not e0 else e / e0,
                         "measured_efficiency": meas, "measured_efficiency_as_run": measured0,
                         "measured_gain": None if meas is None else meas / measured0})
+        if base.endswith("/none") and not rest.endswith(TUNED):
+            for name, bmul, wmul in REMEDIES:
+                twin = (names.get(base.replace("/none", "/fp16") + (f"@{rate}" if rate else "")
+                                  + rest) if wmul != 1 else
+                        next((a for a in others if a["axis"] == ax["axis"]), None))
+                add(name, efficiency(sp["batch"] * bmul, sp["wire"] * wmul), twin,
+                    sp["batch"] * bmul)
+        if rest.endswith(" settings:default"):
+            tuned = names.get(ax["axis"][:-len(" settings:default")] + TUNED)
+            if tuned is not None and p in tuned["_by_p"]:
+                alg = _summary(tuned["_by_p"][p])["algorithm"]
+                add(f"the tuned settings' allreduce ({alg})",
+                    efficiency(sp["batch"], sp["wire"], alg), tuned)
     for r in out:
         r["gain_error"] = (None if r["measured_gain"] is None or r["model_gain"] is None else
                            (r["model_gain"] - r["measured_gain"]) / r["measured_gain"])
@@ -346,13 +366,14 @@ def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> Li
 
 def cross_rate(out_axes: List[dict], nodes_max: int) -> List[dict]:
     """Each axis's model, calibrated at its link rate, predicting the held-out points of the
-    same configuration at another rate, given only that rate."""
+    same configuration (and settings) at another rate, given only that rate."""
     out = []
     for a in out_axes:
         for b in out_axes:
-            base_a, _, rate_a = a["axis"].partition("@")
-            base_b, _, rate_b = b["axis"].partition("@")
-            if a is b or base_a != base_b or not rate_a or not rate_b or rate_a == rate_b:
+            base_a, rate_a, rest_a = _parts(a["axis"])
+            base_b, rate_b, rest_b = _parts(b["axis"])
+            if (a is b or (base_a, rest_a) != (base_b, rest_b) or not rate_a or not rate_b
+                    or rate_a == rate_b):
                 continue
             if a["_model"].fit is not None:
                 continue        # a bench fit is of one allocation's links: it has no rate to move

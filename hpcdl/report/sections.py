@@ -836,7 +836,13 @@ def _prediction_markdown(pred, by_name) -> List[str]:
                   "compute per exchange), and its gain over the efficiency it predicts as run. "
                   "Measured: fp16 by this study's fp16 axis; twice the batch by a study of the same "
                   "workload with that batch (`benchmarks/remedy_check.py` sets the two side by "
-                  "side).", "", by_name["prediction-remedies"].markdown()]
+                  "side)."
+                  + (" Where the study has a tuning axis, also at each default-settings axis's "
+                     "largest point: the tuned points' allreduce algorithm, measured by those "
+                     "points (the model has a term for the algorithm only, not for Horovod's cycle "
+                     "time or fusion)." if any(r["remedy"].startswith("the tuned settings")
+                                               for r in pred["remedies"]) else ""),
+                  "", by_name["prediction-remedies"].markdown()]
     return lines + [""]
 
 

@@ -73,10 +73,11 @@ RATE = 200e6
 
 
 def truth(p, b=128, per_sample=3.2e-3, k=0.05, duplex=0.9, window=0.1, fixed=2e-3,
-          wire=MB, rate=RATE, backend="horovod", spread=(1.0,)):
+          wire=MB, rate=RATE, backend="horovod", spread=(1.0,), pin=None):
     """compute center, slowest rank's compute, exchange alone and step of the known parts."""
     center = per_sample * b * (1 + k * (p > 1))
-    algo = "ps" if backend == "ps" else allreduce.OMPI_ALLREDUCE[allreduce.ompi_allreduce(p, wire)]
+    algo = ("ps" if backend == "ps"
+            else allreduce.OMPI_ALLREDUCE[pin or allreduce.ompi_allreduce(p, wire)])
     ex = 0.0
     if p > 1:
         ex = allreduce.link_bytes(algo, wire, p) / (rate / 8 * allreduce.FRAMING)
@@ -87,28 +88,34 @@ def truth(p, b=128, per_sample=3.2e-3, k=0.05, duplex=0.9, window=0.1, fixed=2e-
 
 
 def study(nodes=(1, 2, 4, 8), repeats=3, rates=(RATE,), compressions=("none",),
-          backend="horovod", batch=128, **kw):
+          backend="horovod", batch=128, tuning="", pin=None, **kw):
+    """Records of known parts; ``tuning``: the point's tuning axis, ``pin``: the Open MPI
+    algorithm its multi-node runs pinned (a tuning file's pick)."""
     out = []
+    env = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+           "OMPI_MCA_coll_tuned_allreduce_algorithm": str(pin)} if pin else {}
     for rate in rates:
         net = f"{int(rate / 1e6)}mbit"
         for comp in compressions:
             wire = costmodel.wire_bytes(MB // 4, comp)
             for rep in range(repeats):
                 for p in nodes:
-                    center, ex, step = truth(p, b=batch, wire=wire, rate=rate, backend=backend, **kw)
+                    center, ex, step = truth(p, b=batch, wire=wire, rate=rate, backend=backend,
+                                             pin=pin if p > 1 else None, **kw)
                     ranks = [{"host": f"n{i + 1}", "compute_probes_s": [9.9] + [center] * 5,
                               "exchange_probes_s": [9.9] + [ex] * 5 if p > 1 else []}
                              for i in range(p)]
                     out.append({
                         "kind": "train", "status": "ok",
                         "declared": {"scaling": "weak", "calibration": "runs:nodes<=2"},
-                        "point": {"id": f"n{p}-{backend}-{comp}-{net}-rep{rep}", "repeat": rep,
-                                  "network": net},
+                        "point": {"id": f"n{p}-{backend}-{comp}-{net}-t{tuning}-rep{rep}",
+                                  "repeat": rep, "network": net,
+                                  **({"tuning": tuning} if tuning else {})},
                         "params": {"batch_size": batch, "global_batch": batch * p,
                                    "backend": backend, "compression": comp, "workload": "cnn"},
                         "layout": {"size": p, "nodes": p, "ranks_per_node": 1},
                         "box": {"link_bits_per_s": rate, "link_rate": net},
-                        "manifest": {"env": {}},
+                        "manifest": {"env": env if p > 1 else {}},
                         "metrics": {"throughput": {"mean": batch * p / step, "std": 1.0, "n": 15,
                                                    "unit": "img/s"},
                                     "step_time": {"median": step},
@@ -217,6 +224,26 @@ def test_remedies_predicted_and_measured_by_the_fp16_axis_and_a_larger_batch_stu
     # without the larger-batch study its gain is predicted only
     alone = {r["remedy"]: r for r in _run(recs)["remedies"]}
     assert alone["twice the batch per rank"]["measured_gain"] is None
+
+
+def test_the_tuned_settings_are_a_remedy_of_the_default_ones_measured_by_the_tuning_axis():
+    # default settings: Open MPI's Rabenseifner (both ways over one connection, the duplex
+    # share); tuned: the ring pinned, at two rates: the model calibrated on the default's 1-2
+    # nodes predicts the ring's gain at 8 nodes exactly, and across rates only within a setting
+    recs = (study(rates=(RATE, 500e6), tuning="default")
+            + study(rates=(RATE, 500e6), tuning="tuned", pin=4))
+    res = _run(recs)
+    fixes = [r for r in res["remedies"] if r["remedy"].startswith("the tuned settings")]
+    assert [(r["axis"], r["remedy"]) for r in fixes] == [
+        ("horovod/none@200mbit settings:default", "the tuned settings' allreduce (ring)"),
+        ("horovod/none@500mbit settings:default", "the tuned settings' allreduce (ring)")]
+    for r in fixes:
+        assert r["model_gain"] > 1.05 and r["gain_error"] == pytest.approx(0, abs=1e-9)
+    # a tuned axis gets no remedies of its own; fp16 and the batch stay the default's
+    assert {r["axis"] for r in res["remedies"]} == {f["axis"] for f in fixes}
+    assert all(c["calibrated"].split(" ")[1] == c["predicted"].split(" ")[1]
+               for c in res["cross_rate"]) and len(res["cross_rate"]) == 8
+    assert all(abs(c["error"]) < 1e-9 for c in res["cross_rate"])
 
 
 def test_the_report_says_whether_the_model_beats_the_baselines_and_what_its_band_covered():
