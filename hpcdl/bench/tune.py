@@ -231,16 +231,31 @@ def _worker(opts) -> int:
         for a in algs[k:] + algs[:k]:
             for comp, ts in wk.session(a, comps, 1).items():
                 times[f"{a[0]}/{a[1]}"][comp] += ts
+    limit = _link_limit(wk.layout.host, wk.world.Get_size(), nbytes)
     if wk.root:
         lay = wk.layout
         print(MARKER + json.dumps({
             "env": setting["env"], "times": times, "native": native, "bytes": nbytes,
             "tensors": len(wk.tensors), "workload": wk.workload, "ranks": wk.world.Get_size(),
             "nodes": lay.num_nodes, "ranks_per_node": lay.local_size, "host": lay.host,
-            "skipped": skipped,
-            "link_limit_s": _link_limit(lay.host, wk.world.Get_size(), nbytes)}), flush=True)
+            "skipped": skipped, "link_limit_s": limit,
+            "memcpy_s": None if limit else _memcpy(nbytes, opts.iters)}), flush=True)
     wk.world.Barrier()
     return 0
+
+
+def _memcpy(nbytes: int, iters: int) -> float:
+    """Where ranks share memory, the limit's yardstick: one copy of ``nbytes`` on this rank
+    (the median of ``iters``, buffers touched first)."""
+    import numpy as np
+    src = np.full(nbytes // 4, 0.5, dtype=np.float32)
+    dst = np.zeros_like(src)
+    times = []
+    for _ in range(max(3, iters)):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
 
 
 def _link_limit(host: str, p: int, nbytes: int) -> Optional[float]:
@@ -462,10 +477,12 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
     import statistics
     from ..costmodel import busbw_factor, wire_bytes
     nbytes, limit = first["bytes"], first.get("link_limit_s")
+    copy = None if limit else first.get("memcpy_s")
     native = statistics.median([t for runs in se.runs.values() for r in runs for t in r["native"]])
     bus = busbw_factor(first["ranks"])
     out = [f"{'compr':>5}  {'candidate':<66} {'n':>3} {'exchange(ms)':>12} {'busbw(GB/s)':>11} "
-           f"{'vs MPI':>6} {'vs default':>10}" + ("  vs link" if limit else "")]
+           f"{'vs MPI':>6} {'vs default':>10}" + ("  vs link" if limit else
+                                                 " vs memcpy" if copy else "")]
     for comp in se.comps:
         base = se.median({}, (0, 0), comp)
         # the link carries the compressed bytes: fp16's limit is half fp32's
@@ -474,13 +491,16 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
             mark = "*" if _name(dict(json.loads(key)), alg) == picks[comp]["name"] else " "
             out.append(f"{comp:>5} {mark}{_name(dict(json.loads(key)), alg):<66} {len(ts):>3} "
                        f"{t * 1e3:>12.2f} {nbytes / t / 1e9 * bus:>11.3f} {native / t:>6.2f} "
-                       f"{base / t:>10.2f}" + (f"  {lim / t:>7.2f}" if limit else ""))
+                       f"{base / t:>10.2f}" + (f"  {lim / t:>7.2f}" if limit else
+                                               f" {copy / t:>10.2f}" if copy else ""))
     out.append(f"# {first['tensors']} gradient tensors, {nbytes / MIB:.2f} MiB a step, {first['ranks']} "
                f"ranks on {first['nodes']} node(s); n: rounds measured (each the median of --iters)")
     out.append(f"# references in the same launches: MPI_Allreduce of one buffer of those bytes "
                f"{native * 1e3:.2f} ms (busbw {nbytes / native / 1e9 * bus:.3f} GB/s)"
-               + (f"; the link's limit for a ring {limit * 1e3:.2f} ms" if limit else ""))
-    out.append("# * the pick; vs MPI, vs default, vs link: their time over the candidate's "
+               + (f"; the link's limit for a ring {limit * 1e3:.2f} ms" if limit else "")
+               + (f"; one memcpy of those bytes on a rank {copy * 1e3:.2f} ms (the ranks share "
+                  "memory: a ring moves 2(p-1)/p of them through it at least)" if copy else ""))
+    out.append("# * the pick; vs MPI, vs default, vs link, vs memcpy: their time over the candidate's "
                "(above 1: the candidate is faster)"
                + ("; fp16: busbw and vs MPI over the float32 bytes the step averages, vs link over "
                   "the half as many bytes on the wire" if "fp16" in se.comps else ""))
@@ -506,7 +526,7 @@ def _document(se: Search, picks: dict, first: dict, skipped: List[str]) -> dict:
         "workload": first["workload"], "tensors": first["tensors"], "bytes": first["bytes"],
         "references": {"mpi_allreduce_s": statistics.median(
             [t for runs in se.runs.values() for r in runs for t in r["native"]]),
-            "link_limit_s": first.get("link_limit_s")},
+            "link_limit_s": first.get("link_limit_s"), "memcpy_s": first.get("memcpy_s")},
         "skipped": skipped, "launches": se.launches, "picks": picks,
         "candidates": [{"compression": comp, "name": _name(dict(json.loads(key)), alg),
                         "times_s": ts} for comp in se.comps for _, key, alg, ts in _rows(se, comp)],
@@ -531,7 +551,8 @@ def main(opts) -> int:
         raise UserError("run hpcdl tune itself, not under mpirun or srun: it launches the ranks")
     se = Search(opts, comps, [k for k in knobs if k != "algorithm"],
                 list(ALGORITHMS) if "algorithm" in knobs else [(0, 0)])
-    se.deadline = time.monotonic() + opts.budget
+    started = time.monotonic()
+    se.deadline = started + opts.budget
     base, alg = _search(se)
     confirm = _confirm(se, base, alg)
     first = next(iter(se.runs.values()))[0]
@@ -544,4 +565,6 @@ def main(opts) -> int:
                         f"{first['nodes']}n-{first['ranks']}r.json")
     tuning.write(path, _document(se, picks, first, skipped))
     print(f"# tuning file: {path} (hpcdl train --tuning {path}, or HPCDL_TUNING={path})", flush=True)
+    print(f"# hpcdl tune took {time.monotonic() - started:.0f} s ({se.launches} launch(es))",
+          flush=True)
     return 0

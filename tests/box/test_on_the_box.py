@@ -184,6 +184,71 @@ def test_losing_a_node_ends_the_job_and_a_resubmission_runs_only_the_missing_poi
     assert ok == ["n1-r1-horovod-none-rep0", point], ok      # one record per point, none lost
 
 
+TUNED = textwrap.dedent("""\
+    [study]
+    name = "box-tuned"
+    scaling = "weak"
+
+    [workload]
+    name = "cnn"
+    model = "small"
+    image_size = 32
+    num_classes = 10
+    batch_size = 8
+    num_warmup_batches = 1
+    num_batches_per_iter = 2
+    num_iters = 1
+
+    [layout]
+    nodes = [2]
+    ranks_per_node = 1
+
+    [axes]
+    exchange = ["horovod", "horovod+fp16"]
+    tuning = ["tuned"]
+
+    [run]
+    tuning = "TUNING"
+
+    [slurm]
+    time = "00:10:00"
+    cpus_per_task = 1
+    signal_lead = 60
+    """)
+
+
+def test_submit_tune_makes_the_tuning_file_in_a_job_and_the_tuned_points_run_its_picks(
+        slurm_cluster, tmp_path):
+    study = tmp_path / "tuned.toml"
+    study.write_text(TUNED.replace("TUNING", str(tmp_path / "tuning" / "box-{nodes}n.json")))
+    root = tmp_path / "results"
+    exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
+    out = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
+                 *exports, "--tune", "--knobs algorithm --rounds 1 --worker-rounds 1 --iters 2")
+    lines = out.splitlines()
+    tune_job = next(ln for ln in lines if ln.startswith("Submitted the tuning job for "))
+    jid = tune_job.split(" as job ")[1].split()[0]
+    points = [ln for ln in lines if ln.startswith("Submitted point")]
+    assert len(points) == 2 and all(ln.endswith(f", after job {jid}") for ln in points), out
+    _hpcdl("study", "status", str(study), "--results-root", str(root), "--wait", "500",
+           timeout=530)
+    doc = json.loads((tmp_path / "tuning" / "box-2n.json").read_text())
+    assert doc["made_for"]["nodes"] == 2 and set(doc["picks"]) == {"none", "fp16"}
+    recs = _records(root / "box-tuned" / "runs.jsonl")
+    assert sorted(r["params"]["compression"] for r in recs) == ["fp16", "none"]
+    for rec in recs:
+        pick = doc["picks"][rec["params"]["compression"]]
+        section = rec["tuning"]
+        assert section["file"] == str(tmp_path / "tuning" / "box-2n.json")
+        assert section["settings"] == pick["env"] and section["pick"] == pick["name"]
+        # what the library ran in the training process on the nodes, read back from it
+        assert section["in_force"]["algorithm"] == \
+            int(pick["env"]["OMPI_MCA_coll_tuned_allreduce_algorithm"])
+    rows = json.loads(_hpcdl("study", "status", str(study), "--results-root", str(root), "--json"))
+    assert rows[0]["point"] == "tune-box-2n" and rows[0]["state"] == "COMPLETED"
+    assert rows[0]["recorded"] is None
+
+
 def test_check_fails_an_oversubscribed_box_and_a_study_there_is_refused(slurm_cluster, tmp_path):
     # the session's box asks for 4 nodes x 1 core on a 2-core machine: together, each node
     # computes at about half its speed alone, and check must say so

@@ -172,3 +172,19 @@ def test_an_algorithm_only_search_lets_each_compression_take_its_own_fastest_alg
     assert fp16_ring.split()[-1] == f"{0.277 / 2 / 0.2205:.2f}"
     none_seg = next(line for line in table if line.startswith(" none *segmented"))
     assert none_seg.split()[-1] == f"{0.277 / 0.3795:.2f}"
+
+
+def test_where_ranks_share_memory_the_table_measures_against_a_memcpy_of_the_bytes(monkeypatch):
+    for k in tune.HOROVOD_DEFAULTS:
+        monkeypatch.delenv(k, raising=False)
+    se = tune.Search(types.SimpleNamespace(margin=0.03), ["none"], [], [(0, 0), (4, 0)])
+    first = {"times": {"0/0": {"none": [0.010]}, "4/0": {"none": [0.008]}}, "native": [0.006],
+             "bytes": 64 << 20, "ranks": 2, "nodes": 1, "tensors": 1, "link_limit_s": None,
+             "memcpy_s": 0.004}
+    se.runs[tune._key(se.effective({}))] = [first]
+    picks = tune._picks(se, {}, (4, 0), tune._confirm(se, {}, (4, 0)))
+    table = tune._table(se, picks, first)
+    assert table[0].endswith(" vs memcpy")
+    assert next(ln for ln in table if ln.startswith(" none *ring")).split()[-1] == "0.50"
+    assert "one memcpy of those bytes on a rank 4.00 ms" in "\n".join(table)
+    assert tune._memcpy(1 << 20, 3) > 0
