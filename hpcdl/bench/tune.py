@@ -21,7 +21,11 @@ median over ``--iters`` exchanges.
   of 20 ms still ruled the next start without the variable), and crashes (SIGSEGV in
   ``ParameterManager::BayesianParameter::SetValue``) when it starts again after a start that
   fixed both. So a launch sets them once, before Horovod's first start, and where the job's
-  environment fixes both, the algorithms get a launch each.
+  environment fixes both, the algorithms get a launch each. A launch of one setting also times
+  the workload's forward and backward pass on one batch while that Horovod runs beside it, and a
+  knob's candidates are compared by exchange + compute: on a node with a fraction of a core the
+  background thread's wake-ups slow the compute (a 1 ms cycle took 15% of a 0.2-core box node's
+  compute against a 5 ms one), which the exchange alone never shows.
 - **The result against the default**, launched alike (one algorithm per launch) and alternating
   for ``--rounds`` rounds: the file takes the result only when its median is at least
   ``--margin`` faster; else the default (the job's environment, the library's own algorithm).
@@ -111,16 +115,19 @@ class Worker:
     world: object
     tf: object
     workload: dict
+    grads: object = None            # the workload's forward and backward pass on one batch
     started: bool = False           # Horovod started once (its settings now fixed)
 
     @property
     def root(self) -> bool:
         return self.world.Get_rank() == 0
 
-    def session(self, algorithm: Tuple[int, int], compressions: List[str],
-                rounds: int) -> Dict[str, List[float]]:
+    def session(self, algorithm: Tuple[int, int], compressions: List[str], rounds: int,
+                compute: bool = False) -> Tuple[Dict[str, List[float]], List[float]]:
         """Horovod started once on a communicator that runs ``algorithm``; per compression,
-        ``rounds`` rounds' times of a step's exchange (each the slowest rank's median)."""
+        ``rounds`` rounds' times of a step's exchange (each the slowest rank's median), and with
+        ``compute`` each round's time of the forward and backward pass while Horovod's
+        background thread runs beside it (what its cycle costs the step's compute)."""
         import horovod.tensorflow as hvd
         import numpy as np
         from ..comm import mpit
@@ -135,20 +142,26 @@ class Worker:
         hvd.init(comm=comm)
         self.started = True
         out: Dict[str, List[float]] = {c: [] for c in compressions}
+        comp_times: List[float] = []
+        compute = compute and self.grads is not None
         try:
             fns = {}
             for comp in compressions:
                 be = HorovodBackend(comp)
                 fns[comp] = self.tf.function(lambda ts, be=be: be.average(ts))
                 fns[comp](self.tensors)                          # negotiation, fusion buffer
-            for _ in range(rounds):
+            for r in range(rounds):
                 for comp in compressions:
                     times, _ = timed(self.world, lambda: fns[comp](self.tensors), self.opts.iters, 0)
                     out[comp].append(float(np.median(times)))
+                if compute:
+                    times, _ = timed(self.world, lambda: self.grads()[-1].numpy(),
+                                     self.opts.iters, 0 if r else 1)
+                    comp_times.append(float(np.median(times)))
         finally:
             hvd.shutdown()
             comm.Free()
-        return out
+        return out, comp_times
 
     def native(self, nbytes: int) -> float:
         """The MPI library's MPI_Allreduce (its own algorithm choice) of one buffer of ``nbytes``."""
@@ -199,7 +212,28 @@ def _start_worker(opts, setting: dict) -> Worker:
     tensors = [tf.random.stateless_normal(v.shape, seed=[i, 7], stddev=0.01)
                for i, v in enumerate(wl.model.trainable_variables)]
     return Worker(opts, tensors, layout, MPI.COMM_WORLD.Dup(), tf,
-                  {"workload": targs.workload, **(wl.info or {})})
+                  {"workload": targs.workload, **(wl.info or {})},
+                  _grads_fn(tf, wl, targs.batch_size))
+
+
+def _grads_fn(tf, wl, batch_size: Optional[int]):
+    """The workload's forward and backward pass on one per-rank batch (its synthetic batch, else
+    the first of its data), as a training step computes it; None without a batch."""
+    batch = wl.synthetic
+    if batch is None and isinstance(wl.train, tuple):
+        n = batch_size or wl.batch_size
+        batch = (tf.constant(wl.train[0][:n]), tf.constant(wl.train[1][:n]))
+    if batch is None:
+        return None
+    x, y = batch
+    variables = wl.model.trainable_variables
+
+    @tf.function
+    def grads():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(wl.loss(y, wl.model(x, training=True)))
+        return tape.gradient(loss, variables)
+    return grads
 
 
 def _worker(opts) -> int:
@@ -220,22 +254,25 @@ def _worker(opts) -> int:
         raise UserError("a launch that fixes both Horovod's cycle time and fusion threshold can "
                         "start Horovod only once, so it can time only one algorithm")
     times = {f"{a[0]}/{a[1]}": {c: [] for c in comps} for a in algs}
+    compute: Dict[str, List[float]] = {}
     native = [wk.native(nbytes)]
-    if len(algs) == 1:             # one start of Horovod, the rounds inside it
-        times[f"{algs[0][0]}/{algs[0][1]}"] = wk.session(algs[0], comps, opts.worker_rounds)
+    if len(algs) == 1:             # one start of Horovod, the rounds inside it: a Horovod setting
+        key = f"{algs[0][0]}/{algs[0][1]}"     # whose thread's cost on compute is measured too
+        times[key], compute[key] = wk.session(algs[0], comps, opts.worker_rounds, compute=True)
         native.append(wk.native(nbytes))
     for r in range(opts.worker_rounds if len(algs) > 1 else 0):
         if r:
             native.append(wk.native(nbytes))
         k = r % len(algs)
         for a in algs[k:] + algs[:k]:
-            for comp, ts in wk.session(a, comps, 1).items():
+            for comp, ts in wk.session(a, comps, 1)[0].items():
                 times[f"{a[0]}/{a[1]}"][comp] += ts
     limit = _link_limit(wk.layout.host, wk.world.Get_size(), nbytes)
     if wk.root:
         lay = wk.layout
         print(MARKER + json.dumps({
-            "env": setting["env"], "times": times, "native": native, "bytes": nbytes,
+            "env": setting["env"], "times": times, "compute": compute, "native": native,
+            "bytes": nbytes,
             "tensors": len(wk.tensors), "workload": wk.workload, "ranks": wk.world.Get_size(),
             "nodes": lay.num_nodes, "ranks_per_node": lay.local_size, "host": lay.host,
             "skipped": skipped, "link_limit_s": limit,
@@ -296,6 +333,20 @@ class Search:
         import statistics
         ts = self.times(env, f"{alg[0]}/{alg[1]}", comp)
         return statistics.median(ts) if ts else float("inf")
+
+    def compute(self, env: dict, alg: str) -> Optional[float]:
+        """The median forward and backward pass measured while the setting's Horovod ran
+        beside it (launches of one algorithm measure it; None: not measured)."""
+        import statistics
+        ts = [t for run in self.runs.get(_key(self.effective(env)), [])
+              for t in (run.get("compute") or {}).get(alg, [])]
+        return statistics.median(ts) if ts else None
+
+    def step(self, env: dict, alg: Tuple[int, int], comp: str) -> float:
+        """What a Horovod knob's candidates are compared by: the exchange, plus the compute
+        measured beside it (a background thread that wakes often slows the step's compute on a
+        node with a fraction of a core; it makes no difference to the exchange alone)."""
+        return self.median(env, alg, comp) + (self.compute(env, f"{alg[0]}/{alg[1]}") or 0.0)
 
     def score(self, env: dict, comp: str) -> float:
         """The setting's fastest algorithm's median."""
@@ -378,8 +429,8 @@ def _search(se: Search) -> Tuple[dict, Tuple[int, int]]:
                 seen.add(_key(se.effective(c)))
                 cands.append(c)
         _rounds(se, [(c, [alg]) for c in cands], stop)
-        fastest = min(cands, key=lambda c: se.median(c, alg, comp))
-        if se.median(fastest, alg, comp) < (1 - se.opts.margin) * se.median(base, alg, comp):
+        fastest = min(cands, key=lambda c: se.step(c, alg, comp))
+        if se.step(fastest, alg, comp) < (1 - se.opts.margin) * se.step(base, alg, comp):
             base = fastest
         print(f"# {knob}: {_name(se.effective(base), f'{alg[0]}/{alg[1]}')}", flush=True)
     return base, alg
@@ -404,6 +455,9 @@ def _confirm(se: Search, base: dict, alg: Tuple[int, int]) -> Dict[str, Dict[str
         _rounds(se, [({}, [(0, 0)]), (base, [alg])], float("inf"))
         out = {"default": {c: se.times({}, "0/0", c) for c in se.comps},
                "pick": {c: se.times(base, f"{alg[0]}/{alg[1]}", c) for c in se.comps}}
+        comp = {"default": se.compute({}, "0/0"), "pick": se.compute(base, f"{alg[0]}/{alg[1]}")}
+        if None not in comp.values():       # the compute beside each, measured in these launches
+            out["compute"] = comp
     finally:
         se.runs = kept
     return out
@@ -459,7 +513,9 @@ def _picks(se: Search, base: dict, alg: Tuple[int, int], confirm: dict) -> Dict[
                 comp: se.times({}, f"{found[0]}/{found[1]}", comp)}))
         d = statistics.median(confirm["default"][comp])
         t = statistics.median(confirm["pick"][comp])
-        chosen = t < (1 - se.opts.margin) * d
+        cd, ct = (confirm.get("compute") or {}).get("default"), (confirm.get("compute") or {}).get("pick")
+        both = cd is not None and ct is not None   # then the step's exchange and compute together
+        chosen = t + ct < (1 - se.opts.margin) * (d + cd) if both else t < (1 - se.opts.margin) * d
         env_, alg_ = (base, found) if chosen else ({}, (0, 0))
         effective = se.effective(env_)
         env = {**effective, "OMPI_MCA_coll_tuned_use_dynamic_rules": "1" if alg_[0] else "0",
@@ -468,8 +524,11 @@ def _picks(se: Search, base: dict, alg: Tuple[int, int], confirm: dict) -> Dict[
         picks[comp] = {"name": _name(effective, f"{alg_[0]}/{alg_[1]}"), "env": env,
                        "exchange_s": t if chosen else d, "default_s": d,
                        "searched": _name(se.effective(base), f"{found[0]}/{found[1]}"),
-                       "searched_s": t, "gain": d / t if chosen else 1.0,
-                       "confirm_times_s": {k: v[comp] for k, v in confirm.items()}}
+                       "searched_s": t, "gain": d / t if chosen else 1.0, "chosen": chosen,
+                       **({"compute_s": ct if chosen else cd, "default_compute_s": cd,
+                           "searched_compute_s": ct,
+                           "step_gain": (d + cd) / (t + ct) if chosen else 1.0} if both else {}),
+                       "confirm_times_s": {k: confirm[k][comp] for k in ("default", "pick")}}
     return picks
 
 
@@ -480,17 +539,23 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
     copy = None if limit else first.get("memcpy_s")
     native = statistics.median([t for runs in se.runs.values() for r in runs for t in r["native"]])
     bus = busbw_factor(first["ranks"])
-    out = [f"{'compr':>5}  {'candidate':<66} {'n':>3} {'exchange(ms)':>12} {'busbw(GB/s)':>11} "
-           f"{'vs MPI':>6} {'vs default':>10}" + ("  vs link" if limit else
-                                                 " vs memcpy" if copy else "")]
+    computed = any(r.get("compute") for runs in se.runs.values() for r in runs)
+    out = [f"{'compr':>5}  {'candidate':<66} {'n':>3} {'exchange(ms)':>12} "
+           + (f"{'compute(ms)':>11} " if computed else "")
+           + f"{'busbw(GB/s)':>11} {'vs MPI':>6} {'vs default':>10}"
+           + ("  vs link" if limit else " vs memcpy" if copy else "")]
     for comp in se.comps:
         base = se.median({}, (0, 0), comp)
         # the link carries the compressed bytes: fp16's limit is half fp32's
         lim = limit and limit * wire_bytes(nbytes // 4, comp) / wire_bytes(nbytes // 4, "none")
         for t, key, alg, ts in _rows(se, comp):
             mark = "*" if _name(dict(json.loads(key)), alg) == picks[comp]["name"] else " "
+            c = se.compute(dict(json.loads(key)), alg) if computed else None
             out.append(f"{comp:>5} {mark}{_name(dict(json.loads(key)), alg):<66} {len(ts):>3} "
-                       f"{t * 1e3:>12.2f} {nbytes / t / 1e9 * bus:>11.3f} {native / t:>6.2f} "
+                       f"{t * 1e3:>12.2f} "
+                       + ((f"{c * 1e3:>11.1f} " if c is not None else f"{'-':>11} ")
+                          if computed else "")
+                       + f"{nbytes / t / 1e9 * bus:>11.3f} {native / t:>6.2f} "
                        f"{base / t:>10.2f}" + (f"  {lim / t:>7.2f}" if limit else
                                                f" {copy / t:>10.2f}" if copy else ""))
     out.append(f"# {first['tensors']} gradient tensors, {nbytes / MIB:.2f} MiB a step, {first['ranks']} "
@@ -502,14 +567,22 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
                   "memory: a ring moves 2(p-1)/p of them through it at least)" if copy else ""))
     out.append("# * the pick; vs MPI, vs default, vs link, vs memcpy: their time over the candidate's "
                "(above 1: the candidate is faster)"
+               + ("; compute: the forward and backward pass on one batch while the setting's "
+                  "Horovod ran beside it (measured in launches of one algorithm; a Horovod knob "
+                  "goes by exchange + compute)" if computed else "")
                + ("; fp16: busbw and vs MPI over the float32 bytes the step averages, vs link over "
                   "the half as many bytes on the wire" if "fp16" in se.comps else ""))
     for comp, pk in picks.items():
         n = len(pk["confirm_times_s"]["default"])
+        step = "default_compute_s" in pk
         out.append(f"# {comp}: the search found {pk['searched']}; against the default, launched "
                    f"alike and alternating ({n} round(s) each): {pk['searched_s'] * 1e3:.2f} ms "
-                   f"against {pk['default_s'] * 1e3:.2f} ms, so the file takes "
-                   + (f"it ({pk['gain']:.2f}x)" if pk["gain"] > 1 else "the default"))
+                   f"against {pk['default_s'] * 1e3:.2f} ms"
+                   + (f" exchanging, {pk['searched_compute_s'] * 1e3:.1f} ms against "
+                      f"{pk['default_compute_s'] * 1e3:.1f} ms computing beside it" if step else "")
+                   + ", so the file takes "
+                   + (f"it ({pk['step_gain' if step else 'gain']:.2f}x)" if pk["chosen"]
+                      else "the default"))
     return out
 
 
