@@ -117,6 +117,7 @@ class Worker:
     workload: dict
     grads: object = None            # the workload's forward and backward pass on one batch
     started: bool = False           # Horovod started once (its settings now fixed)
+    fns: dict = field(default_factory=dict)    # compression -> the step's exchange, traced once
 
     @property
     def root(self) -> bool:
@@ -145,10 +146,11 @@ class Worker:
         comp_times: List[float] = []
         compute = compute and self.grads is not None
         try:
-            fns = {}
-            for comp in compressions:
-                be = HorovodBackend(comp)
-                fns[comp] = self.tf.function(lambda ts, be=be: be.average(ts))
+            fns = self.fns      # traced in the first session, run again on each new start (their
+            for comp in compressions:           # ops find the Horovod of the moment when they run)
+                if comp not in fns:
+                    be = HorovodBackend(comp)
+                    fns[comp] = self.tf.function(lambda ts, be=be: be.average(ts))
                 fns[comp](self.tensors)                          # negotiation, fusion buffer
             for r in range(rounds):
                 for comp in compressions:
