@@ -830,20 +830,24 @@ def _prediction_markdown(pred, by_name) -> List[str]:
                   f"rate: {sum(e <= 0.15 for e in errs)} of {len(errs)} within 15%.", "",
                   by_name["prediction-across-rates"].markdown()]
     if pred["remedies"]:
-        lines += ["", "**What to try** (MODEL, checked where run): at the largest point of each "
-                  "uncompressed axis, the efficiency the model above predicts with fp16 gradients "
-                  "(half the bytes on every link) and with twice the batch per rank (twice the "
-                  "compute per exchange), and its gain over the efficiency it predicts as run. "
-                  "Measured: fp16 by this study's fp16 axis; twice the batch by a study of the same "
-                  "workload with that batch (`benchmarks/remedy_check.py` sets the two side by "
-                  "side)."
-                  + (" Where the study has a tuning axis, also at each default-settings axis's "
-                     "largest point: the tuned points' allreduce algorithm, measured by those "
-                     "points (the model has a term for the algorithm only, not for Horovod's cycle "
-                     "time or fusion)." if any(r["remedy"].startswith("the tuned settings")
-                                               for r in pred["remedies"]) else ""),
-                  "", by_name["prediction-remedies"].markdown()]
+        lines += _remedies_markdown(pred, by_name)
     return lines + [""]
+
+
+def _remedies_markdown(pred, by_name) -> List[str]:
+    tuned = any(r["remedy"].startswith("the tuned settings") for r in pred["remedies"])
+    return ["", "**What to try** (MODEL, checked where run): at the largest point of each "
+            "uncompressed axis, the efficiency the model above predicts with fp16 gradients "
+            "(half the bytes on every link) and with twice the batch per rank (twice the "
+            "compute per exchange), and its gain over the efficiency it predicts as run. "
+            "Measured: fp16 by this study's fp16 axis; twice the batch by a study of the same "
+            "workload with that batch (`benchmarks/remedy_check.py` sets the two side by "
+            "side)."
+            + (" Where the study has a tuning axis, also at each default-settings axis's "
+               "largest point: the tuned points' allreduce algorithm, measured by those "
+               "points (the model has a term for the algorithm only, not for Horovod's cycle "
+               "time or fusion)." if tuned else ""),
+            "", by_name["prediction-remedies"].markdown()]
 
 
 def _published_markdown(t) -> List[str]:
