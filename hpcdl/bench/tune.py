@@ -12,7 +12,9 @@ median over ``--iters`` exchanges.
 - **Open MPI's allreduce algorithm** (the library's own choice, ring, segmented ring, Rabenseifner,
   recursive doubling) first, under the job's environment: all of them inside each launch, written
   through MPI_T (:mod:`hpcdl.comm.mpit`) and taken up by a new communicator on which Horovod is
-  started again, alternating in rounds (the order rotates each round).
+  started again, alternating in rounds (the order rotates each round). One that took over
+  :data:`PRUNE` times the fastest's time in the first round, for every compression, is not timed
+  again (recursive doubling took 3x the ring on the 8-node box).
 - **Horovod's cycle time, fusion threshold and hierarchical allreduce** (the last only where ranks
   share a node) then, one knob at a time (coordinate descent), with the fastest algorithm, one
   setting per launch, the candidates of a knob alternating over ``--rounds`` rounds of launches.
@@ -262,6 +264,7 @@ def _worker(opts) -> int:
         key = f"{algs[0][0]}/{algs[0][1]}"     # whose thread's cost on compute is measured too
         times[key], compute[key] = wk.session(algs[0], comps, opts.worker_rounds, compute=True)
         native.append(wk.native(nbytes))
+    dropped: List[str] = []
     for r in range(opts.worker_rounds if len(algs) > 1 else 0):
         if r:
             native.append(wk.native(nbytes))
@@ -269,6 +272,9 @@ def _worker(opts) -> int:
         for a in algs[k:] + algs[:k]:
             for comp, ts in wk.session(a, comps, 1)[0].items():
                 times[f"{a[0]}/{a[1]}"][comp] += ts
+        if r == 0:
+            algs, out = _prune(algs, times, comps)
+            dropped += out
     limit = _link_limit(wk.layout.host, wk.world.Get_size(), nbytes)
     if wk.root:
         lay = wk.layout
@@ -277,10 +283,22 @@ def _worker(opts) -> int:
             "bytes": nbytes,
             "tensors": len(wk.tensors), "workload": wk.workload, "ranks": wk.world.Get_size(),
             "nodes": lay.num_nodes, "ranks_per_node": lay.local_size, "host": lay.host,
-            "skipped": skipped, "link_limit_s": limit,
+            "skipped": skipped, "dropped": dropped, "link_limit_s": limit,
             "memcpy_s": None if limit else _memcpy(nbytes, opts.iters)}), flush=True)
     wk.world.Barrier()
     return 0
+
+
+PRUNE = 1.5     # after a launch's first round, an algorithm this much slower than the fastest
+#                 for every compression is not timed again (the library's own choice always is)
+
+
+def _prune(algs: List[Tuple[int, int]], times: dict, comps: List[str]):
+    """(the algorithms to time in the next rounds, the keys of those dropped)."""
+    best = {c: min(min(times[f"{a[0]}/{a[1]}"][c]) for a in algs) for c in comps}
+    keep = [a for a in algs if a == (0, 0) or any(
+        min(times[f"{a[0]}/{a[1]}"][c]) <= PRUNE * best[c] for c in comps)]
+    return keep, [f"{a[0]}/{a[1]}" for a in algs if a not in keep]
 
 
 def _memcpy(nbytes: int, iters: int) -> float:
@@ -561,7 +579,10 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
                        f"{base / t:>10.2f}" + (f"  {lim / t:>7.2f}" if limit else
                                                f" {copy / t:>10.2f}" if copy else ""))
     out.append(f"# {first['tensors']} gradient tensors, {nbytes / MIB:.2f} MiB a step, {first['ranks']} "
-               f"ranks on {first['nodes']} node(s); n: rounds measured (each the median of --iters)")
+               f"ranks on {first['nodes']} node(s); n: rounds measured (each the median of --iters)"
+               + (f"; timed once, being over {PRUNE:g}x the fastest for every compression in the "
+                  "first round: " + ", ".join(_name(se.effective({}), a) for a in first["dropped"])
+                  if first.get("dropped") else ""))
     out.append(f"# references in the same launches: MPI_Allreduce of one buffer of those bytes "
                f"{native * 1e3:.2f} ms (busbw {nbytes / native / 1e9 * bus:.3f} GB/s)"
                + (f"; the link's limit for a ring {limit * 1e3:.2f} ms" if limit else "")
