@@ -82,7 +82,9 @@ class Table:
 
 
 def _axis_slug(axis: str) -> str:
-    return axis.replace("/", "-").replace("@", "-").replace(" lr:", "-lr-")
+    """An axis's name as a file name: horovod-none-200mbit-lr-linear-settings-tuned."""
+    return (axis.replace("/", "-").replace("@", "-").replace(" lr:", "-lr-")
+            .replace(" settings:", "-settings-").replace(" ", "-").replace(":", "-"))
 
 
 def _pct(x) -> str:
