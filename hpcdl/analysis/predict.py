@@ -296,6 +296,7 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
 
 REMEDIES = (("fp16 gradients", 1, 0.5), ("twice the batch per rank", 2, 1.0))
 TUNED = " settings:tuned"       # an axis's name for the tuned points of a study's tuning axis
+DEFAULT = " settings:default"   # ... and for its points at the defaults
 
 
 def _parts(axis: str) -> Tuple[str, str, str]:
@@ -352,8 +353,8 @@ def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> Li
                         next((a for a in others if a["axis"] == ax["axis"]), None))
                 add(name, efficiency(sp["batch"] * bmul, sp["wire"] * wmul), twin,
                     sp["batch"] * bmul)
-        if rest.endswith(" settings:default"):
-            tuned = names.get(ax["axis"][:-len(" settings:default")] + TUNED)
+        if rest.endswith(DEFAULT):
+            tuned = names.get(ax["axis"][:-len(DEFAULT)] + TUNED)
             if tuned is not None and p in tuned["_by_p"]:
                 alg = _summary(tuned["_by_p"][p])["algorithm"]
                 add(f"the tuned settings' allreduce ({alg})",

@@ -276,6 +276,7 @@ def _worker(opts) -> int:
             algs, out = _prune(algs, times, comps)
             dropped += out
     limit = _link_limit(wk.layout.host, wk.world.Get_size(), nbytes)
+    copy = None if limit else _memcpy(wk.world, nbytes, opts.iters)
     if wk.root:
         lay = wk.layout
         print(MARKER + json.dumps({
@@ -284,7 +285,7 @@ def _worker(opts) -> int:
             "tensors": len(wk.tensors), "workload": wk.workload, "ranks": wk.world.Get_size(),
             "nodes": lay.num_nodes, "ranks_per_node": lay.local_size, "host": lay.host,
             "skipped": skipped, "dropped": dropped, "link_limit_s": limit,
-            "memcpy_s": None if limit else _memcpy(nbytes, opts.iters)}), flush=True)
+            "memcpy_s": copy}), flush=True)
     wk.world.Barrier()
     return 0
 
@@ -301,17 +302,13 @@ def _prune(algs: List[Tuple[int, int]], times: dict, comps: List[str]):
     return keep, [f"{a[0]}/{a[1]}" for a in algs if a not in keep]
 
 
-def _memcpy(nbytes: int, iters: int) -> float:
-    """Where ranks share memory, the limit's yardstick: one copy of ``nbytes`` on this rank
-    (the median of ``iters``, buffers touched first)."""
+def _memcpy(world, nbytes: int, iters: int) -> float:
+    """Where ranks share memory, the limit's yardstick: a copy of ``nbytes`` on every rank at
+    once, as the allreduce bench's reference (the median of the slowest rank's times)."""
     import numpy as np
     src = np.full(nbytes // 4, 0.5, dtype=np.float32)
     dst = np.zeros_like(src)
-    times = []
-    for _ in range(max(3, iters)):
-        t0 = time.perf_counter()
-        np.copyto(dst, src)
-        times.append(time.perf_counter() - t0)
+    times, _ = timed(world, lambda: np.copyto(dst, src), max(3, iters), 1)
     return float(np.median(times))
 
 
@@ -586,8 +583,9 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
     out.append(f"# references in the same launches: MPI_Allreduce of one buffer of those bytes "
                f"{native * 1e3:.2f} ms (busbw {nbytes / native / 1e9 * bus:.3f} GB/s)"
                + (f"; the link's limit for a ring {limit * 1e3:.2f} ms" if limit else "")
-               + (f"; one memcpy of those bytes on a rank {copy * 1e3:.2f} ms (the ranks share "
-                  "memory: a ring moves 2(p-1)/p of them through it at least)" if copy else ""))
+               + (f"; a memcpy of those bytes on every rank at once {copy * 1e3:.2f} ms (the "
+                  "ranks share memory: a ring moves 2(p-1)/p of them through it at least)"
+                  if copy else ""))
     out.append("# * the pick; vs MPI, vs default, vs link, vs memcpy: their time over the candidate's "
                "(above 1: the candidate is faster)"
                + ("; compute: the forward and backward pass on one batch while the setting's "

@@ -178,9 +178,8 @@ def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Softwa
     the points' own settings, taking the box's licence like them."""
     steps = []
     for path, nodes, rpn, comps, _lacking in study.lacking_tuning(points):
-        if "none" not in comps and "fp16" not in comps:
-            continue        # int8 has no tune: _require_tuning names the file
-        comps = [c for c in ("none", "fp16") if c in comps]     # tune's search follows the first
+        # none first: tune's search follows the first (a study refuses int8 with a tuning file)
+        comps = [c for c in ("none", "fp16") if c in comps]
         stem = Path(path).stem
         job = _job_for(study, f"hpcdl-{study.name}-tune-{stem}", nodes, rpn, overrides,
                        licence=(box or {}).get("licence"))

@@ -38,12 +38,14 @@ def test_tune_times_every_candidate_and_training_runs_its_pick(tmp_path):
         assert any(name in r for r in rows), name
     assert sum("cycle 0.2 ms" in r for r in rows) == sum("cycle 5 ms" in r for r in rows) == 1
     assert "MPI_Allreduce of one buffer" in res.stdout
+    # two ranks sharing memory: measured against a copy of the bytes on every rank at once
+    assert lines[[ln.startswith("compr") for ln in lines].index(True)].endswith(" vs memcpy")
     # then the search's result against the default, launched alike (none when it is the default)
     doc = json.loads(path.read_text())
     launches = sum(1 for ln in lines if ln.startswith("# launch "))
     assert launches in (4, 6) and doc["launches"] == launches
     assert any(ln.startswith("# none: the search found") for ln in lines)
-    assert doc["made_for"]["ranks"] == 2
+    assert doc["made_for"]["ranks"] == 2 and doc["references"]["memcpy_s"] > 0
     assert len(doc["candidates"]) == 7 and all(c["times_s"] for c in doc["candidates"])
     pick = doc["picks"]["none"]
     assert sum(1 for r in rows if r[6] == "*") == 1

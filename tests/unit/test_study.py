@@ -348,7 +348,8 @@ def test_variants_and_a_backend_axis_do_not_mix(tmp_path):
         study.load(write(tmp_path, both))
 
 
-def _tuning_study(tmp_path, axes='tuning = ["default", "tuned"]', run='tuning = "t/box-{nodes}n.json"'):
+def _tuning_study(tmp_path, axes='tuning = ["default", "tuned"]', run='tuning = "t/box-{nodes}n.json"',
+                  exchange='["horovod", "horovod+fp16"]'):
     return study.from_dict(__import__("tomllib").loads(f"""
 [study]
 name = "t"
@@ -360,7 +361,7 @@ batch_size = 10
 nodes = [1, 2]
 ranks_per_node = 1
 [axes]
-exchange = ["horovod", "horovod+fp16"]
+exchange = {exchange}
 {axes}
 [run]
 {run}
@@ -418,18 +419,4 @@ def test_a_bad_tuning_axis_is_refused_with_what_to_fix(tmp_path, axes, run, word
 
 def test_an_int8_exchange_is_refused_with_a_tuning_file_since_tune_has_no_pick_for_it(tmp_path):
     with pytest.raises(study.StudyError, match="hpcdl tune tunes the none and fp16 exchanges"):
-        study.from_dict(__import__("tomllib").loads("""
-[study]
-name = "t"
-scaling = "weak"
-[workload]
-name = "expmlp"
-batch_size = 10
-[layout]
-nodes = [1, 2]
-ranks_per_node = 1
-[axes]
-exchange = ["horovod", "horovod+int8"]
-[run]
-tuning = "t/box-{nodes}n.json"
-"""), tmp_path / "t.toml", results_root=tmp_path)
+        _tuning_study(tmp_path, axes="", exchange='["horovod", "horovod+int8"]')
