@@ -5,6 +5,9 @@ This is the only module that reads the environment: the launcher's (``OMPI_COMM_
 :func:`setting`). It also owns the settings every rank gets before MPI and Horovod start
 (:data:`RANK_DEFAULTS`). It imports nothing but the standard library, so it can run before
 TensorFlow starts and set the thread counts TensorFlow reads at start-up.
+
+Past 400 lines because what a rank was granted includes its cgroup's CPU quota: the quota's
+reading (cores, and how often it held the rank back) lives beside the thread counts it decides.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import socket
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Tuple
 
 __all__ = ["Layout", "discover", "threads_per_rank", "configure_threads", "apply_tf_threads",
            "pin_gpu", "log", "is_root", "launcher_env", "SETTINGS", "setting", "RANK_DEFAULTS",
@@ -245,6 +248,14 @@ def cgroup_cpu_limit(proc_cgroup: Optional[str] = None,
     """The CPUs this process's cgroup grants, as a number of cores (0.2 for a fifth of one), or
     None when no quota applies. The tightest quota of the process's cgroup and its ancestors,
     cgroup v2 (``cpu.max``) or v1 (``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``)."""
+    found = _limiting_cgroup(proc_cgroup, mountinfo)
+    return found[2] if found else None
+
+
+def _limiting_cgroup(proc_cgroup: Optional[str] = None, mountinfo: Optional[str] = None
+                     ) -> Optional[Tuple[Path, bool, float]]:
+    """(folder, cgroup v2?, cores) of the cgroup with the tightest CPU quota among this process's
+    and its ancestors; None when none has one."""
     try:
         proc_cgroup = proc_cgroup if proc_cgroup is not None else \
             Path("/proc/self/cgroup").read_text()
@@ -263,9 +274,37 @@ def cgroup_cpu_limit(proc_cgroup: Optional[str] = None,
         if mount is None:
             continue
         parts = [s for s in path.split("/") if s]
-        limits += [q for q in (_quota(mount.joinpath(*parts[:k]), v2)
-                               for k in range(len(parts) + 1)) if q]
-    return min(limits) if limits else None
+        for k in range(len(parts) + 1):
+            folder = mount.joinpath(*parts[:k])
+            q = _quota(folder, v2)
+            if q:
+                limits.append((folder, v2, q))
+    return min(limits, key=lambda t: t[2]) if limits else None
+
+
+def cgroup_cpu_usage(found: Optional[Tuple[Path, bool, float]] = None) -> Optional[dict]:
+    """The CPU the cgroup that limits this process has used and been throttled for, in seconds
+    since it was made ({"cores", "usage_s", "throttled_s", "periods", "throttled_periods"}), or
+    None without a quota. Two readings apart say how much of a stretch of time the quota held
+    the cgroup's processes back. ``found``: :func:`_limiting_cgroup`'s answer, where known."""
+    found = found or _limiting_cgroup()
+    if found is None:
+        return None
+    folder, v2, cores = found
+    try:
+        stat = dict(line.split() for line in (folder / "cpu.stat").read_text().splitlines()
+                    if len(line.split()) == 2)
+        if v2:
+            usage = int(stat["usage_usec"]) / 1e6
+            throttled = int(stat["throttled_usec"]) / 1e6
+        else:
+            usage = int((folder / "cpuacct.usage").read_text()) / 1e9 \
+                if (folder / "cpuacct.usage").exists() else None
+            throttled = int(stat["throttled_time"]) / 1e9
+        return {"cores": cores, "usage_s": usage, "throttled_s": throttled,
+                "periods": int(stat["nr_periods"]), "throttled_periods": int(stat["nr_throttled"])}
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def _cgroup_mount(mountinfo: str, v2: bool) -> Optional[Path]:

@@ -1,7 +1,8 @@
 """The yardsticks a prediction is held to: two baselines fitted to the same calibration points
 (the naive one, efficiency stays; the one-parameter one, one β from the largest calibrated
 point's excess over one node), the split-conformal quantile that makes a band from out-of-sample
-errors, and the scores of a set of held-out points. numpy only."""
+errors, the scores of a set of held-out points, and the measurement's own error (how far the
+repeats of one point lie apart). numpy only."""
 from __future__ import annotations
 
 import math
@@ -57,3 +58,12 @@ def scores(held: List[dict]) -> dict:
                                           for k in ("compute", "exchange"))),
             "coverage": (sum(inside) / len(inside)) if inside else None,
             "covered": sum(inside), "banded": len(inside)}
+
+
+def noise(out_axes: List[dict]) -> dict:
+    """The measurement's own error: how far the repeats of one point lie apart (median and
+    largest over the points with at least two repeats)."""
+    sp = sorted(pt["repeat_spread"] for ax in out_axes for pt in ax["points"]
+                if pt["repeat_spread"] is not None)
+    return {"points": len(sp), "median": float(np.median(sp)) if sp else None,
+            "max": sp[-1] if sp else None}

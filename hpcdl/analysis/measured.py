@@ -227,3 +227,13 @@ def summary(runs: Runs) -> dict:
     return {"ranks": r0["ranks"], "batch": r0["batch"], "wire": r0["wire"], "rate": r0["rate"],
             "algorithm": r0["algorithm"], "step": median(runs, "step"),
             "compute": median(runs, "compute"), "exchange": median(runs, "exchange")}
+
+
+def spread(runs: Runs) -> Optional[float]:
+    """How far a point's repeats lie apart: (slowest − fastest step) / their median; None with
+    fewer than two repeats. The measurement's own error, which no prediction is checked closer
+    than."""
+    steps = [v for v in runs.step if not math.isnan(v)]
+    if len(steps) < 2:
+        return None
+    return float((max(steps) - min(steps)) / np.median(steps))

@@ -47,8 +47,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .allreduce import link_bytes, on_link, pairwise
-from .baselines import conformal_quantile, naive, one_parameter, scores
-from .measured import Runs, median as _med, points as _points, summary as _summary
+from .baselines import conformal_quantile, naive, noise, one_parameter, scores
+from .measured import Runs, median as _med, points as _points, spread, summary as _summary
 from .. import costmodel
 
 NOMINAL = 0.90                 # the band's nominal coverage
@@ -258,7 +258,7 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
                     "exchange": model.exchange(p, s["algorithm"], s["wire"], s["rate"]),
                     "step": model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"])}
             points.append({"nodes": p, "ranks": p, "fitted": p <= nodes_max, "runs": len(runs),
-                           "algorithm": s["algorithm"],
+                           "repeat_spread": spread(runs), "algorithm": s["algorithm"],
                            "measured": {k: s[k] for k in ("compute", "exchange", "step")},
                            "predicted": pred,
                            "error": {k: _err(pred[k], s[k]) for k in pred},
@@ -291,7 +291,7 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
         del ax["_model"], ax["_by_p"]
     return {"nodes_max": nodes_max, "nominal": NOMINAL, "band_halfwidth": q,
             "band_residuals": len(loro), "axes": out_axes,
-            "heldout": scores(held), "cross_rate": cross, "remedies": fixes}
+            "heldout": scores(held), "noise": noise(out_axes), "cross_rate": cross, "remedies": fixes}
 
 
 REMEDIES = (("fp16 gradients", 1, 0.5), ("twice the batch per rank", 2, 1.0))

@@ -759,6 +759,17 @@ def _remedy_table(pred) -> Table:
     return t
 
 
+def _noise_words(noise) -> str:
+    """What the repeats say about the measurement's own error."""
+    if not noise or not noise["points"]:
+        return ("One repeat per point: the measurement's own error (repeats of one point apart) "
+                "is not known, so no error above can be told from it.")
+    return ("The measurement's own error: the repeats of one point lie "
+            f"{_f(noise['median'], pct=True)} apart (slowest − fastest step over their median; median of {noise['points']} "
+            f"points, at most {_f(noise['max'], pct=True)}); a prediction is not checked closer "
+            "than about half that.")
+
+
 def _prediction_markdown(pred, by_name) -> List[str]:
     h = pred["heldout"]
     lines = ["## Prediction of the points not calibrated on (MODEL, checked against measurement)",
@@ -812,6 +823,7 @@ def _prediction_markdown(pred, by_name) -> List[str]:
                   f"{_f(h['mae_naive'], pct=True)}, one-β {_f(h['mae_one_parameter'], pct=True)} "
                   f"(compute {_f(h['mae_compute'], pct=True)}, exchange "
                   f"{_f(h['mae_exchange'], pct=True)})." + verdict]
+        lines.append(_noise_words(pred.get("noise")))
         if pred["band_halfwidth"] is None:
             lines.append(f"No band: {pred['band_residuals']} out-of-sample residual(s) are too "
                          f"few for a {pred['nominal'] * 100:.0f}% conformal quantile.")

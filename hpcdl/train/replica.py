@@ -7,6 +7,7 @@ too) or None where a mode moves parameters itself (the asynchronous server, the 
 from __future__ import annotations
 
 import time
+from typing import NamedTuple, Optional
 
 from .data import even_split, Sharder
 from .runtime import Plan, Runtime
@@ -14,6 +15,17 @@ from ..errors import UserError
 
 
 # --- the replica ----------------------------------------------------------------------------------
+
+class Probe(NamedTuple):
+    """One probe's seconds: compute alone, the exchange alone and the wait before it (None on
+    one rank), the whole probe, and the process's CPU seconds in its compute and exchange."""
+    compute: float
+    exchange: Optional[float]
+    wait: Optional[float]
+    total: float
+    compute_cpu: float
+    exchange_cpu: Optional[float]
+
 
 class Replica:
     """This rank's model, optimizer, data shard and gradient exchange, and the step functions.
@@ -91,28 +103,29 @@ class Replica:
         self._apply(out)
         return loss, t1 - t0, t2 - t1
 
-    def probe(self, x, y, slow: float = 0.0):
-        """(compute s, exchange s or None, wait s or None, total s) of a probe: the forward and
-        backward pass alone, then, on several ranks, a barrier (its wait is how long this rank
-        waits for the slowest one's compute: the arrival skew at the exchange) and the exchange
-        of the gradients alone (the same ``average`` the step calls). Every rank probes at the
-        same steps, so the collectives match; nothing is applied. ``slow``: seconds of compute
-        this rank adds (a straggler injected on purpose, HPCDL_SLOW)."""
-        t0 = time.perf_counter()
+    def probe(self, x, y, slow: float = 0.0) -> "Probe":
+        """A probe: the forward and backward pass alone, then, on several ranks, a barrier (its
+        wait is how long this rank waits for the slowest one's compute: the arrival skew at the
+        exchange) and the exchange of the gradients alone (the same ``average`` the step calls),
+        each with the CPU time the process spent in it (all its threads: Horovod's background
+        loop and MPI's progress too). Every rank probes at the same steps, so the collectives
+        match; nothing is applied. ``slow``: seconds of compute this rank adds (a straggler
+        injected on purpose, HPCDL_SLOW)."""
+        t0, c0 = time.perf_counter(), time.process_time()
         _, grads = self.compute_grads(x, y)
         _ = grads[-1].numpy()
         if slow:
             time.sleep(slow)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         if self.rt.size == 1:
-            return t1 - t0, None, None, t1 - t0
+            return Probe(t1 - t0, None, None, t1 - t0, c1 - c0, None)
         hvd, tf = self.rt.hvd, self.rt.tf
         hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="hpcdl.probe.barrier")
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         out = self._exchange_only(grads)
         _ = out[-1].numpy()
-        t3 = time.perf_counter()
-        return t1 - t0, t3 - t2, t2 - t1, t3 - t0
+        t3, c3 = time.perf_counter(), time.process_time()
+        return Probe(t1 - t0, t3 - t2, t2 - t1, t3 - t0, c1 - c0, c3 - c2)
 
     def batch(self, step: int):
         if self.sharder is not None:

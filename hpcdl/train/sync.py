@@ -22,7 +22,7 @@ from .figures import (iteration_rates, rank_phases, slowest_rank_iterations, ste
 from .interface import Mode, written_by
 from .replica import Replica
 from .runtime import make_plan, Plan
-from .. import box, comm
+from .. import box, cluster, comm
 from ..errors import UserError
 
 
@@ -40,6 +40,8 @@ class LoopResult:
     probe_times: List[float] = field(default_factory=list)       # compute alone
     probe_exch_times: List[float] = field(default_factory=list)  # the exchange alone
     probe_waits: List[float] = field(default_factory=list)       # waiting for the slowest rank
+    probe_cpu: List[float] = field(default_factory=list)         # CPU s of the process (all its
+    probe_exch_cpu: List[float] = field(default_factory=list)    # threads) in each probe's parts
     input_times: List[float] = field(default_factory=list)       # each timed step's input
     book_times: List[float] = field(default_factory=list)        # each timed step's bookkeeping
     ckpt_time: float = 0.0                                        # s writing checkpoints
@@ -50,6 +52,7 @@ class LoopResult:
     wall: float = 0.0
     stopped: Optional[str] = None
     net: Optional[dict] = None        # on the cluster box: the node's interface bytes while timed
+    cgroup: Optional[dict] = None     # under a CPU quota: how often it held the rank back, timed
     evals: List[dict] = field(default_factory=list)   # held-out metric during training
     eval_time: float = 0.0            # s spent evaluating (not training)
     target: Optional[dict] = None     # the --target and whether and when it was reached
@@ -67,19 +70,23 @@ def _input_and_probe(rep: Replica, res: LoopResult, step: int, probe: bool, slow
         time.sleep(late_input)
     t_in, probe_s = time.perf_counter() - t0, 0.0
     if probe:
-        compute, exchange, wait, probe_s = rep.probe(x, y, late_compute)
-        res.probe_times.append(compute)
-        if exchange is not None:
-            res.probe_exch_times.append(exchange)
-            res.probe_waits.append(wait)
+        pr = rep.probe(x, y, late_compute)
+        res.probe_times.append(pr.compute)
+        res.probe_cpu.append(pr.compute_cpu)
+        probe_s = pr.total
+        if pr.exchange is not None:
+            res.probe_exch_times.append(pr.exchange)
+            res.probe_waits.append(pr.wait)
+            res.probe_exch_cpu.append(pr.exchange_cpu)
     if late_compute:                  # a slower compute delays this rank's exchange as much
         time.sleep(late_compute)
     return x, y, t_in, probe_s
 
 
-def _start_timing(rep: Replica, node: Optional[dict], timeline: Optional[str]):
-    """At the first timed step: the box node's interface counters (None off the box), and
-    Horovod's timeline when asked for (rank 0 writes it)."""
+def _start_timing(rep: Replica, res: LoopResult, node: Optional[dict], timeline: Optional[str]):
+    """At the first timed step: the box node's interface counters (None off the box), the CPU
+    quota's first reading, and Horovod's timeline when asked for (rank 0 writes it)."""
+    res.cgroup = cluster.cgroup_cpu_usage()
     if timeline:
         if rep.rt.root:
             Path(timeline).parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +106,22 @@ def _finish(rep: Replica, res: LoopResult, evals: "Evaluations", counters, t_run
         res.net = {"host": rep.rt.layout.host, "hostname": socket.gethostname(),
                    **counters.moved(),
                    "exchanges": len(res.step_times) + len(res.probe_exch_times)}
+    res.cgroup = _quota_held_back(res.cgroup, cluster.cgroup_cpu_usage())
+
+
+def _quota_held_back(start: Optional[dict], end: Optional[dict]) -> Optional[dict]:
+    """Between two readings of a CPU quota's cgroup: its cores, the share of its periods in
+    which the quota ran out (its processes then wait for the next period), the seconds it was
+    held back and the CPU it used (None where the cgroup does not say)."""
+    if not start or not end:
+        return None
+    periods = end["periods"] - start["periods"]
+    return {"cores": end["cores"], "periods": periods,
+            "throttled_share": (end["throttled_periods"] - start["throttled_periods"]) / periods
+            if periods > 0 else None,
+            "throttled_s": end["throttled_s"] - start["throttled_s"],
+            "usage_s": None if end["usage_s"] is None or start["usage_s"] is None
+            else end["usage_s"] - start["usage_s"]}
 
 
 def probe_steps(plan: Plan, first: int, count: int) -> set:
@@ -133,7 +156,7 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     while res.step < plan.steps and res.target is None:
         step = res.step
         if step == first_timed:
-            counters = _start_timing(rep, node, opts.timeline)
+            counters = _start_timing(rep, res, node, opts.timeline)
         if fault is not None and step == fault[0]:
             inject_fault(fault[1], step, rt.layout)
         t0 = time.perf_counter()

@@ -105,8 +105,36 @@ def test_cgroup_v1_quota_is_read_and_no_quota_is_none(tmp_path):
     assert cluster.cgroup_cpu_limit("3:memory:/box/n1\n", info) is None
 
 
+def test_what_a_cpu_quota_held_back_is_read_from_its_cgroup_v2_and_v1(tmp_path):
+    v2 = tmp_path / "unified"
+    (v2 / "job").mkdir(parents=True)
+    (v2 / "job" / "cpu.max").write_text("20000 100000\n")
+    (v2 / "job" / "cpu.stat").write_text("usage_usec 3000000\nuser_usec 2500000\n"
+                                         "nr_periods 50\nnr_throttled 40\n"
+                                         "throttled_usec 1500000\n")
+    found = cluster._limiting_cgroup("0::/job\n", _mountinfo(tmp_path / "v1", v2))
+    assert cluster.cgroup_cpu_usage(found) == {"cores": 0.2, "usage_s": 3.0, "throttled_s": 1.5,
+                                               "periods": 50, "throttled_periods": 40}
+    v1 = tmp_path / "cpu"
+    (v1 / "n1").mkdir(parents=True)
+    (v1 / "n1" / "cpu.cfs_quota_us").write_text("2000\n")
+    (v1 / "n1" / "cpu.cfs_period_us").write_text("10000\n")
+    (v1 / "n1" / "cpu.stat").write_text("nr_periods 16158\nnr_throttled 15938\n"
+                                        "throttled_time 142161447440\nnr_bursts 0\n")
+    found = cluster._limiting_cgroup("3:cpu,cpuacct:/n1\n", _mountinfo(v1, v2))
+    got = cluster.cgroup_cpu_usage(found)
+    assert got["cores"] == 0.2 and got["usage_s"] is None       # cpuacct not beside it
+    assert got["throttled_s"] == pytest.approx(142.16144744) and got["throttled_periods"] == 15938
+    assert cluster.cgroup_cpu_usage(cluster._limiting_cgroup("3:cpu:/\n", _mountinfo(v1, v2))) \
+        is None                                                  # no quota, nothing to say
+
+
 _PROBE = ("import os, sys; sys.path.insert(0, %r); from hpcdl import cluster; "
-          "print(cluster.cgroup_cpu_limit(), cluster.threads_per_rank(cluster.discover({}), {}))")
+          "print(cluster.cgroup_cpu_limit(), cluster.threads_per_rank(cluster.discover({}), {}), "
+          "end=' '); import time; a = cluster.cgroup_cpu_usage(); t = time.time(); "
+          "exec('while time.time() - t < 1: pass'); b = cluster.cgroup_cpu_usage(); "
+          "print((b['throttled_periods'] - a['throttled_periods']) / (b['periods'] - a['periods']) "
+          "if a else '-')")
 
 
 def test_a_process_bound_to_one_core_uses_one_thread():
@@ -135,7 +163,10 @@ def test_a_process_in_a_cgroup_with_a_fifth_of_a_core_uses_one_thread():
                + _PROBE % str(ROOT)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=120, check=True).stdout.split()
-        assert out == ["0.2", "1"], out
+        assert out[:2] == ["0.2", "1"], out
+        # a busy second under a fifth of a core: the quota runs out in nearly every period
+        share = float(out[2])
+        assert share > 0.8, out
     finally:
         group.rmdir()
 

@@ -325,3 +325,18 @@ def test_a_study_declaring_both_is_analysed_with_the_fit_for_the_exchange_only()
         "prediction-vs-measured": sections._prediction_table(res.prediction),
         "prediction-remedies": sections._remedy_table(res.prediction)}))
     assert "exchange from the bench fit (horovod, 2 ranks) from f.json" in line
+
+
+def test_the_repeats_spread_is_the_measurements_own_error_and_the_report_says_it():
+    recs = study(nodes=(1, 2, 4), repeats=3)
+    for r in recs:                 # repeat 2 of every point 10% slower
+        if r["point"]["repeat"] == 2:
+            r["metrics"]["step_time"]["median"] *= 1.1
+    res = _run(recs)
+    assert [pt["repeat_spread"] for pt in res["axes"][0]["points"]] == pytest.approx([0.1] * 3)
+    assert res["noise"] == pytest.approx({"points": 3, "median": 0.1, "max": 0.1})
+    assert "repeats of one point lie 10.0% apart" in sections._noise_words(res["noise"])
+    one = _run(study(nodes=(1, 2, 4), repeats=1))
+    assert one["noise"] == {"points": 0, "median": None, "max": None}
+    assert one["axes"][0]["points"][0]["repeat_spread"] is None
+    assert sections._noise_words(one["noise"]).startswith("One repeat per point")
