@@ -51,7 +51,7 @@ def node_facts(host: str, env=None) -> Optional[dict]:
     return {"box": box["box"], "node": host, "nodes_in_box": box["nodes_count"],
             "link_rate": box["link_rate"], "link_bits_per_s": rate_bits(box["link_rate"]),
             "latency": box["latency"], "cpus_per_node": box["cpus_per_node"],
-            "iface": box["nodes"][host]["iface"], "host": box.get("host"),
+            "cpu_period_us": box.get("cpu_period_us"), "iface": box["nodes"][host]["iface"], "host": box.get("host"),
             "cores": box.get("cores")}
 
 
@@ -102,7 +102,7 @@ def record_section(hosts: list, nets: list, backend: str, compression: str, grad
             row["tx_vs_expected"] = row["tx_bytes_per_step"] / sent if sent else None
         per_node.append(row)
     out = {k: facts[k] for k in ("box", "nodes_in_box", "link_rate", "link_bits_per_s", "latency",
-                                 "cpus_per_node", "iface", "host", "cores")}
+                                 "cpus_per_node", "cpu_period_us", "iface", "host", "cores")}
     out.update(nodes=sorted(set(hosts), key=lambda h: (len(h), h)), algorithm=algorithm,
                payload_bytes=n, net=per_node)
     if backend == "horovod":

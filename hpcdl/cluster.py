@@ -284,7 +284,8 @@ def _limiting_cgroup(proc_cgroup: Optional[str] = None, mountinfo: Optional[str]
 
 def cgroup_cpu_usage(found: Optional[Tuple[Path, bool, float]] = None) -> Optional[dict]:
     """The CPU the cgroup that limits this process has used and been throttled for, in seconds
-    since it was made ({"cores", "usage_s", "throttled_s", "periods", "throttled_periods"}), or
+    since it was made ({"cores", "period_us", "usage_s", "throttled_s", "periods",
+    "throttled_periods"}), or
     None without a quota. Two readings apart say how much of a stretch of time the quota held
     the cgroup's processes back. ``found``: :func:`_limiting_cgroup`'s answer, where known."""
     found = found or _limiting_cgroup()
@@ -301,7 +302,9 @@ def cgroup_cpu_usage(found: Optional[Tuple[Path, bool, float]] = None) -> Option
             usage = int((folder / "cpuacct.usage").read_text()) / 1e9 \
                 if (folder / "cpuacct.usage").exists() else None
             throttled = int(stat["throttled_time"]) / 1e9
-        return {"cores": cores, "usage_s": usage, "throttled_s": throttled,
+        qp = _quota_period(folder, v2)
+        return {"cores": cores, "period_us": qp[1] if qp else None,
+                "usage_s": usage, "throttled_s": throttled,
                 "periods": int(stat["nr_periods"]), "throttled_periods": int(stat["nr_throttled"])}
     except (OSError, KeyError, ValueError):
         return None
@@ -321,15 +324,21 @@ def _cgroup_mount(mountinfo: str, v2: bool) -> Optional[Path]:
 
 
 def _quota(folder: Path, v2: bool) -> Optional[float]:
+    qp = _quota_period(folder, v2)
+    return qp[0] / qp[1] if qp else None
+
+
+def _quota_period(folder: Path, v2: bool) -> Optional[Tuple[int, int]]:
+    """(quota, period) in microseconds of a cgroup with a CPU quota, else None."""
     try:
         if v2:
             quota, _, period = (folder / "cpu.max").read_text().strip().partition(" ")
-            return None if quota == "max" else int(quota) / int(period or 100000)
+            return None if quota == "max" else (int(quota), int(period or 100000))
         quota = int((folder / "cpu.cfs_quota_us").read_text())
         period = int((folder / "cpu.cfs_period_us").read_text())
     except (OSError, ValueError):
         return None
-    return quota / period if quota > 0 and period > 0 else None
+    return (quota, period) if quota > 0 and period > 0 else None
 
 
 def _affinity() -> int:

@@ -235,23 +235,29 @@ cg_dir() {  # cg_dir [NODE]: the box's cgroup (or one node's) in this machine's 
     echo "$base${1:+/$1}"
 }
 
-# The quota's period: 10 ms, not the kernel's default 100 ms. A rank whose share is spent waits
-# for the next period, and nothing feeds its sockets meanwhile: with 100 ms periods and 0.4 cores a
-# ring allreduce kept its links 81% busy, with 10 ms 93% (Open MPI progresses TCP from the rank's
-# own thread).
-CG_PERIOD=10000
+# The quota's period: the shortest whose quota is the kernel's least (1 ms), so 5 ms at 0.2 cores
+# and 1 ms from one core up. A rank whose share is spent waits for the next period, and nothing
+# feeds its sockets meanwhile, and Open MPI progresses TCP from the rank's own threads, which spin:
+# the longer the period, the longer those gaps. With 100 ms periods and 0.4 cores a ring allreduce
+# kept its links 81% busy, with 10 ms 93%. At 0.2 cores, 2 nodes of box-cnn-weak's workload,
+# alternating runs: 10 ms periods made steps of 2.36-2.38 s (slowest rank's compute 1.97-2.09 s,
+# Horovod's background loop taking a third more CPU beside it), 5 ms 1.69-1.91 s (1.45-1.60 s).
+cg_period() {  # cg_period CORES: the quota's period in microseconds
+    awk -v c="$1" 'BEGIN { p = int(1000 / c + 0.999); if (p < 1000) p = 1000; if (p > 100000) p = 100000; print p }'
+}
 
 cg_make() {  # cg_make NODE CORES: a cgroup whose quota is CORES cores
-    local dir quota
+    local dir quota period
     dir="$(cg_dir "$1")"
-    quota="$(awk -v c="$2" -v p="$CG_PERIOD" 'BEGIN { printf "%d", c * p }')"
+    period="$(cg_period "$2")"
+    quota="$(awk -v c="$2" -v p="$period" 'BEGIN { printf "%d", c * p }')"
     mkdir -p "$dir"
     if [ "$(cg_version)" = 1 ]; then
-        echo "$CG_PERIOD" >"$dir/cpu.cfs_period_us"
+        echo "$period" >"$dir/cpu.cfs_period_us"
         echo "$quota" >"$dir/cpu.cfs_quota_us"
     else
         grep -qw cpu "$(dirname "$dir")/cgroup.subtree_control" || echo +cpu >"$(dirname "$dir")/cgroup.subtree_control"
-        echo "$quota $CG_PERIOD" >"$dir/cpu.max"
+        echo "$quota $period" >"$dir/cpu.max"
     fi
 }
 
@@ -386,7 +392,8 @@ write_boxfile() {  # write_boxfile N RATE LATENCY CORES SLURM_CPUS
     for k in $(seq 1 "$1"); do nodes="$nodes${nodes:+, }\"n$k\": {\"addr\": \"$NET.$k\", \"iface\": \"eth0\", \"netns\": \"$PREFIX$k\", \"cgroup\": \"$(cg_dir "n$k")\"}"; done
     cat >"$BOXFILE.tmp" <<EOF
 {"box": "$(date +%s)-$$", "nodes_count": $1, "link_rate": "$2", "latency": "$3",
- "cpus_per_node": $4, "slurm_cpus": $5, "subnet": "$NET.0/24", "cgroup_version": $(cg_version),
+ "cpus_per_node": $4, "cpu_period_us": $(cg_period "$4"), "slurm_cpus": $5, "subnet": "$NET.0/24",
+ "cgroup_version": $(cg_version),
  "licence": "box",
  "host": "$HOST", "cores": $(nproc), "nodes": {$nodes}}
 EOF

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 __all__ = ["Provenance", "Origin", "check", "code_of", "machine_setting", "interval", "MixedRecords"]
 
 # The box's settings that records pooled together must share; its link rate is the network axis.
-BOX_SETTINGS = ("nodes_in_box", "cpus_per_node", "latency", "host", "cores")
+BOX_SETTINGS = ("nodes_in_box", "cpus_per_node", "cpu_period_us", "latency", "host", "cores")
 
 
 class MixedRecords(ValueError):

@@ -110,13 +110,13 @@ def _finish(rep: Replica, res: LoopResult, evals: "Evaluations", counters, t_run
 
 
 def _quota_held_back(start: Optional[dict], end: Optional[dict]) -> Optional[dict]:
-    """Between two readings of a CPU quota's cgroup: its cores, the share of its periods in
-    which the quota ran out (its processes then wait for the next period), the seconds it was
-    held back and the CPU it used (None where the cgroup does not say)."""
+    """Between two readings of a CPU quota's cgroup: its cores and period, the share of its
+    periods in which the quota ran out (its processes then wait for the next period), the
+    seconds it was held back and the CPU it used (None where the cgroup does not say)."""
     if not start or not end:
         return None
     periods = end["periods"] - start["periods"]
-    return {"cores": end["cores"], "periods": periods,
+    return {"cores": end["cores"], "period_us": end.get("period_us"), "periods": periods,
             "throttled_share": (end["throttled_periods"] - start["throttled_periods"]) / periods
             if periods > 0 else None,
             "throttled_s": end["throttled_s"] - start["throttled_s"],

@@ -35,6 +35,9 @@ def test_the_slow_rank_is_named_with_its_host_and_phase(tmp_path, phase):
     assert 0.004 <= s["lost_s"] <= 0.010, s                # the 6 ms it was told to lose
     if phase == "compute":
         assert ranks[0]["wait_s"] > 0.004                   # rank 0 waits for it at the probes
+        # the injected delay sleeps: wall time of the probe's compute, not CPU time
+        assert ranks[1]["compute_s"] - ranks[1]["compute_cpu_s"] >= 0.003, ranks[1]
+        assert all(r["compute_cpu_s"] > 0 and r["exchange_cpu_s"] > 0 for r in ranks), ranks
 
 
 def test_horovods_timeline_of_the_timed_steps_is_summarised_in_the_record(tmp_path):

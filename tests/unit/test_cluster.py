@@ -113,8 +113,9 @@ def test_what_a_cpu_quota_held_back_is_read_from_its_cgroup_v2_and_v1(tmp_path):
                                          "nr_periods 50\nnr_throttled 40\n"
                                          "throttled_usec 1500000\n")
     found = cluster._limiting_cgroup("0::/job\n", _mountinfo(tmp_path / "v1", v2))
-    assert cluster.cgroup_cpu_usage(found) == {"cores": 0.2, "usage_s": 3.0, "throttled_s": 1.5,
-                                               "periods": 50, "throttled_periods": 40}
+    assert cluster.cgroup_cpu_usage(found) == {"cores": 0.2, "period_us": 100000, "usage_s": 3.0,
+                                               "throttled_s": 1.5, "periods": 50,
+                                               "throttled_periods": 40}
     v1 = tmp_path / "cpu"
     (v1 / "n1").mkdir(parents=True)
     (v1 / "n1" / "cpu.cfs_quota_us").write_text("2000\n")
@@ -123,7 +124,8 @@ def test_what_a_cpu_quota_held_back_is_read_from_its_cgroup_v2_and_v1(tmp_path):
                                         "throttled_time 142161447440\nnr_bursts 0\n")
     found = cluster._limiting_cgroup("3:cpu,cpuacct:/n1\n", _mountinfo(v1, v2))
     got = cluster.cgroup_cpu_usage(found)
-    assert got["cores"] == 0.2 and got["usage_s"] is None       # cpuacct not beside it
+    assert got["cores"] == 0.2 and got["period_us"] == 10000
+    assert got["usage_s"] is None                                # cpuacct not beside it
     assert got["throttled_s"] == pytest.approx(142.16144744) and got["throttled_periods"] == 15938
     assert cluster.cgroup_cpu_usage(cluster._limiting_cgroup("3:cpu:/\n", _mountinfo(v1, v2))) \
         is None                                                  # no quota, nothing to say
