@@ -239,9 +239,10 @@ cg_dir() {  # cg_dir [NODE]: the box's cgroup (or one node's) in this machine's 
 # and 1 ms from one core up. A rank whose share is spent waits for the next period, and nothing
 # feeds its sockets meanwhile, and Open MPI progresses TCP from the rank's own threads, which spin:
 # the longer the period, the longer those gaps. With 100 ms periods and 0.4 cores a ring allreduce
-# kept its links 81% busy, with 10 ms 93%. At 0.2 cores, 2 nodes of box-cnn-weak's workload,
-# alternating runs: 10 ms periods made steps of 2.36-2.38 s (slowest rank's compute 1.97-2.09 s,
-# Horovod's background loop taking a third more CPU beside it), 5 ms 1.69-1.91 s (1.45-1.60 s).
+# kept its links 81% busy, with 10 ms 93% (5 ms at 0.2 cores: 95%). At 0.2 cores, 2 nodes of
+# box-cnn-weak's workload, alternating runs: 10 ms periods made the step 1.12x as long as 5 ms
+# (results/box-cpu-period.txt); in earlier runs up to 1.4x, one rank's compute taking a third more
+# CPU with Horovod's background loop spinning beside it.
 cg_period() {  # cg_period CORES: the quota's period in microseconds
     awk -v c="$1" 'BEGIN { p = int(1000 / c + 0.999); if (p < 1000) p = 1000; if (p > 100000) p = 100000; print p }'
 }
