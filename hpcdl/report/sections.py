@@ -817,6 +817,12 @@ def _prediction_markdown(pred, by_name) -> List[str]:
                    " The model does **not** reach half the one-β baseline's error."
                    if mae < h["mae_one_parameter"] else
                    " The model does **not** beat the one-β baseline.")
+        noise = pred.get("noise") or {}
+        if half is not None and mae is not None and mae > half and noise.get("median") is not None \
+                and half <= noise["median"] / 2:
+            verdict += (f" Half the one-β baseline's error ({_f(half, pct=True)}) is within half "
+                        "the repeats' own spread, about what a predictor that knew every point "
+                        "exactly would miss by: these repeats cannot show a model that close.")
         lines += ["", f"Held-out points: {h['points']}. Step within 10%: {h['within_10']} of "
                   f"{h['points']}; compute and exchange each within 15%: {h['parts_within_15']} "
                   f"of {h['points']}. Mean absolute step error: model {_f(mae, pct=True)}, naive "

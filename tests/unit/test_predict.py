@@ -340,3 +340,19 @@ def test_the_repeats_spread_is_the_measurements_own_error_and_the_report_says_it
     assert one["noise"] == {"points": 0, "median": None, "max": None}
     assert one["axes"][0]["points"][0]["repeat_spread"] is None
     assert sections._noise_words(one["noise"]).startswith("One repeat per point")
+
+
+def test_a_baseline_within_the_repeats_spread_is_said_to_be_beyond_what_can_be_shown():
+    recs = study(repeats=9)
+    res = _run(recs)
+
+    def words():
+        return "\n".join(sections._prediction_markdown(res, {
+            "prediction-vs-measured": sections._prediction_table(res),
+            "prediction-remedies": sections._remedy_table(res)}))
+    res["heldout"].update(mae_model=0.048, mae_one_parameter=0.046)
+    res["noise"] = {"points": 12, "median": 0.05, "max": 0.137}
+    assert "does **not** beat the one-β baseline" in words()
+    assert "Half the one-β baseline's error (2.3%) is within half the repeats' own spread" in words()
+    res["noise"] = {"points": 12, "median": 0.036, "max": 0.05}     # the repeats agree closer
+    assert "within half the repeats' own spread" not in words()
