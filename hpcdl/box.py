@@ -51,7 +51,8 @@ def node_facts(host: str, env=None) -> Optional[dict]:
     return {"box": box["box"], "node": host, "nodes_in_box": box["nodes_count"],
             "link_rate": box["link_rate"], "link_bits_per_s": rate_bits(box["link_rate"]),
             "latency": box["latency"], "cpus_per_node": box["cpus_per_node"],
-            "cpu_period_us": box.get("cpu_period_us"), "iface": box["nodes"][host]["iface"], "host": box.get("host"),
+            "cpu_period_us": box.get("cpu_period_us"), "iface": box["nodes"][host]["iface"],
+            "host": box.get("host"),
             "cores": box.get("cores")}
 
 

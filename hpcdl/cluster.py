@@ -285,9 +285,9 @@ def _limiting_cgroup(proc_cgroup: Optional[str] = None, mountinfo: Optional[str]
 def cgroup_cpu_usage(found: Optional[Tuple[Path, bool, float]] = None) -> Optional[dict]:
     """The CPU the cgroup that limits this process has used and been throttled for, in seconds
     since it was made ({"cores", "period_us", "usage_s", "throttled_s", "periods",
-    "throttled_periods"}), or
-    None without a quota. Two readings apart say how much of a stretch of time the quota held
-    the cgroup's processes back. ``found``: :func:`_limiting_cgroup`'s answer, where known."""
+    "throttled_periods"}), or None without a quota. Two readings apart say how much of a
+    stretch of time the quota held the cgroup's processes back. ``found``:
+    :func:`_limiting_cgroup`'s answer, where known."""
     found = found or _limiting_cgroup()
     if found is None:
         return None

@@ -291,7 +291,8 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
         del ax["_model"], ax["_by_p"]
     return {"nodes_max": nodes_max, "nominal": NOMINAL, "band_halfwidth": q,
             "band_residuals": len(loro), "axes": out_axes,
-            "heldout": scores(held), "noise": noise(out_axes), "cross_rate": cross, "remedies": fixes}
+            "heldout": scores(held), "noise": noise(out_axes), "cross_rate": cross,
+            "remedies": fixes}
 
 
 REMEDIES = (("fp16 gradients", 1, 0.5), ("twice the batch per rank", 2, 1.0))

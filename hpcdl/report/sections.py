@@ -765,9 +765,9 @@ def _noise_words(noise) -> str:
         return ("One repeat per point: the measurement's own error (repeats of one point apart) "
                 "is not known, so no error above can be told from it.")
     return ("The measurement's own error: the repeats of one point lie "
-            f"{_f(noise['median'], pct=True)} apart (slowest − fastest step over their median; median of {noise['points']} "
-            f"points, at most {_f(noise['max'], pct=True)}); a prediction is not checked closer "
-            "than about half that.")
+            f"{_f(noise['median'], pct=True)} apart (slowest − fastest step over their median; "
+            f"median of {noise['points']} points, at most {_f(noise['max'], pct=True)}); a "
+            "prediction is not checked closer than about half that.")
 
 
 def _prediction_markdown(pred, by_name) -> List[str]:
