@@ -35,8 +35,8 @@ def test_the_slow_rank_is_named_with_its_host_and_phase(tmp_path, phase):
     assert 0.004 <= s["lost_s"] <= 0.010, s                # the 6 ms it was told to lose
     if phase == "compute":
         assert ranks[0]["wait_s"] > 0.004                   # rank 0 waits for it at the probes
-        # the injected delay sleeps: wall time of the probe's compute, not CPU time
-        assert ranks[1]["compute_s"] - ranks[1]["compute_cpu_s"] >= 0.003, ranks[1]
+        # each rank's probes say the CPU its process spent in them (with Horovod's background
+        # loop spinning beside a sleep, as much as the wall time: so no more is asserted)
         assert all(r["compute_cpu_s"] > 0 and r["exchange_cpu_s"] > 0 for r in ranks), ranks
 
 

@@ -1,6 +1,7 @@
 """The report reads each record once and keeps only what the analysis needs: its memory grows by
 a few hundred bytes a record, not by the record; a large file is read by several processes with
 the same result; the fast line reader keeps every field the analysis reads."""
+import datetime
 import gc
 import json
 import tracemalloc
@@ -53,23 +54,26 @@ def test_what_the_analysis_keeps_grows_by_a_small_part_of_each_record():
 
 def _file(tmp_path: Path, again: int = 3) -> Path:
     """A results file of a box study with what a report must leave out and say: torn lines, a
-    record repeated near the end of the file (line ``again`` + 1 once more), a record with no
-    throughput."""
+    record repeated at the end of the file (its record ``again`` once more; -1, the last), a
+    record with no throughput. The committed study's N records become lines 1-30, a torn line
+    31, lines 32 to N + 1, the repeat at N + 2, the bad record at N + 3 and a torn N + 4."""
     lines = [line for line in BOX.read_text().splitlines() if line.strip()]
     bad = json.loads(lines[5])
     bad["metrics"]["throughput"]["mean"] = -1
     bad["point"]["id"] += "-bad"
     body = lines[:30] + ['{"torn": '] + lines[30:] + [lines[again], json.dumps(bad),
-                                                     lines[60][:40]]
+                                                     lines[len(lines) // 2][:40]]
     runs = tmp_path / "box" / "runs.jsonl"
     runs.parent.mkdir()
     runs.write_text("\n".join(body) + "\n")
     return runs
 
 
-@pytest.mark.parametrize("workers, again", [(2, 3), (3, 3), (2, 71), (3, 71)])
+@pytest.mark.parametrize("workers, again", [(2, 3), (3, 3), (2, -1), (3, -1)])
 def test_several_readers_make_the_report_one_reader_makes(tmp_path, workers, again):
-    # the repeated record's first copy lies in the first part (line 4), or in the last (line 73)
+    # the repeated record's first copy lies in the first part (line 4), or in the last (the
+    # study's last record)
+    n = len([line for line in BOX.read_text().splitlines() if line.strip()])
     runs = _file(tmp_path, again)
     one = report.write_report(runs.parent, out_dir=tmp_path / "one", plots=False, workers=1)
     more = report.write_report(runs.parent, out_dir=tmp_path / "more", plots=False,
@@ -80,9 +84,10 @@ def test_several_readers_make_the_report_one_reader_makes(tmp_path, workers, aga
         a, b = (tmp_path / "one" / name).read_text(), (tmp_path / "more" / name).read_text()
         assert a == b.replace(str(tmp_path / "more"), str(tmp_path / "one")), name
     left = json.loads((tmp_path / "more" / "report.json").read_text())["left_out"]
-    assert left["torn_lines"] == [31, 76] and left["duplicate_lines"] == [74]
+    assert left["torn_lines"] == [31, n + 4] and left["duplicate_lines"] == [n + 2]
     assert len(more["files"]) == len(one["files"])
-    assert len(left["excluded"]) == 1 and ":75: metrics.throughput.mean" in left["excluded"][0]
+    assert len(left["excluded"]) == 1
+    assert f":{n + 3}: metrics.throughput.mean" in left["excluded"][0]
 
 
 def test_a_part_of_the_file_starts_at_a_line_and_the_parts_cover_it(tmp_path):
@@ -125,21 +130,22 @@ def test_repeats_beyond_ten_are_left_out_ten_folds_at_a_time():
 
 
 def test_a_study_of_many_repeats_is_reported_with_a_band_from_every_calibration_run(tmp_path):
-    recs = _copies(BOX, 72 * 5)          # 15 repeats of every point
+    study = [json.loads(line) for line in BOX.read_text().splitlines() if line.strip()]
+    repeats = len({r["point"]["repeat"] for r in study})
+    recs = _copies(BOX, len(study) * 8)          # eight copies of every repeat of every point
     runs = tmp_path / "many" / "runs.jsonl"
     runs.parent.mkdir()
     for rec in recs:
-        # each copy ran three hours after the one before: no two overlap
-        for where in (rec, rec["manifest"]):
-            k = rec["point"]["repeat"] // 10
-            t = where["time" if where is rec else "started"]
-            where["time" if where is rec else "started"] = t.replace(
-                "2026-11-25T", f"2026-11-{25 + k}T")
+        # each copy ran a day after the one before: no two overlap
+        k = rec["point"]["repeat"] // 10
+        for where, key in ((rec, "time"), (rec["manifest"], "started")):
+            t = datetime.datetime.fromisoformat(where[key]) + datetime.timedelta(days=k)
+            where[key] = t.isoformat()
     runs.write_text("".join(json.dumps(r) + "\n" for r in recs))
     res = analysis.analyse(records.iter_records(runs), "many")
     cal = [r for r in res.rows if r.nodes <= 2 and r.ranks > 1]
     assert res.prediction["band_residuals"] == sum(r.runs for r in cal)
-    assert all(r.runs == 15 for r in res.rows)
+    assert all(r.runs == 8 * repeats for r in res.rows) and 8 * repeats > predict.FOLDS
 
 
 
