@@ -321,6 +321,12 @@ def _link_limit(host: str, p: int, nbytes: int) -> Optional[float]:
     return busbw_factor(p) * nbytes / (float(facts["link_bits_per_s"]) / 8)
 
 
+def _box_of(host: str) -> Optional[dict]:
+    """The cluster box's settings a run's exchange depends on, where ``host`` is a box node."""
+    facts = box.node_facts(host)
+    return {k: facts.get(k) for k in ("box",) + tuning.BOX_KEYS} if facts else None
+
+
 # --- the search: launches, the table, the tuning file ----------------------------------------------
 
 @dataclass
@@ -616,7 +622,7 @@ def _document(se: Search, picks: dict, first: dict, skipped: List[str]) -> dict:
         "made_for": {"cluster": cluster.scheduler_facts().get("cluster") or first["host"],
                      "nodes": first["nodes"], "ranks": first["ranks"],
                      "ranks_per_node": first["ranks_per_node"], "cpu": records.cpu_identity(),
-                     "mpi": records.mpi_library_version()},
+                     "mpi": records.mpi_library_version(), "box": _box_of(first["host"])},
         "workload": first["workload"], "tensors": first["tensors"], "bytes": first["bytes"],
         "references": {"mpi_allreduce_s": statistics.median(
             [t for runs in se.runs.values() for r in runs for t in r["native"]]),

@@ -109,13 +109,30 @@ def take(flag: Optional[str], compression: str,
     return section
 
 
-def mismatch(section: dict, nodes: int, ranks: int) -> Optional[str]:
-    """A sentence when the run's allocation is not the one the file was tuned on, else None."""
+BOX_KEYS = ("link_rate", "latency", "cpus_per_node", "cpu_period_us")   # what a box's exchange
+#                                                                          depends on
+
+
+def mismatch(section: dict, nodes: int, ranks: int, box: Optional[dict] = None) -> Optional[str]:
+    """A sentence when the run's allocation is not the one the file was tuned on, else None.
+    ``box``: the run's cluster-box settings (:func:`hpcdl.box.node_facts`), compared with the
+    box the file was tuned on where it says (links and CPU shares of another box time the
+    candidates differently)."""
     made = section.get("made_for") or {}
-    if section.get("source") == "default" or made.get("nodes") in (None, nodes) and made.get("ranks") in (None, ranks):
+    if section.get("source") == "default":
         return None
-    return (f"tuning file {section['file']} was tuned on {made.get('nodes')} node(s), "
-            f"{made.get('ranks')} rank(s); this run has {nodes} node(s), {ranks} rank(s)")
+    out = []
+    if made.get("nodes") not in (None, nodes) or made.get("ranks") not in (None, ranks):
+        out.append(f"tuning file {section['file']} was tuned on {made.get('nodes')} node(s), "
+                   f"{made.get('ranks')} rank(s); this run has {nodes} node(s), {ranks} rank(s)")
+    then = made.get("box")
+    if then and box:
+        differ = [k for k in BOX_KEYS if then.get(k) != box.get(k)]
+        if differ:
+            out.append(f"tuning file {section['file']} was tuned on a cluster box with "
+                       + ", ".join(f"{k}={then.get(k)}" for k in differ) + "; this run's box has "
+                       + ", ".join(f"{k}={box.get(k)}" for k in differ))
+    return "; ".join(out) or None
 
 
 def write(path, doc: dict) -> None:

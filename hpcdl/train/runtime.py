@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import cluster
+from .. import box, cluster
 from ..comm import tuning as tuning_file
 from ..errors import UserError
 
@@ -76,7 +76,7 @@ def start(timeline: bool = False, tuning: Optional[str] = None, compression: str
     from ..comm import mpit
     tuned["in_force"] = mpit.in_force()      # what the MPI library's allreduce runs with
     rt = Runtime(tf, hvd, layout, threads, cluster.pin_gpu(tf, layout), tuned)
-    note = tuning_file.mismatch(tuned, layout.num_nodes, layout.size)
+    note = tuning_file.mismatch(tuned, layout.num_nodes, layout.size, box.node_facts(layout.host))
     if note:
         rt.say(f"hpcdl: {note}")
     return rt

@@ -242,6 +242,9 @@ def test_submit_tune_makes_the_tuning_file_in_a_job_and_the_tuned_points_run_its
     doc = json.loads((tmp_path / "tuning" / "box-2n.json").read_text())
     assert doc["made_for"]["nodes"] == 2 and set(doc["picks"]) == {"none", "fp16"}
     recs = _records(root / "box-tuned" / "runs.jsonl")
+    # the file names the box it was tuned on, as the records name the box they ran on
+    assert {k: doc["made_for"]["box"][k] for k in ("box", "cpu_period_us", "link_rate")} == \
+        {k: recs[0]["box"][k] for k in ("box", "cpu_period_us", "link_rate")}
     assert sorted(r["params"]["compression"] for r in recs) == ["fp16", "none"]
     for rec in recs:
         pick = doc["picks"][rec["params"]["compression"]]

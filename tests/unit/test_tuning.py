@@ -229,3 +229,21 @@ def test_an_algorithm_far_slower_for_every_compression_after_the_first_round_is_
     assert keep == [(0, 0), (4, 0), (6, 0)] and dropped == ["3/0"]
     keep, dropped = tune._prune([(0, 0), (4, 0), (6, 0), (3, 0)], times, ["none"])
     assert keep == [(0, 0), (4, 0)] and dropped == ["6/0", "3/0"]
+
+
+def test_a_run_on_a_box_with_other_settings_than_the_tuned_one_is_named(tmp_path):
+    section = tuning.take(str(_file(tmp_path)), "none", {})
+    then = {"box": "b1", "link_rate": "200mbit", "latency": "0", "cpus_per_node": 0.2,
+            "cpu_period_us": 10000}
+    section["made_for"]["box"] = then
+    # the same settings on another instance of the box: nothing to say
+    assert tuning.mismatch(section, 2, 2, {**then, "box": "b2", "node": "n1"}) is None
+    note = tuning.mismatch(section, 2, 2, {**then, "cpu_period_us": 5000})
+    assert note.endswith("was tuned on a cluster box with cpu_period_us=10000; this run's box "
+                         "has cpu_period_us=5000")
+    # both: another allocation and another box
+    assert tuning.mismatch(section, 4, 4, {**then, "link_rate": "500mbit"}).count("tuned on") == 2
+    # off the box, or a file that does not say: only the allocation is compared
+    assert tuning.mismatch(section, 2, 2, None) is None
+    del section["made_for"]["box"]
+    assert tuning.mismatch(section, 2, 2, {**then, "cpu_period_us": 5000}) is None
