@@ -253,9 +253,9 @@ def cgroup_cpu_limit(proc_cgroup: Optional[str] = None,
 
 
 def _limiting_cgroup(proc_cgroup: Optional[str] = None, mountinfo: Optional[str] = None
-                     ) -> Optional[Tuple[Path, bool, float]]:
-    """(folder, cgroup v2?, cores) of the cgroup with the tightest CPU quota among this process's
-    and its ancestors; None when none has one."""
+                     ) -> Optional[Tuple[Path, bool, float, int]]:
+    """(folder, cgroup v2?, cores, period in µs) of the cgroup with the tightest CPU quota among
+    this process's and its ancestors; None when none has one."""
     try:
         proc_cgroup = proc_cgroup if proc_cgroup is not None else \
             Path("/proc/self/cgroup").read_text()
@@ -276,13 +276,13 @@ def _limiting_cgroup(proc_cgroup: Optional[str] = None, mountinfo: Optional[str]
         parts = [s for s in path.split("/") if s]
         for k in range(len(parts) + 1):
             folder = mount.joinpath(*parts[:k])
-            q = _quota(folder, v2)
-            if q:
-                limits.append((folder, v2, q))
+            qp = _quota_period(folder, v2)
+            if qp:
+                limits.append((folder, v2, qp[0] / qp[1], qp[1]))
     return min(limits, key=lambda t: t[2]) if limits else None
 
 
-def cgroup_cpu_usage(found: Optional[Tuple[Path, bool, float]] = None) -> Optional[dict]:
+def cgroup_cpu_usage(found: Optional[Tuple[Path, bool, float, int]] = None) -> Optional[dict]:
     """The CPU the cgroup that limits this process has used and been throttled for, in seconds
     since it was made ({"cores", "period_us", "usage_s", "throttled_s", "periods",
     "throttled_periods"}), or None without a quota. Two readings apart say how much of a
@@ -291,7 +291,7 @@ def cgroup_cpu_usage(found: Optional[Tuple[Path, bool, float]] = None) -> Option
     found = found or _limiting_cgroup()
     if found is None:
         return None
-    folder, v2, cores = found
+    folder, v2, cores, period = found
     try:
         stat = dict(line.split() for line in (folder / "cpu.stat").read_text().splitlines()
                     if len(line.split()) == 2)
@@ -302,8 +302,7 @@ def cgroup_cpu_usage(found: Optional[Tuple[Path, bool, float]] = None) -> Option
             usage = int((folder / "cpuacct.usage").read_text()) / 1e9 \
                 if (folder / "cpuacct.usage").exists() else None
             throttled = int(stat["throttled_time"]) / 1e9
-        qp = _quota_period(folder, v2)
-        return {"cores": cores, "period_us": qp[1] if qp else None,
+        return {"cores": cores, "period_us": period,
                 "usage_s": usage, "throttled_s": throttled,
                 "periods": int(stat["nr_periods"]), "throttled_periods": int(stat["nr_throttled"])}
     except (OSError, KeyError, ValueError):
@@ -321,11 +320,6 @@ def _cgroup_mount(mountinfo: str, v2: bool) -> Optional[Path]:
         if not v2 and fs[0] == "cgroup" and "cpu" in fs[-1].split(","):
             return Path(fields[4])
     return None
-
-
-def _quota(folder: Path, v2: bool) -> Optional[float]:
-    qp = _quota_period(folder, v2)
-    return qp[0] / qp[1] if qp else None
 
 
 def _quota_period(folder: Path, v2: bool) -> Optional[Tuple[int, int]]:

@@ -59,9 +59,9 @@ def rank_phases(rank: int, host: str, loop) -> dict:
             "wait_s": med(loop.probe_waits), "ckpt_s": loop.ckpt_time,
             # the process's CPU seconds (all threads) in the probes' compute and exchange, and
             # under a CPU quota how often it ran out while timed (the cluster box's nodes)
-            "compute_cpu_s": med(getattr(loop, "probe_cpu", [])),
-            "exchange_cpu_s": med(getattr(loop, "probe_exch_cpu", [])),
-            "cgroup": getattr(loop, "cgroup", None),
+            "compute_cpu_s": med(loop.probe_cpu),
+            "exchange_cpu_s": med(loop.probe_exch_cpu),
+            "cgroup": loop.cgroup,
             # every probe, in order: a model of the slowest of p ranks needs the distribution
             "compute_probes_s": [float(t) for t in loop.probe_times],
             "exchange_probes_s": [float(t) for t in loop.probe_exch_times]}
