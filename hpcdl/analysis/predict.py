@@ -38,7 +38,8 @@ excess over it, with the ring's (or the parameter server's) coefficient. The ban
 the 90% quantile of the relative errors of predicting each calibration run left out of the
 calibration (leave one repeat out, pooled over the study's axes; beyond ten repeats, one of ten
 folds of them), applied to the prediction;
-its coverage is then counted on the held-out points.
+its coverage is then counted on the held-out points. :mod:`.floor` says how close these repeats
+let the held-out points check a prediction at all.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import floor
 from .allreduce import link_bytes, on_link, pairwise
 from .baselines import conformal_quantile, naive, noise, one_parameter, scores
 from .measured import Runs, median as _med, points as _points, spread, summary as _summary
@@ -287,12 +289,13 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     for key, runs in (remedied or {}).items():
         others.setdefault(key[0], {})[key[1]] = runs
     fixes = remedies(out_axes, kind, [{"axis": a, "_by_p": v} for a, v in others.items()])
+    lowest = floor.of_axes(out_axes, nodes_max, folds, _fit)
     for ax in out_axes:
         del ax["_model"], ax["_by_p"]
     return {"nodes_max": nodes_max, "nominal": NOMINAL, "band_halfwidth": q,
             "band_residuals": len(loro), "axes": out_axes,
-            "heldout": scores(held), "noise": noise(out_axes), "cross_rate": cross,
-            "remedies": fixes}
+            "heldout": scores(held), "noise": noise(out_axes), "floor": lowest,
+            "cross_rate": cross, "remedies": fixes}
 
 
 REMEDIES = (("fp16 gradients", 1, 0.5), ("twice the batch per rank", 2, 1.0))

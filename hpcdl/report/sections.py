@@ -770,6 +770,36 @@ def _noise_words(noise) -> str:
             "prediction is not checked closer than about half that.")
 
 
+def _floor_words(pred, mae, half) -> str:
+    """Whether half the one-β baseline's error is closer than these repeats can check: below the
+    error a model without bias would show (:mod:`hpcdl.analysis.floor`), or, without folds of
+    repeats to refit on, within half the repeats' own spread."""
+    if half is None or mae is None or mae <= half:
+        return ""
+    low, noise = pred.get("floor") or {}, pred.get("noise") or {}
+    if low:
+        folds = ", ".join(_f(x, pct=True) for x in low["mae_model_by_fold"])
+        ones = ", ".join(_f(x, pct=True) for x in low["mae_one_parameter_by_fold"])
+        words = (f" Calibrated on each of {low['folds']} folds of repeats alone, the model's "
+                 f"mean error was {folds} against the one-β baseline's {ones}. Its prediction "
+                 f"of a held-out point varied by ±{_f(low['model_moves'], pct=True)} (standard "
+                 f"deviation) between folds, the one-β baseline's by "
+                 f"±{_f(low['one_parameter_moves'], pct=True)}, a held-out point's repeats by "
+                 f"±{_f(low['measured_moves'], pct=True)}. A "
+                 "model without any bias, calibrated on all of them, would show a mean error of "
+                 f"about {_f(low['floor'], pct=True)} here (`hpcdl.analysis.floor`)")
+        if half <= low["floor"]:
+            return words + (f"; half the one-β baseline's error ({_f(half, pct=True)}) is below "
+                            "that: these repeats cannot show a model that close (more repeats "
+                            "lower it as 1/√n).")
+        return words + "."
+    if noise.get("median") is not None and half <= noise["median"] / 2:
+        return (f" Half the one-β baseline's error ({_f(half, pct=True)}) is within half "
+                "the repeats' own spread, about what a predictor that knew every point "
+                "exactly would miss by: these repeats cannot show a model that close.")
+    return ""
+
+
 def _prediction_markdown(pred, by_name) -> List[str]:
     h = pred["heldout"]
     lines = ["## Prediction of the points not calibrated on (MODEL, checked against measurement)",
@@ -817,12 +847,9 @@ def _prediction_markdown(pred, by_name) -> List[str]:
                    " The model does **not** reach half the one-β baseline's error."
                    if mae < h["mae_one_parameter"] else
                    " The model does **not** beat the one-β baseline.")
-        noise = pred.get("noise") or {}
-        if half is not None and mae is not None and mae > half and noise.get("median") is not None \
-                and half <= noise["median"] / 2:
-            verdict += (f" Half the one-β baseline's error ({_f(half, pct=True)}) is within half "
-                        "the repeats' own spread, about what a predictor that knew every point "
-                        "exactly would miss by: these repeats cannot show a model that close.")
+        if mae is not None and h["mae_naive"] is not None and mae >= h["mae_naive"]:
+            verdict += " The model does **not** beat the naive baseline."
+        verdict += _floor_words(pred, mae, half)
         lines += ["", f"Held-out points: {h['points']}. Step within 10%: {h['within_10']} of "
                   f"{h['points']}; compute and exchange each within 15%: {h['parts_within_15']} "
                   f"of {h['points']}. Mean absolute step error: model {_f(mae, pct=True)}, naive "

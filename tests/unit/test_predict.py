@@ -351,8 +351,67 @@ def test_a_baseline_within_the_repeats_spread_is_said_to_be_beyond_what_can_be_s
             "prediction-vs-measured": sections._prediction_table(res),
             "prediction-remedies": sections._remedy_table(res)}))
     res["heldout"].update(mae_model=0.048, mae_one_parameter=0.046)
+    res["floor"] = {}                  # as without folds of repeats to refit the model on
     res["noise"] = {"points": 12, "median": 0.05, "max": 0.137}
     assert "does **not** beat the one-β baseline" in words()
     assert "Half the one-β baseline's error (2.3%) is within half the repeats' own spread" in words()
     res["noise"] = {"points": 12, "median": 0.036, "max": 0.05}     # the repeats agree closer
     assert "within half the repeats' own spread" not in words()
+
+
+def _noisy(repeats, seed, sd=0.03):
+    rng = random.Random(seed)
+    recs = study(repeats=repeats)
+    for r in recs:                    # run-to-run noise on every step, the model's parts exact
+        r["metrics"]["step_time"]["median"] *= 1 + rng.gauss(0, sd)
+    return recs
+
+
+def test_the_floor_is_the_error_a_model_without_bias_shows_with_these_repeats():
+    # the study by known parts has a model without bias: over many noisy studies its held-out
+    # error averages about the floor each study estimates from its own repeats
+    floors, errors = [], []
+    for seed in range(40):
+        res = _run(_noisy(4, seed))
+        low = res["floor"]
+        assert low["folds"] == 4 and low["points"] == 2
+        for row in low["rows"]:
+            assert row["floor"] == pytest.approx(predict.floor.SQRT_2_PI * (
+                (row["model_moves"] ** 2 + row["measured_moves"] ** 2) / 4) ** 0.5)
+        floors.append(low["floor"])
+        errors.append(res["heldout"]["mae_model"])
+    mean_floor, mean_err = sum(floors) / 40, sum(errors) / 40
+    assert 0.8 < mean_err / mean_floor < 1.25
+    # a repeat's noise is what it was made with; the model's predictions move less than the
+    # one-β baseline's, which extrapolates the 2-node excess alone
+    assert 0.02 < sum(r["measured_moves"] for s in range(3) for r in _run(_noisy(4, s))["floor"]
+                      ["rows"]) / 6 < 0.04
+    low = _run(_noisy(4, 0))["floor"]
+    assert low["model_moves"] < low["one_parameter_moves"]
+    assert len(low["mae_model_by_fold"]) == 4 == len(low["mae_one_parameter_by_fold"])
+    # one repeat: nothing to refit on, no floor
+    assert _run(study(repeats=1))["floor"] == {}
+
+
+def test_a_target_below_the_floor_is_said_to_be_beyond_what_these_repeats_can_show():
+    res = _run(_noisy(4, 0))
+
+    def words():
+        return "\n".join(sections._prediction_markdown(res, {
+            "prediction-vs-measured": sections._prediction_table(res),
+            "prediction-remedies": sections._remedy_table(res)}))
+    res["heldout"].update(mae_model=0.056, mae_one_parameter=0.052)
+    res["floor"].update(floor=0.030, model_moves=0.041, one_parameter_moves=0.088,
+                        measured_moves=0.029)
+    text = words()
+    assert "does **not** beat the one-β baseline" in text
+    assert "would show a mean error of about 3.0% here" in text
+    assert "half the one-β baseline's error (2.6%) is below that" in text
+    assert "does **not** beat the naive baseline" not in text
+    res["heldout"].update(mae_naive=0.05)        # a model no better than "efficiency stays"
+    assert "The model does **not** beat the naive baseline." in words()
+    res["floor"]["floor"] = 0.02                 # the repeats could show it: no excuse made
+    assert "would show a mean error of about 2.0% here (`hpcdl.analysis.floor`)." in words()
+    assert "is below that" not in words()
+    res["heldout"].update(mae_model=0.02)        # the target met: nothing said of the floor
+    assert "would show a mean error" not in words()
