@@ -26,6 +26,7 @@ class Runtime:
     threads: int
     gpu: Optional[int]
     tuning: Optional[dict] = None       # the record's tuning section: the exchange settings run
+    node: Optional[dict] = None         # on the cluster box, this node's facts (box.node_facts)
 
     @property
     def rank(self) -> int:
@@ -75,8 +76,9 @@ def start(timeline: bool = False, tuning: Optional[str] = None, compression: str
     layout = cluster.refine_with_horovod(layout, hvd)
     from ..comm import mpit
     tuned["in_force"] = mpit.in_force()      # what the MPI library's allreduce runs with
-    rt = Runtime(tf, hvd, layout, threads, cluster.pin_gpu(tf, layout), tuned)
-    note = tuning_file.mismatch(tuned, layout.num_nodes, layout.size, box.node_facts(layout.host))
+    rt = Runtime(tf, hvd, layout, threads, cluster.pin_gpu(tf, layout), tuned,
+                 box.node_facts(layout.host))
+    note = tuning_file.mismatch(tuned, layout.num_nodes, layout.size, rt.node)
     if note:
         rt.say(f"hpcdl: {note}")
     return rt

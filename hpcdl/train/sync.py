@@ -150,13 +150,12 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     res = LoopResult(step=start_step, timeline=opts.timeline)
     t_run = time.perf_counter()
     t_iter, in_iter = 0.0, 0
-    node = box.node_facts(rt.layout.host)
     counters = None
     evals = Evaluations(opts, plan.global_batch, plan.steps)
     while res.step < plan.steps and res.target is None:
         step = res.step
         if step == first_timed:
-            counters = _start_timing(rep, res, node, opts.timeline)
+            counters = _start_timing(rep, res, rt.node, opts.timeline)
         if fault is not None and step == fault[0]:
             inject_fault(fault[1], step, rt.layout)
         t0 = time.perf_counter()
