@@ -30,30 +30,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcdl import box, records  # noqa: E402
+from hpcdl.errors import UserError  # noqa: E402
 from hpcdl.analysis.measured import measured  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
 
 
 def set_period(period_us: int) -> None:
-    """Every box node's CPU quota at ``period_us``, its cores kept (the kernel's least quota is
-    1 ms, so 0.2 cores needs periods of 5 ms or more)."""
+    """Every box node's CPU quota at ``period_us``, its cores kept."""
     b = box.load()
-    cores = float(b["cpus_per_node"])
-    quota = int(cores * period_us)
-    if quota < 1000:
-        raise SystemExit(f"--periods {period_us}: {cores} cores of it is {quota} us, under the "
-                         "kernel's least quota of 1000 us")
     for node in b["nodes"].values():
-        d = Path(node["cgroup"])
-        if (d / "cpu.max").exists():
-            (d / "cpu.max").write_text(f"{quota} {period_us}")
-            continue
-        now = int((d / "cpu.cfs_period_us").read_text())
-        order = ([("cpu.cfs_quota_us", quota), ("cpu.cfs_period_us", period_us)]
-                 if period_us < now else
-                 [("cpu.cfs_period_us", period_us), ("cpu.cfs_quota_us", quota)])
-        for name, value in order:           # the quota never over the period's cores meanwhile
-            (d / name).write_text(str(value))
+        try:
+            box.set_quota(node["cgroup"], float(b["cpus_per_node"]), period_us)
+        except UserError as e:
+            raise SystemExit(f"--periods {period_us}: {e}") from None
 
 
 def _ran_with(rec: dict, knob: str) -> str:

@@ -119,6 +119,25 @@ def job_exports(box: dict) -> dict:
             "OMPI_MCA_oob_tcp_if_include": box["subnet"]}
 
 
+def set_quota(cgroup: str, cores: float, period_us: int) -> None:
+    """A box node's CPU quota: ``cores`` of every ``period_us`` (cgroup v2 ``cpu.max`` or v1
+    ``cpu.cfs_*``; root). The kernel's least quota is 1 ms, so 0.2 cores needs periods of 5 ms or
+    more. The box's own setting is ``cluster-box.sh``'s; benchmarks change it and put it back."""
+    quota = int(cores * period_us)
+    if quota < 1000:
+        raise UserError(f"{cores} cores of a {period_us} us period is {quota} us, under the "
+                        "kernel's least quota of 1000 us")
+    d = Path(cgroup)
+    if (d / "cpu.max").exists():
+        (d / "cpu.max").write_text(f"{quota} {period_us}")
+        return
+    # v1 checks the quota against the period as each is written: lift the quota first, so that no
+    # order of writes is refused, then write the period and the quota
+    (d / "cpu.cfs_quota_us").write_text("-1")
+    (d / "cpu.cfs_period_us").write_text(str(period_us))
+    (d / "cpu.cfs_quota_us").write_text(str(quota))
+
+
 def check_file(env=None) -> Path:
     return box_file(env).with_name("check.json")
 

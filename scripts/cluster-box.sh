@@ -235,16 +235,19 @@ cg_dir() {  # cg_dir [NODE]: the box's cgroup (or one node's) in this machine's 
     echo "$base${1:+/$1}"
 }
 
-# The quota's period: the shortest whose quota is the kernel's least (1 ms), so 5 ms at 0.2 cores
-# and 1 ms from one core up. A rank whose share is spent waits for the next period, and nothing
-# feeds its sockets meanwhile, and Open MPI progresses TCP from the rank's own threads, which spin:
-# the longer the period, the longer those gaps. With 100 ms periods and 0.4 cores a ring allreduce
+# The quota's period: 5 ms, or longer where the quota would be under the kernel's least (1 ms of
+# CPU), so 5 ms at 0.2 cores and up, 10 ms at 0.1. Shorter periods lose quota: with 1 ms periods
+# a one-core node ran a single thread at 0.56 of a core, with 2 ms a half-core node at 0.4 of a
+# core; 5 ms gave the whole quota at 0.2, 0.5, 1 and 2 cores (results/quota-period.txt). Longer
+# periods stall: a rank whose share is spent waits for the next period, and nothing feeds its
+# sockets meanwhile, and Open MPI progresses TCP from the rank's own threads, which spin: the
+# longer the period, the longer those gaps. With 100 ms periods and 0.4 cores a ring allreduce
 # kept its links 81% busy, with 10 ms 93% (5 ms at 0.2 cores: 95%). At 0.2 cores, 2 nodes of
 # box-cnn-weak's workload, alternating runs: 10 ms periods made the step 1.12x as long as 5 ms
 # (results/box-cpu-period.txt); in earlier runs up to 1.4x, one rank's compute taking a third more
 # CPU with Horovod's background loop spinning beside it.
 cg_period() {  # cg_period CORES: the quota's period in microseconds
-    awk -v c="$1" 'BEGIN { p = int(1000 / c + 0.999); if (p < 1000) p = 1000; if (p > 100000) p = 100000; print p }'
+    awk -v c="$1" 'BEGIN { p = int(1000 / c + 0.999); if (p < 5000) p = 5000; if (p > 100000) p = 100000; print p }'
 }
 
 cg_make() {  # cg_make NODE CORES: a cgroup whose quota is CORES cores

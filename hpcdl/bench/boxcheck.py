@@ -36,19 +36,21 @@ MIB = 1 << 20
 # --- the probes (run on the nodes by check) ---------------------------------------------------------
 
 def _probe(opts) -> int:
-    """Time ``--reps`` rounds of ``--work`` 256x256 matrix products on one thread; print JSON."""
+    """Time ``--reps`` rounds of ``--work`` 256x256 matrix products on one thread; print JSON (wall
+    and CPU seconds of each round)."""
     import numpy as np
     a = np.random.default_rng(0).random((256, 256))
-    times = []
+    times, cpu = [], []
     for _ in range(opts.reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         b = a
         for _ in range(opts.work):
             b = a @ b
             b /= b.max()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     print(json.dumps({"host": socket.gethostname(), "seconds": statistics.median(times),
-                      "times": times}), flush=True)
+                      "times": times, "cpu": cpu}), flush=True)
     return 0
 
 
@@ -79,7 +81,7 @@ def _ring(opts) -> int:
 
 # --- check -----------------------------------------------------------------------------------------
 
-def _srun(args, timeout, env=None) -> list:
+def srun_json(args, timeout, env=None) -> list:
     """Run an srun step on the box; the JSON lines it printed."""
     if not shutil.which("srun"):
         raise UserError("srun is not installed: the box's check runs its probes as Slurm jobs")
@@ -93,7 +95,7 @@ def _srun(args, timeout, env=None) -> list:
     return [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
 
 
-def _job_env(box):
+def job_env(box):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                OMPI_MCA_mpi_yield_when_idle="1")
     env.update(job_exports(box))
@@ -104,22 +106,22 @@ def run_check(box: dict, work: int = 0, reps: int = 3, mib: int = 0) -> dict:
     """Both halves of the check on every node of ``box``; the verdict and its table."""
     n = box["nodes_count"]
     py = [sys.executable, "-m", "hpcdl.bench.boxcheck"]
-    env = _job_env(box)
+    env = job_env(box)
     # about half a second of one core per round, so that the CFS period (100 ms) quantises little
     work = work or 800
     probe = py + ["probe", "--work", str(work), "--reps", str(reps)]
     # n1 alone before and after every node together; the faster of the two stands for "alone"
     # (noise on a shared machine only ever slows a probe down)
-    alone = [_srun(["-N1", "-n1", "-w", "n1"] + probe, 600, env)[0]]
-    together = _srun([f"-N{n}", f"-n{n}", "--ntasks-per-node=1"] + probe, 600, env)
-    alone.append(_srun(["-N1", "-n1", "-w", "n1"] + probe, 600, env)[0])
+    alone = [srun_json(["-N1", "-n1", "-w", "n1"] + probe, 600, env)[0]]
+    together = srun_json([f"-N{n}", f"-n{n}", "--ntasks-per-node=1"] + probe, 600, env)
+    alone.append(srun_json(["-N1", "-n1", "-w", "n1"] + probe, 600, env)[0])
     alone = min(alone, key=lambda r: r["seconds"])
     rate = rate_bits(box["link_rate"])
     link = None
     if n > 1:
         # about 2 s of link time per allreduce: 2(p-1)/p * bytes at the link's rate
         mib = mib or max(8, int(2.0 * rate / 8 / (2 * (n - 1) / n) / MIB))
-        link = _srun([f"-N{n}", f"-n{n}", "--ntasks-per-node=1", "--mpi=pmix"] + py
+        link = srun_json([f"-N{n}", f"-n{n}", "--ntasks-per-node=1", "--mpi=pmix"] + py
                      + ["ring", "--mib", str(mib), "--reps", str(reps)], 900, env)[0]
     return verdict(box, alone, together, link)
 

@@ -142,3 +142,20 @@ def test_submit_tune_makes_this_boxs_missing_tuning_files_first_and_the_tuned_po
     (tmp_path / "tuning").mkdir()
     open(want, "w").write(json.dumps({"picks": {"none": {}, "fp16": {}}}))
     assert submit.plan_study(st, Software.here(), unchecked_box=True, tune=[]).tunes == []
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_a_nodes_quota_is_set_on_cgroup_v2_and_v1_and_a_quota_under_1_ms_refused(tmp_path, v2):
+    if v2:
+        (tmp_path / "cpu.max").write_text("max 100000\n")
+    else:
+        (tmp_path / "cpu.cfs_period_us").write_text("1000\n")
+        (tmp_path / "cpu.cfs_quota_us").write_text("1000\n")
+    box.set_quota(str(tmp_path), 0.2, 5000)
+    if v2:
+        assert (tmp_path / "cpu.max").read_text() == "1000 5000"
+    else:
+        assert [(tmp_path / f).read_text() for f in ("cpu.cfs_period_us", "cpu.cfs_quota_us")] == \
+            ["5000", "1000"]
+    with pytest.raises(UserError, match="under the kernel's least quota"):
+        box.set_quota(str(tmp_path), 0.2, 2000)
