@@ -236,9 +236,9 @@ cg_dir() {  # cg_dir [NODE]: the box's cgroup (or one node's) in this machine's 
 }
 
 # The quota's period: 5 ms, or longer where the quota would be under the kernel's least (1 ms of
-# CPU), so 5 ms at 0.2 cores and up, 10 ms at 0.1. Shorter periods lose quota: with 1 ms periods
-# a one-core node ran a single thread at 0.56 of a core, with 2 ms a half-core node at 0.4 of a
-# core; 5 ms gave the whole quota at 0.2, 0.5, 1 and 2 cores (results/quota-period.txt). Longer
+# CPU), so 5 ms at 0.2 cores and up, 10 ms at 0.1. Shorter periods lose quota: with 1 or 2 ms
+# periods a one-core node ran a single thread at 0.56-0.66 of a core, with 2 ms a half-core node
+# at 0.4; 5 ms gave the whole quota at 0.2, 0.5 and 1 core (results/quota-period.txt). Longer
 # periods stall: a rank whose share is spent waits for the next period, and nothing feeds its
 # sockets meanwhile, and Open MPI progresses TCP from the rank's own threads, which spin: the
 # longer the period, the longer those gaps. With 100 ms periods and 0.4 cores a ring allreduce
