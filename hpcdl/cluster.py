@@ -1,7 +1,7 @@
 """Answer "who am I": rank, size, local rank, node, threads per rank, GPU pinning, job facts.
 
 This is the only module that reads the environment: the launcher's (``OMPI_COMM_WORLD_*``,
-``PMI_*``, ``PMIX_RANK``, ``SLURM_*``) and hpcdl's own settings (:data:`SETTINGS`, read through
+``PMI_*``, ``PMIX_RANK``, ``SLURM_*``, Grid Engine's ``JOB_ID``/``PE_HOSTFILE``) and hpcdl's own settings (:data:`SETTINGS`, read through
 :func:`setting`). It also owns the settings every rank gets before MPI and Horovod start
 (:data:`RANK_DEFAULTS`). It imports nothing but the standard library, so it can run before
 TensorFlow starts and set the thread counts TensorFlow reads at start-up.
@@ -20,7 +20,7 @@ from typing import Mapping, Optional, Tuple
 
 __all__ = ["Layout", "discover", "threads_per_rank", "configure_threads", "apply_tf_threads",
            "pin_gpu", "log", "is_root", "launcher_env", "SETTINGS", "setting", "RANK_DEFAULTS",
-           "apply_rank_defaults", "job_deadline", "scheduler_facts"]
+           "apply_rank_defaults", "job_deadline", "scheduler_facts", "pe_hosts"]
 
 # Every HPCDL_* variable hpcdl reads, and what it does (later wins: study file < environment < flag).
 SETTINGS = {
@@ -103,12 +103,44 @@ def job_deadline(env: Optional[Mapping[str, str]] = None) -> Optional[int]:
 
 
 def scheduler_facts(env: Optional[Mapping[str, str]] = None) -> dict:
-    """The batch job this process runs in, for a record's manifest (None where not in a job)."""
+    """The batch job this process runs in, for a record's manifest: Slurm's (``SLURM_*``) or Grid
+    Engine's (``JOB_ID`` with ``SGE_ROOT`` or ``PE_HOSTFILE``; the nodes from ``$PE_HOSTFILE``
+    where this node can read it). ``scheduler`` is None, and every fact too, outside a job."""
     env = os.environ if env is None else env
-    return {"job_id": env.get("SLURM_JOB_ID"), "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
-            "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
-            "restart_count": env.get("SLURM_RESTART_COUNT"),
-            "cluster": env.get("SLURM_CLUSTER_NAME")}
+    if env.get("SLURM_JOB_ID") or not _in_gridengine(env):
+        return {"scheduler": "slurm" if env.get("SLURM_JOB_ID") else None,
+                "job_id": env.get("SLURM_JOB_ID"), "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
+                "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
+                "restart_count": env.get("SLURM_RESTART_COUNT"),
+                "cluster": env.get("SLURM_CLUSTER_NAME")}
+    task = env.get("SGE_TASK_ID")
+    hosts = pe_hosts(env.get("PE_HOSTFILE"))
+    return {"scheduler": "gridengine", "job_id": env.get("JOB_ID"),
+            "array_task_id": task if task not in (None, "", "undefined") else None,
+            "nodelist": ",".join(h for h, _ in hosts) if hosts else None,
+            # RESTARTED is 1 in a job that Grid Engine started again (-r y, exit status 99)
+            "restart_count": env.get("RESTARTED"),
+            "cluster": env.get("SGE_CLUSTER_NAME") or env.get("SGE_CELL"),
+            "slots": env.get("NSLOTS"), "pe": env.get("PE"), "queue": env.get("QUEUE")}
+
+
+def _in_gridengine(env: Mapping[str, str]) -> bool:
+    return bool(env.get("JOB_ID")) and bool(env.get("SGE_ROOT") or env.get("PE_HOSTFILE"))
+
+
+def pe_hosts(path: Optional[str]) -> list:
+    """Grid Engine's ``$PE_HOSTFILE``: (host, slots) per line (``host slots queue processors``),
+    host names without their domain; [] where there is none or this node cannot read it."""
+    try:
+        lines = Path(path).read_text().splitlines() if path else []
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 2 and parts[1].isdigit():
+            out.append((parts[0].split(".")[0], int(parts[1])))
+    return out
 
 
 def srun_step(env: Optional[Mapping[str, str]] = None) -> list:
@@ -432,6 +464,8 @@ def log(msg: str, layout: Optional[Layout] = None) -> None:
 def launcher_env(env: Optional[Mapping[str, str]] = None) -> dict:
     """The launcher and library settings worth recording in a manifest."""
     env = os.environ if env is None else env
-    keep = ("HOROVOD_", "NCCL_", "OMPI_MCA_", "SLURM_", "HPCDL_", "OMP_NUM_THREADS", "TF_NUM_")
-    skip = ("SLURM_JOB_USER", "SLURM_JOB_UID", "SLURM_JOB_GID")
+    keep = ("HOROVOD_", "NCCL_", "OMPI_MCA_", "SLURM_", "HPCDL_", "OMP_NUM_THREADS", "TF_NUM_",
+            "SGE_", "PE_HOSTFILE", "NSLOTS", "NHOSTS", "JOB_ID", "RESTARTED")
+    skip = ("SLURM_JOB_USER", "SLURM_JOB_UID", "SLURM_JOB_GID", "SGE_O_HOME", "SGE_O_MAIL",
+            "SGE_O_LOGNAME")
     return {k: v for k, v in sorted(env.items()) if k.startswith(keep) and k not in skip}

@@ -405,6 +405,7 @@ def manifest(layout=None, hosts: Optional[Iterable[str]] = None, extra: Optional
         "versions": versions(),
         "hosts": sorted(set(hosts)) if hosts else [layout.host or socket.gethostname()],
         "layout": layout.as_dict(),
+        # the batch job's facts, Slurm's or Grid Engine's (its "scheduler" says which)
         "slurm": cluster.scheduler_facts(),
         "env": env,
         "platform": platform.platform(),

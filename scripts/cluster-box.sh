@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A cluster in a box: N emulated nodes on one machine under real Slurm.
 #
-#   scripts/cluster-box.sh up N [--link RATE] [--latency D] [--cpus-per-node C]
+#   scripts/cluster-box.sh up N [--link RATE] [--latency D] [--cpus-per-node C] [--sge]
 #   scripts/cluster-box.sh down        # leaves no namespace, link, bridge, qdisc, cgroup or daemon
 #   scripts/cluster-box.sh status      # the box's settings and sinfo; exit 0 when every node is up
 #   scripts/cluster-box.sh check       # prove the box's isolation (compute, links); prints a table
@@ -9,7 +9,8 @@
 #   scripts/cluster-box.sh revive-node nI # its slurmd again, the node back in service
 #   scripts/cluster-box.sh agent HOST CMD...  # Open MPI's rsh agent: run CMD on node HOST (n3 or
 #                                              # 10.77.0.3), for mpirun across the box without Slurm
-#   scripts/cluster-box.sh env         # the Open MPI settings a job on the box needs
+#   scripts/cluster-box.sh env         # the Open MPI settings a job on the box needs (and Grid
+#                                      # Engine's SGE_ROOT/SGE_CELL where it is up)
 #
 # Each node nI (I = 1..N, N <= 8) is
 #   - a network namespace hpcdl-nI with its own UTS hostname nI and address 10.77.0.I/24 on eth0,
@@ -21,7 +22,9 @@
 #   - a slurmd started inside both, so every job step and rank on nI runs in nI's namespace and
 #     cgroup (ProctrackType=proctrack/linuxproc keeps them children of slurmd).
 # munged and slurmctld run in the machine's own namespace; munge's socket is a path and the
-# bridge's address is the controller's, so every node reaches both.
+# bridge's address is the controller's, so every node reaches both. With --sge, Grid Engine runs
+# beside Slurm on the same nodes (scripts/box-sge.sh): sge_qmaster on the bridge, one sge_execd per
+# node inside its namespace and cgroup, a queue box.q and parallel environments mpi and mpi-fill.
 #
 # Defaults: RATE 1gbit, D 0 (no delay), C = 80% of the machine's cores / N, leaving a fifth of the
 # machine to the kernel's network work (veth, tbf, TCP: softirq time no node's quota pays for) and
@@ -54,6 +57,8 @@ LOGS=/var/log/slurm
 TMPFS=/tmp/slurmtmp
 JOBCOMP="$LOGS/jobcomp.log"
 HOST="$(hostname -s)"
+# shellcheck source=scripts/box-sge.sh
+. "$ROOT/scripts/box-sge.sh"
 
 log() { printf '[cluster-box] %s\n' "$*" >&2; }
 cannot() { printf '[cluster-box] cannot make the box here: %s\n' "$*" >&2; exit 3; }
@@ -377,6 +382,7 @@ kill_node() {  # kill_node I: node nI is lost: its slurmd, steps and ranks kille
     [ -e "/var/run/netns/$PREFIX$k" ] || die "node n$k is not up"
     ip netns pids "$PREFIX$k" | xargs -r kill -KILL
     rm -f "/run/slurmd-n$k.pid"
+    rm -f "$SGE_SPOOL/execd/n$k/execd.pid"
     log "n$k: every process in its namespace killed"
 }
 
@@ -384,21 +390,26 @@ revive_node() {  # revive_node I: a killed node's slurmd again, and the node bac
     local k=${1#n}
     [ -e "/var/run/netns/$PREFIX$k" ] || die "node n$k is not up"
     alive "$(pid_of "/run/slurmd-n$k.pid")" || start_slurmd "$k"
+    if [ -d "$SGE_SPOOL" ]; then
+        sge_env
+        alive "$(pid_of "$SGE_SPOOL/execd/n$k/execd.pid")" || sge_start_execd "$k"
+    fi
     wait_for 30 sh -c "scontrol show node n$k | grep -q 'State=[A-Z]*\(IDLE\|DOWN\)'" || true
     scontrol update NodeName="n$k" State=RESUME >/dev/null 2>&1 || true
     wait_for 60 sh -c "sinfo -h -N -n n$k -o %t | grep -qx idle" || die "n$k did not become idle"
     log "n$k: back in service"
 }
 
-write_boxfile() {  # write_boxfile N RATE LATENCY CORES SLURM_CPUS
+write_boxfile() {  # write_boxfile N RATE LATENCY CORES SLURM_CPUS SGE
     mkdir -p "$RUN"
-    local k nodes=""
+    local k nodes="" sge=null
+    [ "$6" = 1 ] && sge="{\"root\": \"$SGE_ROOT_DIR\", \"cell\": \"$SGE_CELL_NAME\", \"queue\": \"box.q\", \"pe\": \"mpi\", \"consumable\": \"box\"}"
     for k in $(seq 1 "$1"); do nodes="$nodes${nodes:+, }\"n$k\": {\"addr\": \"$NET.$k\", \"iface\": \"eth0\", \"netns\": \"$PREFIX$k\", \"cgroup\": \"$(cg_dir "n$k")\"}"; done
     cat >"$BOXFILE.tmp" <<EOF
 {"box": "$(date +%s)-$$", "nodes_count": $1, "link_rate": "$2", "latency": "$3",
  "cpus_per_node": $4, "cpu_period_us": $(cg_period "$4"), "slurm_cpus": $5, "subnet": "$NET.0/24",
  "cgroup_version": $(cg_version),
- "licence": "box",
+ "licence": "box", "sge": $sge,
  "host": "$HOST", "cores": $(nproc), "nodes": {$nodes}}
 EOF
     mv "$BOXFILE.tmp" "$BOXFILE"
@@ -408,6 +419,7 @@ EOF
 down() {
     local t0=$SECONDS
     if command -v scontrol >/dev/null; then stop_slurm; fi
+    sge_down
     cg_remove
     net_down
     stop_munge
@@ -416,12 +428,13 @@ down() {
 }
 
 up() {
-    local n="" rate=1gbit latency=0 cores="" t0=$SECONDS k
+    local n="" rate=1gbit latency=0 cores="" sge=0 t0=$SECONDS k
     while [ $# -gt 0 ]; do
         case "$1" in
             --link) rate=$2; shift 2 ;;
             --latency) latency=$2; shift 2 ;;
             --cpus-per-node) cores=$2; shift 2 ;;
+            --sge) sge=1; shift ;;
             -h|--help) usage ;;
             *) [ -z "$n" ] && [[ $1 =~ ^[0-9]+$ ]] || usage; n=$1; shift ;;
         esac
@@ -440,6 +453,7 @@ up() {
     fi
     [ "$(cg_version)" != 0 ] || cannot "no cgroup cpu controller is mounted (v1 /sys/fs/cgroup/cpu or v2 with cpu)"
     ensure_packages
+    [ "$sge" = 0 ] || sge_ensure_packages
     ls /usr/lib/*/slurm*/mpi_pmix*.so >/dev/null 2>&1 || log "warning: Slurm's pmix plugin not found; srun --mpi=pmix will fail"
     local slurm_cpus
     slurm_cpus="$(awk -v c="$cores" 'BEGIN { v = int(c); if (v < c) v++; if (v < 1) v = 1; print v }')"
@@ -460,14 +474,15 @@ up() {
         cg_make "n$k" "$cores"
         start_slurmd "$k"
     done
-    write_boxfile "$n" "$rate" "$latency" "$cores" "$slurm_cpus"
+    write_boxfile "$n" "$rate" "$latency" "$cores" "$slurm_cpus" "$sge"
     if ! wait_for 60 nodes_idle "$n"; then
         sinfo -N >&2 || true
         show_log "$LOGS/slurmctld.log"
         die "not every node became idle within 60 s"
     fi
+    [ "$sge" = 0 ] || sge_up "$n" "$slurm_cpus"
     log "up: $n nodes n1..n$n ($NET.1-$n), links $rate each way, latency $latency, $cores cores each," \
-        "partition $PARTITION ($((SECONDS - t0)) s)"
+        "partition $PARTITION$([ "$sge" = 0 ] || echo ", Grid Engine queue box.q") ($((SECONDS - t0)) s)"
 }
 
 status() {
@@ -505,6 +520,10 @@ OMPI_MCA_btl=self,tcp
 OMPI_MCA_btl_tcp_if_include=$NET.0/24
 OMPI_MCA_oob_tcp_if_include=$NET.0/24
 EOF
+    if [ -d "$SGE_SPOOL" ]; then
+        echo "SGE_ROOT=$SGE_ROOT_DIR"
+        echo "SGE_CELL=$SGE_CELL_NAME"
+    fi
 }
 
 case "${1:-}" in

@@ -44,8 +44,8 @@ def _no_cluster_box_in_unit_tests(request, monkeypatch):
 
 SCRIPT = ROOT / "scripts" / "cluster-box.sh"
 # Four nodes of one core each (two cores hold them: the tests do not need isolation, which
-# `check` proves on a box sized for it), links of 1 Gbit/s.
-BOX = ["up", "4", "--link", "1gbit", "--cpus-per-node", "1"]
+# `check` proves on a box sized for it), links of 1 Gbit/s; Grid Engine beside Slurm on them.
+BOX = ["up", "4", "--link", "1gbit", "--cpus-per-node", "1", "--sge"]
 LOCK = Path("/tmp/hpcdl-slurm-tests.lock")        # one test session owns the cluster at a time
 SACCT_LOG = Path(os.environ.get("HPCDL_SLURM_SACCT_LOG", "/tmp/hpcdl-slurm-tests/sacct.txt"))
 

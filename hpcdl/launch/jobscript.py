@@ -260,9 +260,14 @@ def _fill(name: str, values: Mapping[str, object]) -> str:
     return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), text)
 
 
-def _common(job: Job, software: Software, script_name: str, skip_exports=()) -> dict:
+def _common(job: Job, software: Software, script_name: str, skip_exports=(),
+            override: str = "exporting it before sbatch (sbatch hands the submitting shell's "
+                            "environment to the job)") -> dict:
     exports, _ = _render_exports(software, skip_exports)
-    return {"nodes": job.nodes, "ranks_per_node": job.ntasks_per_node, "ranks": job.ranks,
+    return {"override": "\n# ".join(textwrap.wrap(f"Each has a default here and can be overridden "
+                                                  f"by {override}. Commented lines are examples "
+                                                  "that are off.", 98)),
+            "nodes": job.nodes, "ranks_per_node": job.ntasks_per_node, "ranks": job.ranks,
             "job_name": job.name, "script_name": script_name,
             "signal_lead": job.signal_lead if job.signal_lead is not None else 0,
             "exports": exports, "workdir": shlex.quote(software.workdir),
@@ -338,29 +343,53 @@ def render_report(job: Job, software: Software, study: str, results_dir: str,
     return _fill("report.sbatch", values)
 
 
-def render_qsub(job: Job, software: Software, train_args: Sequence[str], checkpoint_dir: str,
-                group: Optional[str] = None, script_name: str = "tsubame-train.qsub") -> str:
-    """the ``tsubame-train.qsub`` template: the same run for a Grid Engine centre (TSUBAME-style).
+def _gridengine_hms(secs: int) -> str:
+    h, rest = divmod(int(secs), 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
 
-    ``job.account`` (or ``group``) is the TSUBAME group given to ``qsub -g``; nodes are full
-    nodes (``node_f``); training stops ``signal_lead`` seconds before ``h_rt`` by itself.
+
+def qsub_options(job: Job, pe: Optional[str] = None, resources: Sequence[str] = (),
+                 preemptible: bool = True) -> List[str]:
+    """The job's ``#$`` lines for Grid Engine. ``pe``: the parallel environment, given the job's
+    ranks as slots (``-pe mpi 4``); None: TSUBAME's full nodes (``-l node_f=N``). ``job.partition``
+    is the queue (``-q``); ``resources`` more ``-l`` requests (the box's ``box=1``)."""
+    lines = ["-S /bin/bash", f"-N {job.name}", "-cwd", "-j y",
+             f"-pe {pe} {job.ranks}" if pe else f"-l node_f={job.nodes}",
+             f"-l h_rt={_gridengine_hms(job.seconds)}"]
+    if job.partition:
+        lines.append(f"-q {job.partition}")
+    if job.account and pe:
+        lines.append(f"-A {job.account}")
+    lines += [f"-l {r}" for r in resources]
+    if preemptible and job.signal_lead is not None:     # Job keeps signal_lead under the limit
+        # the soft limit sends USR1; -notify USR1/USR2 before a suspend/kill; -r y: a job that
+        # exits 99 (or whose node fails) runs again
+        lines += [f"-l s_rt={_gridengine_hms(job.seconds - job.signal_lead)}", "-notify", "-r y"]
+    return ["#$ " + ln for ln in lines]
+
+
+def render_qsub(job: Job, software: Software, train_args: Sequence[str], checkpoint_dir: str,
+                group: Optional[str] = None, script_name: str = "train.qsub",
+                pe: Optional[str] = None, resources: Sequence[str] = ()) -> str:
+    """the ``train.qsub`` template: the same run for a Grid Engine cluster, preemption-safe.
+
+    Without ``pe``, TSUBAME's flavour: full nodes (``node_f``) and ``job.account`` (or ``group``)
+    the group given to ``qsub -g``. With ``pe`` (e.g. ``mpi``, one slot per node on the cluster
+    box), the job asks for its ranks as slots of that parallel environment.
     """
-    group = group or job.account or "GROUP"
-    lead = job.signal_lead or 0
-    if job.seconds - lead <= 0:
-        raise UserError(f"time limit {job.time} leaves no time to train before the {lead} s lead")
-    args = list(train_args)
-    if "--max-time" not in args:
-        args += ["--max-time", str(job.seconds - lead)]
-    values = _common(job, software, script_name, skip_exports=_SLURM_ONLY)
+    if job.signal_lead is None:
+        raise UserError("a training job needs signal_lead: its checkpoint-and-requeue relies on USR1")
+    values = _common(job, software, script_name, skip_exports=_SLURM_ONLY,
+                     override="qsub -v NAME=value")
     _, names = _render_exports(software, _SLURM_ONLY)
-    fwd = ["PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "HPCDL_STOP_FILE", *names]
-    h, rest = divmod(job.seconds, 3600)
-    values.update(group=group, h_rt=f"{h}:{rest // 60:02d}:{rest % 60:02d}",
+    fwd = ["PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "HPCDL_STOP_FILE", "HPCDL_JOB_STARTED", *names]
+    group = None if pe else (group or job.account or "GROUP")
+    values.update(qsub="\n".join(qsub_options(job, pe, resources)),
+                  submit=f"qsub -g {group} {script_name}" if group else f"qsub {script_name}",
                   checkpoint_dir=shlex.quote(str(checkpoint_dir)),
-                  train=train_command(args, software.python),
+                  train=train_command(train_args, software.python),
                   forward=" ".join(fwd))
-    return _fill("tsubame-train.qsub", values)
+    return _fill("train.qsub", values)
 
 
 def parse_exports(items: Sequence[str], base: Optional[Mapping] = None) -> dict:
@@ -385,7 +414,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "'python -m hpcdl.launch.jobscript --nodes 2 --time 01:00:00 -o train.sbatch -- "
                     "--workload cnn --model resnet50'. Arguments after -- go to 'hpcdl train'.")
     p.add_argument("--kind", choices=("sbatch", "qsub"), default="sbatch",
-                   help="sbatch: the train.sbatch template; qsub: tsubame-train.qsub (Grid Engine)")
+                   help="sbatch: the train.sbatch template; qsub: train.qsub (Grid Engine; "
+                        "TSUBAME's node_f unless --pe)")
+    p.add_argument("--pe", default=None, help="qsub: the parallel environment for the ranks' slots")
     p.add_argument("--name", default="hpcdl-train", help="job name")
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--ntasks-per-node", type=int, default=1, help="ranks per node (GPUs per node on GPU nodes)")
@@ -416,7 +447,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ckpt = str(Path(opts.checkpoint_dir).resolve())
         name = Path(opts.output).name if opts.output else None
         if opts.kind == "qsub":
-            text = render_qsub(job, software, args, ckpt, script_name=name or "tsubame-train.qsub")
+            text = render_qsub(job, software, args, ckpt, script_name=name or "train.qsub", pe=opts.pe)
         else:
             text = render_train(job, software, args, ckpt, script_name=name or "train.sbatch")
         if opts.submit and (opts.kind != "sbatch" or not opts.output):

@@ -34,7 +34,9 @@ class StopWatch:
         self.step_time = 0.0
 
     def install(self):
-        for sig in (signal.SIGUSR1, signal.SIGTERM):
+        # USR1: Slurm's warning before the limit, Grid Engine's soft limit (s_rt) and its -notify
+        # before a suspend; USR2: Grid Engine's -notify before a kill
+        for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
             try:
                 signal.signal(sig, self._on_signal)
             except (ValueError, OSError):  # not the main thread

@@ -224,7 +224,7 @@ def test_job_deadline_and_scheduler_facts():
     assert cluster.job_deadline({}) is None and cluster.job_deadline({"SLURM_JOB_END_TIME": "x"}) is None
     facts = cluster.scheduler_facts({"SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]",
                                      "SLURM_CLUSTER_NAME": "tsubame"})
-    assert facts == {"job_id": "7", "array_task_id": None, "nodelist": "n[1-2]",
+    assert facts == {"scheduler": "slurm", "job_id": "7", "array_task_id": None, "nodelist": "n[1-2]",
                      "restart_count": None, "cluster": "tsubame"}
 
 
@@ -246,3 +246,25 @@ def test_the_ranks_agree_on_why_they_stop_and_name_another_ranks_reason(tmp_path
     assert watch.code() == 3 and watch.agreed(2) == f"stop file {tmp_path / 'STOP'}"
     watch.signalled = "SIGUSR1"
     assert watch.code() == 4 and watch.agreed(4) == "signal SIGUSR1"
+
+
+def test_grid_engine_job_facts_come_from_its_environment_and_pe_hostfile(tmp_path):
+    hostfile = tmp_path / "pe_hostfile"
+    hostfile.write_text("n3.cluster 1 box.q@n3 UNDEFINED\nn4 1 box.q@n4 UNDEFINED\n")
+    env = {"JOB_ID": "42", "SGE_ROOT": "/var/lib/gridengine", "SGE_CELL": "hpcdl-box",
+           "PE_HOSTFILE": str(hostfile), "NSLOTS": "2", "PE": "mpi", "QUEUE": "box.q",
+           "SGE_TASK_ID": "undefined", "RESTARTED": "1"}
+    facts = cluster.scheduler_facts(env)
+    assert facts == {"scheduler": "gridengine", "job_id": "42", "array_task_id": None,
+                     "nodelist": "n3,n4", "restart_count": "1", "cluster": "hpcdl-box",
+                     "slots": "2", "pe": "mpi", "queue": "box.q"}
+    # an array task, and a node that cannot read the master node's hostfile
+    facts = cluster.scheduler_facts({**env, "SGE_TASK_ID": "3", "PE_HOSTFILE": str(tmp_path / "no")})
+    assert facts["array_task_id"] == "3" and facts["nodelist"] is None
+    # Slurm's, where its job id is set; nothing outside a job
+    assert cluster.scheduler_facts({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"})[
+        "scheduler"] == "slurm"
+    assert cluster.scheduler_facts({"JOB_ID": "5"}) == {
+        "scheduler": None, "job_id": None, "array_task_id": None, "nodelist": None,
+        "restart_count": None, "cluster": None}
+    assert "JOB_ID" in cluster.launcher_env(env) and "PE_HOSTFILE" in cluster.launcher_env(env)

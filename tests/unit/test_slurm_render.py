@@ -117,10 +117,27 @@ def test_tsubame_qsub_matches_golden(tmp_path):
                              ["--workload", "cnn", "--model", "resnet50"], "/gs/bs/tga-hpcdl/ckpt")
     _golden("tsubame-train.qsub", text)
     _bash_syntax_ok(text, tmp_path)
-    for want in ("qsub -g tga-hpcdl", "#$ -l node_f=2", "#$ -l h_rt=2:00:00",
-                 "mpirun -npernode 4 -np 8", "--max-time 6900"):
+    for want in ("qsub -g tga-hpcdl train.qsub", "#$ -l node_f=2", "#$ -l h_rt=2:00:00",
+                 "#$ -l s_rt=1:55:00", "#$ -notify", "#$ -r y", "mpirun -npernode 4 -np 8",
+                 "trap 'on_stop USR2' USR2", "exit 99"):
         assert want in text
     assert "HPCDL_LAUNCHER" not in text       # Slurm-only settings stay out
+    assert "--max-time" not in text           # the soft limit's USR1 stops it, not a guess
+
+
+def test_a_grid_engine_script_asks_for_its_ranks_as_slots_of_a_parallel_environment(tmp_path):
+    job = jobscript.Job(name="box-train", nodes=4, time="00:10:00", partition="box.q",
+                        signal_lead=60)
+    text = jobscript.render_qsub(job, jobscript.Software(workdir="/w", activate="true"),
+                                 ["--workload", "expmlp"], "/w/ckpt", pe="mpi", resources=["box=1"])
+    _bash_syntax_ok(text, tmp_path)
+    assert jobscript.qsub_options(job, "mpi", ["box=1"]) == [
+        "#$ -S /bin/bash", "#$ -N box-train", "#$ -cwd", "#$ -j y", "#$ -pe mpi 4",
+        "#$ -l h_rt=0:10:00", "#$ -q box.q", "#$ -l box=1", "#$ -l s_rt=0:09:00", "#$ -notify",
+        "#$ -r y"]
+    assert "\n".join(jobscript.qsub_options(job, "mpi", ["box=1"])) in text
+    assert "#   qsub train.qsub" in text and "node_f" not in text
+    assert "overridden by qsub -v NAME=value" in text
 
 
 def test_sbatch_options_are_sorted_and_omit_unset_resources():

@@ -1,0 +1,51 @@
+export HPCDL_STOP_FILE="$CKPT_DIR/STOP"   # the file the ranks watch; the USR1/USR2 trap creates it
+mkdir -p "$CKPT_DIR"
+# A job that exits 99 runs again under the same job id: the attempt that stopped leaves its id in
+# REQUEUED, and the next attempt resumes from the checkpoint it wrote.
+if [ "$(cat "$CKPT_DIR/REQUEUED" 2>/dev/null)" = "${JOB_ID:-none}" ] || [ "${HPCDL_RESUME:-0}" = 1 ]; then
+    TRAIN+=(--resume)
+else
+    # A fresh run must not resume from checkpoints an older run left in the same directory.
+    rm -f "$CKPT_DIR"/ckpt-*.hpcdl
+fi
+rm -f "$HPCDL_STOP_FILE" "$CKPT_DIR/INTERRUPTED" "$CKPT_DIR/REQUEUED"
+
+# {{ranks_per_node}} rank(s) per node (one per GPU on GPU nodes). Open MPI's mpirun reads the
+# granted hosts from $PE_HOSTFILE and starts its daemons on them with `qrsh -inherit` (tight
+# integration: Grid Engine accounts and ends them with the job), passing on the -x variables.
+FORWARD=()
+for name in {{forward}}; do
+    if [ -n "${!name+x}" ]; then FORWARD+=(-x "$name"); fi
+done
+LAUNCH=(mpirun -npernode {{ranks_per_node}} -np {{ranks}} --bind-to none "${FORWARD[@]}")
+
+say() { echo "[hpcdl-job $(date +%T)] job ${JOB_ID:-?}: $*" >&2; }
+on_stop() {
+    say "$1: asking the ranks to checkpoint and stop"
+    touch "$HPCDL_STOP_FILE"
+}
+trap 'on_stop USR1' USR1
+trap 'on_stop USR2' USR2
+
+say "start on $(awk '{printf "%s%s", s, $1; s=","}' "${PE_HOSTFILE:-/dev/null}") (${NSLOTS:-?} slots)"
+"${LAUNCH[@]}" "${TRAIN[@]}" &
+pid=$!
+# A trapped signal ends `wait` early (status > 128) while the ranks still run: wait again.
+while :; do
+    rc=0
+    wait "$pid" || rc=$?
+    kill -0 "$pid" 2>/dev/null || break
+done
+rm -f "$HPCDL_STOP_FILE"
+# Rank 0 writes INTERRUPTED once its checkpoint is durable; mpirun's own status can hide the
+# clean stop when it ends the other ranks after the first exits 75.
+if [ "$rc" != 0 ] && [ -f "$CKPT_DIR/INTERRUPTED" ]; then rc=75; fi
+rm -f "$CKPT_DIR/INTERRUPTED"
+
+if [ "$rc" = 75 ]; then
+    say "training checkpointed and stopped early (exit 75): exit 99, so that Grid Engine queues it again"
+    echo "${JOB_ID:-none}" >"$CKPT_DIR/REQUEUED"
+    exit 99
+fi
+say "training ended with exit status $rc"
+exit "$rc"

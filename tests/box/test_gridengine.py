@@ -1,0 +1,134 @@
+"""Training through Grid Engine on the cluster box: qsub of the rendered job script, ranks started
+by mpirun through Grid Engine's tight integration (qrsh -inherit) on the granted nodes, the job's
+facts in the record, and -notify preemption: USR1 before a suspend, checkpoint, exit 99, the job
+run again by Grid Engine, resumed to the uninterrupted run's weights.
+
+The box is the session's (tests/conftest.py: scripts/cluster-box.sh up 4 ... --sge). Every job
+runs under a deadline (gridengine.wait_for_jobs deletes it when the deadline passes).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
+
+from slurm_testing import JOB_EXPORTS, ROOT  # noqa: E402
+
+from hpcdl import box  # noqa: E402
+from hpcdl.launch import gridengine, jobscript  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+STEPS = 1000            # long enough (several seconds) to interrupt mid-run without racing
+TRAIN = ["--workload", "expmlp", "--steps", str(STEPS), "--log-every", "50"]
+
+
+@pytest.fixture(scope="module")
+def sge(slurm_cluster):
+    """The box's Grid Engine: its settings in this process's environment for qsub and friends."""
+    facts = (box.load() or {}).get("sge")
+    if not facts:
+        pytest.skip("the session's cluster box has no Grid Engine (scripts/cluster-box.sh up --sge)")
+    env = {"SGE_ROOT": facts["root"], "SGE_CELL": facts["cell"]}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield facts
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _records(path: Path):
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def _script(tmp_path: Path, name: str, sge: dict) -> Path:
+    job = jobscript.Job(name=name, nodes=2, time="00:10:00", partition=sge["queue"],
+                        signal_lead=60)
+    software = jobscript.Software.here(workdir=ROOT, exports=JOB_EXPORTS)
+    script = tmp_path / "train.qsub"
+    script.write_text(jobscript.render_qsub(job, software, TRAIN + ["--results", str(tmp_path / "runs.jsonl")],
+                                            str(tmp_path / "ckpt"), pe=sge["pe"],
+                                            resources=[f"{sge['consumable']}=1"]))
+    return script
+
+
+def _output(tmp_path: Path, name: str, jid: str) -> str:
+    out = tmp_path / f"{name}.o{jid}"
+    return out.read_text() if out.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def reference(sge, tmp_path_factory):
+    """One uninterrupted 2-node x 1-rank run through qsub."""
+    d = tmp_path_factory.mktemp("sge-train")
+    jid = gridengine.qsub(_script(d, "hpcdl-sge-train", sge), cwd=d)
+    try:
+        state = gridengine.wait_for_jobs([jid], timeout=240)[jid]
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}\n{_output(d, 'hpcdl-sge-train', jid)[-3000:]}")
+    return d, jid, state
+
+
+def test_a_two_node_run_through_qsub_records_grid_engines_job_and_nodes(reference):
+    d, jid, state = reference
+    out = _output(d, "hpcdl-sge-train", jid)
+    assert (state.state, state.exit_code) == ("COMPLETED", "0:0"), out[-3000:]
+    (rec,) = _records(d / "runs.jsonl")
+    facts = rec["manifest"]["slurm"]            # the batch job's facts, whichever scheduler ran it
+    assert facts["scheduler"] == "gridengine" and facts["job_id"] == jid
+    granted = sorted(facts["nodelist"].split(","))       # from $PE_HOSTFILE: two of the box's nodes
+    assert len(set(granted)) == 2 and set(granted) <= {"n1", "n2", "n3", "n4"}, facts
+    assert facts["pe"] == "mpi" and facts["slots"] == "2"
+    # mpirun started the ranks on the granted nodes, each inside its node (name, cgroup)
+    assert rec["manifest"]["layout"]["launcher"] == "mpirun"
+    assert sorted(rec["manifest"]["hosts"]) == granted
+    assert sorted(r["host"] for r in rec["metrics"]["ranks"]) == granted
+    assert all(r["cgroup"]["cores"] == 1.0 for r in rec["metrics"]["ranks"])
+    assert rec["replicas_identical"] is True and rec["resumed_from"] is None
+    assert "Total samples/sec on 2 rank(s)" in out
+    # tight integration: the remote node's daemon ran as a task of the job, which Grid Engine
+    # accounted (qacct lists it beside the job script's own line); no ssh was involved
+    acct = subprocess.run(["qacct", "-j", jid], capture_output=True, text=True, timeout=30).stdout
+    hosts = [ln.split()[1] for ln in acct.splitlines() if ln.startswith("hostname")]
+    assert sorted(set(hosts)) == granted, acct
+
+
+def test_notify_before_a_suspend_checkpoints_exits_99_and_grid_engine_runs_it_again(sge, reference,
+                                                                                    tmp_path):
+    ref_dir, _, _ = reference
+    (ref,) = _records(ref_dir / "runs.jsonl")
+    name = "hpcdl-sge-preempt"
+    jid = gridengine.qsub(_script(tmp_path, name, sge), cwd=tmp_path)
+    deadline = time.monotonic() + 180
+    while "Step 50/" not in _output(tmp_path, name, jid):
+        if time.monotonic() > deadline:
+            gridengine.qdel([jid])
+            pytest.fail(f"training did not reach step 50 within 180 s:\n{_output(tmp_path, name, jid)}")
+        time.sleep(0.2)
+    # a suspend of a -notify job: USR1 now, the stop the queue's notify time (10 s) later
+    subprocess.run(["qmod", "-sj", jid], check=True, capture_output=True, timeout=30)
+    try:
+        state = gridengine.wait_for_jobs([jid], timeout=300)[jid]
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}\n{_output(tmp_path, name, jid)[-3000:]}")
+    out = _output(tmp_path, name, jid)
+    assert (state.state, state.exit_code) == ("COMPLETED", "0:0"), out[-3000:]
+    assert "USR1: asking the ranks to checkpoint and stop" in out
+    assert "Stopped at step" in out and "exit 99, so that Grid Engine queues it again" in out
+    assert "Resumed from" in out
+    assert state.attempts == 2 and state.history[0] == "REQUEUED 99:0", state.history
+    (rec,) = _records(tmp_path / "runs.jsonl")        # one record, from the attempt that finished
+    assert rec["manifest"]["slurm"]["restart_count"] == "1"
+    assert 50 <= rec["resumed_from"]["step"] < STEPS
+    assert rec["metrics"]["final_loss"] == pytest.approx(ref["metrics"]["final_loss"], rel=1e-5)
+    assert rec["weights_digest"] == ref["weights_digest"]
