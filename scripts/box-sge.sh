@@ -84,7 +84,8 @@ sge_cell() {  # the cell's files and a fresh spool with the box's global configu
         echo "SGE_CELL=$SGE_CELL_NAME; export SGE_CELL"
     } >"$common/settings.sh"
     # root submits the tests' jobs (min_uid/min_gid 0); the execd's spool per node below it;
-    # load reports every 5 s and a node unheard for 30 s is lost (defaults 40 s and 5 min);
+    # load reports every 5 s and a node unheard for 30 s is lost (defaults 40 s and 5 min), its
+    # rerunnable jobs (-r y) queued again 30 s later (default: never);
     # ENABLE_ADDGRP_KILL: a job's processes found by their group id too when it is deleted;
     # qacct finds a job's attempt in the accounting file at once (flushed every second, not 15 s)
     sed -e "s|^execd_spool_dir .*|execd_spool_dir        $SGE_SPOOL/execd|" \
@@ -92,6 +93,7 @@ sge_cell() {  # the cell's files and a fresh spool with the box's global configu
         -e "s|^shell_start_mode .*|shell_start_mode       unix_behavior|" \
         -e "s|^load_report_time .*|load_report_time       00:00:05|" \
         -e "s|^max_unheard .*|max_unheard            00:00:30|" \
+        -e "s|^reschedule_unknown .*|reschedule_unknown     00:00:30|" \
         -e "s|^execd_params .*|execd_params           ENABLE_ADDGRP_KILL=true|" \
         -e "s|^mailer .*|mailer                 /bin/true|" \
         -e "s|^reporting_params .*|reporting_params       accounting=true reporting=false flush_time=00:00:01 accounting_flush_time=00:00:00 joblog=false sharelog=00:00:00|" \

@@ -492,6 +492,7 @@ status() {
         || echo "check: not run"
     scontrol ping >/dev/null 2>&1 || { log "slurmctld is not running"; return 1; }
     sinfo -N
+    if [ -d "$SGE_SPOOL" ]; then (sge_env; qhost); fi
     local n
     n="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes_count"])' "$BOXFILE")"
     [ "$(sinfo -h -N -t idle,alloc,mix -o '%N' | sort -u | wc -l)" -ge "$n" ]

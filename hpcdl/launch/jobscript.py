@@ -287,16 +287,19 @@ def render_train(job: Job, software: Software, train_args: Sequence[str], checkp
 
 def render_study_step(job: Job, software: Software, study: str, study_path: str, point_id: str,
                       point: Mapping, train_args: Sequence[str], checkpoint_dir: str,
-                      script_name: str = "study-step.sbatch") -> str:
-    """the ``study-step.sbatch`` template for one point of a study."""
+                      script_name: str = "study-step.sbatch", gridengine: Optional[Mapping] = None
+                      ) -> str:
+    """the ``study-step.sbatch`` template for one point of a study; with ``gridengine`` (its
+    ``pe`` and ``resources``, :func:`qsub_options`) ``study-step.qsub``."""
     if job.signal_lead is None:
         raise UserError("a study step needs signal_lead: its checkpoint-and-requeue relies on USR1")
-    values = _common(job, software, script_name)
-    values.update(sbatch=_sbatch_block(job), checkpoint_dir=shlex.quote(str(checkpoint_dir)),
+    values = _gridengine_values(job, software, script_name, gridengine) if gridengine is not None \
+        else dict(_common(job, software, script_name), sbatch=_sbatch_block(job))
+    values.update(checkpoint_dir=shlex.quote(str(checkpoint_dir)),
                   train=train_command(train_args, software.python), study=study,
                   study_path=study_path, point_id=point_id,
                   point_json=json.dumps(dict(point), sort_keys=True))
-    return _fill("study-step.sbatch", values)
+    return _fill("study-step.qsub" if gridengine is not None else "study-step.sbatch", values)
 
 
 def render_study_command(job: Job, software: Software, study: str, study_path: str,
@@ -333,14 +336,18 @@ def render_study_tune(job: Job, software: Software, study: str, study_path: str,
 
 
 def render_report(job: Job, software: Software, study: str, results_dir: str,
-                  script_name: str = "report.sbatch") -> str:
-    """the ``report.sbatch`` template: ``hpcdl study report`` once every step has ended."""
-    values = _common(job, software, script_name)
+                  script_name: str = "report.sbatch", gridengine: Optional[Mapping] = None) -> str:
+    """the ``report.sbatch`` template: ``hpcdl study report`` once every step has ended; with
+    ``gridengine``, ``report.qsub``."""
+    if gridengine is not None:
+        values = _gridengine_values(job, software, script_name, gridengine, preemptible=False)
+    else:
+        values = dict(_common(job, software, script_name),
+                      sbatch=_sbatch_block(job, preemptible=False))
     report = " ".join([shlex.quote(software.python), "-m", "hpcdl", "study", "report",
                        shlex.quote(str(results_dir))])
-    values.update(sbatch=_sbatch_block(job, preemptible=False), study=study,
-                  results_dir=shlex.quote(str(results_dir)), report=report)
-    return _fill("report.sbatch", values)
+    values.update(study=study, results_dir=shlex.quote(str(results_dir)), report=report)
+    return _fill("report.qsub" if gridengine is not None else "report.sbatch", values)
 
 
 def _gridengine_hms(secs: int) -> str:
@@ -368,6 +375,20 @@ def qsub_options(job: Job, pe: Optional[str] = None, resources: Sequence[str] = 
     return ["#$ " + ln for ln in lines]
 
 
+def _gridengine_values(job: Job, software: Software, script_name: str, ge: Mapping,
+                       preemptible: bool = True) -> dict:
+    """What a Grid Engine script's template needs beyond :func:`_common`: its ``#$`` lines
+    (``ge``: ``pe``, ``resources``) and the variables mpirun passes on to the ranks."""
+    values = _common(job, software, script_name, skip_exports=_SLURM_ONLY,
+                     override="qsub -v NAME=value")
+    _, names = _render_exports(software, _SLURM_ONLY)
+    fwd = ["PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "HPCDL_STOP_FILE", "HPCDL_JOB_STARTED", *names]
+    values.update(qsub="\n".join(qsub_options(job, ge.get("pe"), ge.get("resources") or (),
+                                              preemptible)),
+                  forward=" ".join(fwd))
+    return values
+
+
 def render_qsub(job: Job, software: Software, train_args: Sequence[str], checkpoint_dir: str,
                 group: Optional[str] = None, script_name: str = "train.qsub",
                 pe: Optional[str] = None, resources: Sequence[str] = ()) -> str:
@@ -379,16 +400,11 @@ def render_qsub(job: Job, software: Software, train_args: Sequence[str], checkpo
     """
     if job.signal_lead is None:
         raise UserError("a training job needs signal_lead: its checkpoint-and-requeue relies on USR1")
-    values = _common(job, software, script_name, skip_exports=_SLURM_ONLY,
-                     override="qsub -v NAME=value")
-    _, names = _render_exports(software, _SLURM_ONLY)
-    fwd = ["PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "HPCDL_STOP_FILE", "HPCDL_JOB_STARTED", *names]
+    values = _gridengine_values(job, software, script_name, {"pe": pe, "resources": resources})
     group = None if pe else (group or job.account or "GROUP")
-    values.update(qsub="\n".join(qsub_options(job, pe, resources)),
-                  submit=f"qsub -g {group} {script_name}" if group else f"qsub {script_name}",
+    values.update(submit=f"qsub -g {group} {script_name}" if group else f"qsub {script_name}",
                   checkpoint_dir=shlex.quote(str(checkpoint_dir)),
-                  train=train_command(train_args, software.python),
-                  forward=" ".join(fwd))
+                  train=train_command(train_args, software.python))
     return _fill("train.qsub", values)
 
 

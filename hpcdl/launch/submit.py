@@ -1,10 +1,11 @@
-"""Submit a study to Slurm: one job per point not yet recorded, the report chained after them.
+"""Submit a study to Slurm or Grid Engine (``slurm.scheduler``, :func:`hpcdl.launch.batch.choose`):
+one job per point not yet recorded, the report chained after them.
 
 :func:`plan_study` renders the script of every point neither recorded nor queued or running
 (reading the study's records and asking the scheduler about the jobs submitted before),
 :func:`submit_study` writes and submits them with the report job depending on all of them
-(``--dependency=afterany``), and :func:`study_status` tells, per point, the latest job's state
-and whether the point is recorded. Standard library only.
+(``--dependency=afterany``, Grid Engine's ``-hold_jid``), and :func:`study_status` tells, per
+point, the latest job's state and whether the point is recorded. Standard library only.
 """
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from . import command
+from . import batch, command, gridengine
 from .jobscript import (Job, parse_exports, render_report, render_study_command, render_study_step,
                         render_study_tune, Software)
-from .scheduler import ACTIVE_STATES, job_states, sbatch
+from .scheduler import ACTIVE_STATES, sbatch
 from .. import checks, records
 from ..errors import UserError
 from ..study import recorded_point
@@ -52,6 +53,7 @@ class StudyPlan:
     in_flight: Dict[str, str] = None  # point -> "job N STATE": its latest job is still queued or
     #                                   running (or requeued after a node failure)
     tunes: List[Step] = None        # --tune: hpcdl tune jobs for the tuning files the points lack
+    scheduler: str = "slurm"        # or "gridengine"
 
 
 TUNE_PREFIX = "tune-"     # a tuning job's id in submitted.jsonl (a point's id starts with n<nodes>)
@@ -114,12 +116,20 @@ def plan_study(study, software: Software, force: bool = False,
     ``tune``: options of ``hpcdl tune`` for a job per tuning file the points to submit lack
     (None: such points are refused)."""
     overrides = dict(overrides or {})
+    sched = batch.choose(_slurm_settings(study, overrides).get("scheduler"))
     results_dir = Path(study.results_dir).resolve()
     jobs_dir = results_dir / "jobs"
     results = results_dir / "runs.jsonl"
     done = set() if force else study.done_ids()
     steps, skipped, waiting = [], [], []
     box = _box_for(study, unchecked_box)
+    ge = (batch.gridengine_request(study.name, _slurm_settings(study, overrides), box)
+          if sched == "gridengine" else None)
+    if ge is not None:
+        overrides["partition"] = ge["queue"] or overrides.get("partition")
+        if tune is not None or any(p.script for p in study.points()):
+            raise UserError(f"{study.name}: a study of your own command, and --tune, run through "
+                            "Slurm (or mpirun) so far; submit this one with --scheduler slurm")
     in_flight = _in_flight(jobs_dir)
     study_path = str(Path(study.path).resolve()) if getattr(study, "path", None) else study.name
     here = [p for p in study.points() if p.id not in done and p.id not in in_flight
@@ -144,8 +154,8 @@ def plan_study(study, software: Software, force: bool = False,
             waiting.append(pid)
             continue
         job = _job_for(study, f"hpcdl-{study.name}-{pid}", point.nodes, point.ranks_per_node,
-                       overrides, licence=(box or {}).get("licence"))
-        name = f"step-{pid}.sbatch"
+                       overrides, licence=None if ge else (box or {}).get("licence"))
+        name = f"step-{pid}.{'qsub' if ge else 'sbatch'}"
         spec = None
         if point.script:
             spec = command.spec_for(study, point, results_dir, launcher="srun")
@@ -156,7 +166,8 @@ def plan_study(study, software: Software, force: bool = False,
         else:
             args = list(point.train_args(str(results)))
             text = render_study_step(job, software, study.name, study_path, pid, point.as_dict(),
-                                     args, str(results_dir / "checkpoints" / pid), script_name=name)
+                                     args, str(results_dir / "checkpoints" / pid), script_name=name,
+                                     gridengine=ge)
         steps.append(Step(pid, point.as_dict(), jobs_dir / name, text, job, spec,
                           point.tuning_path if point.tuned else ""))
     s = _slurm_settings(study, overrides)
@@ -165,11 +176,16 @@ def plan_study(study, software: Software, force: bool = False,
     rjob = Job(name=f"hpcdl-{study.name}-report", nodes=1, ntasks_per_node=1, cpus_per_task=1,
                time=str(s.get("report_time") or "00:15:00"), partition=s.get("partition"),
                account=s.get("account"), signal_lead=None,
-               extra=(f"--licenses={box['licence']}:1",) if (box or {}).get("licence") else ())
-    rtext = render_report(rjob, software, study.name, str(results_dir), script_name="report.sbatch")
-    report = Step("report", {}, jobs_dir / "report.sbatch", rtext, rjob)
+               extra=(f"--licenses={box['licence']}:1",) if (box or {}).get("licence") and not ge
+               else ())
+    rname = f"report.{'qsub' if ge else 'sbatch'}"
+    # a one-slot report job on Grid Engine: the study's parallel environment gives it one node
+    rtext = render_report(rjob, software, study.name, str(results_dir), script_name=rname,
+                          gridengine=ge)
+    report = Step("report", {}, jobs_dir / rname, rtext, rjob)
     return StudyPlan(study.name, study_path, results_dir, jobs_dir, steps, report, skipped,
-                     waiting, box, {p: j for p, j in in_flight.items() if p not in done}, tunes)
+                     waiting, box, {p: j for p, j in in_flight.items() if p not in done}, tunes,
+                     sched)
 
 
 def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
@@ -199,10 +215,10 @@ def _in_flight(jobs_dir: Path) -> Dict[str, str]:
     if not latest:
         return {}
     try:
-        states = job_states(latest.values())
-    except UserError:          # no Slurm here (a dry run on a laptop): nothing can be in flight
+        states = batch.job_states(latest.values())
+    except UserError:          # no scheduler here (a dry run on a laptop): nothing can be in flight
         return {}
-    return {pid: f"job {jid} {states[jid].state}" for pid, jid in latest.items()
+    return {pid: f"job {jid[1]} {states[jid].state}" for pid, jid in latest.items()
             if jid in states and states[jid].state in ACTIVE_STATES}
 
 
@@ -258,15 +274,19 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
     for pid, job in (plan.in_flight or {}).items():
         print(f"Point {pid}: {job}, not submitted again", file=out)
     if plan.box and plan.steps:
-        print(f"The box runs the study's jobs one at a time (each takes Slurm's licence "
-              f"'{plan.box['licence']}'), so none slows another.", file=out)
+        how = (f"each asks for Grid Engine's consumable '{plan.box['sge']['consumable']}=1'"
+               if plan.scheduler == "gridengine" else
+               f"each takes Slurm's licence '{plan.box['licence']}'")
+        print(f"The box runs the study's jobs one at a time ({how}), so none slows another.",
+              file=out)
     for pid in plan.waiting or ():
         print(f"Point {pid}: waits for a box with other links (this one has "
               f"{plan.box['link_rate']}); bring that box up and submit again", file=out)
-    submission = {"study": plan.study, "study_path": plan.study_path,
+    submission = {"study": plan.study, "study_path": plan.study_path, "scheduler": plan.scheduler,
                   "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "dry_run": dry_run, "steps": [], "report": None}
     ids, made_by = [], {}           # tuning file -> the job that makes it
+    ge = plan.scheduler == "gridengine"
     tunes = plan.tunes or []
     for k, step in enumerate(tunes + plan.steps):
         rel = os.path.relpath(step.script, plan.jobs_dir)
@@ -275,24 +295,29 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
         what = f"the tuning job for {step.tuning}" if is_tune else f"point {step.point_id}"
         if dry_run:
             dep_text = f"--dependency=afterany:<{after}> " if after else ""
-            print(f"Would submit {what}: (cd {plan.jobs_dir} && sbatch {dep_text}{rel})", file=out)
+            print(f"Would submit {what}: (cd {plan.jobs_dir} && "
+                  f"{'qsub' if ge else 'sbatch ' + dep_text}{rel})", file=out)
             jid = None
         else:
-            jid = sbatch(step.script, cwd=plan.jobs_dir,
-                         dependency=f"afterany:{after}" if after else None)
+            jid = (gridengine.qsub(step.script, cwd=plan.jobs_dir) if ge else
+                   sbatch(step.script, cwd=plan.jobs_dir,
+                          dependency=f"afterany:{after}" if after else None))
             ids.append(jid)
             print(f"Submitted {what} ({step.job.nodes} node(s) x {step.job.ntasks_per_node} "
                   f"rank(s)) as job {jid}" + (f", after job {after}" if after else ""), file=out)
         if is_tune:
             made_by[step.tuning] = jid or f"the tuning job for {step.tuning}"
         submission["steps"].append({"point": step.point_id, "job_id": jid, "script": str(step.script)})
-    dep = ("afterany:" + ":".join(ids)) if ids else None
+    dep = (("hold_jid:" + ",".join(ids)) if ge else ("afterany:" + ":".join(ids))) if ids else None
     if dry_run:
-        dep_text = "--dependency=afterany:<step ids> " if plan.steps else ""
-        print(f"Would submit the report: (cd {plan.jobs_dir} && sbatch {dep_text}report.sbatch)", file=out)
+        dep_text = ("-hold_jid <step ids> " if ge else "--dependency=afterany:<step ids> ") \
+            if plan.steps else ""
+        print(f"Would submit the report: (cd {plan.jobs_dir} && {'qsub' if ge else 'sbatch'} "
+              f"{dep_text}{plan.report.script.name})", file=out)
         rid = None
     else:
-        rid = sbatch(plan.report.script, cwd=plan.jobs_dir, dependency=dep)
+        rid = (gridengine.qsub(plan.report.script, cwd=plan.jobs_dir, hold=ids) if ge else
+               sbatch(plan.report.script, cwd=plan.jobs_dir, dependency=dep))
         print(f"Submitted the report as job {rid}" + (f" (after {', '.join(ids)})" if ids else ""),
               file=out)
     submission["report"] = {"job_id": rid, "script": str(plan.report.script), "dependency": dep}
@@ -300,8 +325,8 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
         log = plan.jobs_dir / "submitted.jsonl"
         with open(log, "a") as f:
             f.write(json.dumps(submission, sort_keys=True) + "\n")
-    print(f"Scripts in {plan.jobs_dir}" + ("" if dry_run else "; job output there as %x-%j.out"),
-          file=out)
+    print(f"Scripts in {plan.jobs_dir}" + ("" if dry_run else "; job output there as " +
+                                           ("NAME.oJOBID" if ge else "%x-%j.out")), file=out)
     return submission
 
 
@@ -320,14 +345,15 @@ def _submissions(jobs_dir: Path) -> List[dict]:
 
 def _latest_jobs(jobs_dir: Path):
     """The latest job submitted for each point, and for the report."""
-    latest: Dict[str, str] = {}
+    latest: Dict[str, tuple] = {}
     report_id = None
     for sub in _submissions(jobs_dir):
+        sched = sub.get("scheduler") or "slurm"       # logs written before Grid Engine: Slurm's
         for st in sub.get("steps", []):
             if st.get("job_id"):
-                latest[str(st["point"])] = str(st["job_id"])
+                latest[str(st["point"])] = (sched, str(st["job_id"]))
         if (sub.get("report") or {}).get("job_id"):
-            report_id = str(sub["report"]["job_id"])
+            report_id = (sched, str(sub["report"]["job_id"]))
     return latest, report_id
 
 
@@ -343,12 +369,13 @@ def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
     order = tunes + (list(point_ids) if point_ids is not None
                      else sorted(p for p in latest if p not in tunes))
     ids = [latest[p] for p in order if p in latest] + ([report_id] if report_id else [])
-    states = job_states(ids) if ids else {}
+    states = batch.job_states(ids) if ids else {}
     rows = []
     for pid in order + (["report"] if report_id else []):
         jid = report_id if pid == "report" else latest.get(pid)
         st = states.get(jid) if jid else None
-        rows.append({"point": pid, "job_id": jid,
+        rows.append({"point": pid, "job_id": jid[1] if jid else None,
+                     "scheduler": jid[0] if jid else None,
                      "state": st.state if st else ("NOT SUBMITTED" if not jid else "UNKNOWN"),
                      "exit_code": st.exit_code if st else None,
                      "reason": st.reason if st else None,

@@ -128,16 +128,19 @@ _AXES_KEYS = ("backend", "compression", "exchange", "network", "lr_scaling", "tu
 TUNINGS = ("default", "tuned")
 LR_RULES = ("linear", "none")
 _RUN_KEYS = ("timeout", "threads_per_rank", "env", "mpirun_args", "tag", "timeline", "tuning")
+# [slurm]: the batch settings, whichever scheduler runs the jobs (scheduler: slurm, gridengine
+# or auto; pe: Grid Engine's parallel environment; partition is Grid Engine's queue there)
 SLURM_KEYS = ("partition", "account", "qos", "constraint", "time", "cpus_per_task",
               "gpus_per_node", "ntasks_per_node", "mem", "signal_lead", "mpi", "modules",
-              "setup", "extra")
+              "setup", "extra", "scheduler", "pe")
 _SLURM_TYPES = {"partition": str, "account": str, "qos": str, "constraint": str, "time": str,
                 "cpus_per_task": int, "gpus_per_node": int, "ntasks_per_node": int, "mem": str,
-                "signal_lead": int, "mpi": str, "modules": list, "setup": list, "extra": list}
+                "signal_lead": int, "mpi": str, "modules": list, "setup": list, "extra": list,
+                "scheduler": str, "pe": str}
 _SLURM_DEFAULTS = {"partition": None, "account": None, "qos": None, "constraint": None,
                    "time": "00:30:00", "cpus_per_task": 1, "gpus_per_node": 0,
                    "ntasks_per_node": None, "mem": None, "signal_lead": 120, "mpi": "pmix",
-                   "modules": [], "setup": [], "extra": []}
+                   "modules": [], "setup": [], "extra": [], "scheduler": "auto", "pe": None}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
@@ -791,6 +794,8 @@ def _slurm_section(v, raw, layouts, by_nodes):
     for key in ("modules", "setup", "extra"):
         if any(not isinstance(x, str) for x in slurm[key]):
             v.fail(f"slurm.{key}", "must be a list of strings")
+    if slurm["scheduler"] not in ("auto", "slurm", "gridengine"):
+        v.fail("slurm.scheduler", f"{slurm['scheduler']!r}: choose auto, slurm or gridengine")
     return slurm
 
 

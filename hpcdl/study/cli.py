@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import study as _study
 from ..errors import UserError
-from ..launch import scheduler, study_local, submit
+from ..launch import batch, study_local, submit
 
 
 def register(subparsers, name: str, help_text: str) -> None:
@@ -162,7 +162,11 @@ def add_submit_arguments(p) -> None:
     p.add_argument("--unchecked-box", action="store_true",
                    help="on the cluster box, submit even though 'scripts/cluster-box.sh check' has "
                         "not passed (a rehearsal: the figures need not be a node's)")
-    p.add_argument("--partition", default=None, help="override the study's slurm.partition")
+    p.add_argument("--scheduler", choices=("auto", "slurm", "gridengine"), default=None,
+                   help="override the study's slurm.scheduler (auto: Slurm where sbatch is "
+                        "installed, else Grid Engine)")
+    p.add_argument("--partition", default=None, help="override the study's slurm.partition "
+                                                     "(Grid Engine: the queue)")
     p.add_argument("--account", default=None, help="override the study's slurm.account")
     p.add_argument("--time", default=None, help="override the study's slurm.time (e.g. 02:00:00)")
     p.add_argument("--setup", default=None,
@@ -183,7 +187,8 @@ def submit_main(opts) -> int:
     software = submit.study_software(st, opts.export, opts.setup)
     plan = submit.plan_study(st, software, force=opts.force,
                              overrides={"partition": opts.partition, "account": opts.account,
-                                        "time": opts.time}, unchecked_box=opts.unchecked_box,
+                                        "time": opts.time, "scheduler": opts.scheduler},
+                             unchecked_box=opts.unchecked_box,
                              tune=None if opts.tune is None else shlex.split(opts.tune))
     if not plan.steps and not opts.force:
         for pid, job in (plan.in_flight or {}).items():
@@ -227,8 +232,8 @@ def status_main(opts) -> int:
     rc = 0
     if opts.wait is not None:
         try:
-            scheduler.wait_for_jobs([r["job_id"] for r in rows if r["job_id"]], opts.wait,
-                                    poll=1.0, cancel=False)
+            batch.wait_for_jobs([(r["scheduler"], r["job_id"]) for r in rows if r["job_id"]],
+                                opts.wait, poll=1.0, cancel=False)
         except TimeoutError:
             rc = 124
         rows = submit.study_status(results_dir, ids, name)
@@ -237,7 +242,10 @@ def status_main(opts) -> int:
     if opts.json:
         print(json.dumps(rows, indent=1))
         return rc
-    print(f"# {results_dir}: states from squeue and sacct -c")
+    used = {r["scheduler"] for r in rows if r["scheduler"]}
+    print(f"# {results_dir}: states from " + " and ".join(
+        {"slurm": "squeue and sacct -c", "gridengine": "qstat and Grid Engine's accounting"}[u]
+        for u in sorted(used)))
     print(f"{'point':<24} {'job':>8}  {'state':<13} {'exit':>6} {'tries':>5}  recorded  reason")
     for r in rows:
         print(f"{r['point']:<24} {r['job_id'] or '-':>8}  {r['state']:<13} {r['exit_code'] or '-':>6} "

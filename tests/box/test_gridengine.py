@@ -1,7 +1,8 @@
 """Training through Grid Engine on the cluster box: qsub of the rendered job script, ranks started
 by mpirun through Grid Engine's tight integration (qrsh -inherit) on the granted nodes, the job's
-facts in the record, and -notify preemption: USR1 before a suspend, checkpoint, exit 99, the job
-run again by Grid Engine, resumed to the uninterrupted run's weights.
+facts in the record, -notify preemption (USR1 before a suspend, checkpoint, exit 99, the job run
+again by Grid Engine, resumed to the uninterrupted run's weights), and a study through qsub that
+loses a node and is resumed.
 
 The box is the session's (tests/conftest.py: scripts/cluster-box.sh up 4 ... --sge). Every job
 runs under a deadline (gridengine.wait_for_jobs deletes it when the deadline passes).
@@ -23,6 +24,8 @@ from slurm_testing import JOB_EXPORTS, ROOT  # noqa: E402
 
 from hpcdl import box  # noqa: E402
 from hpcdl.launch import gridengine, jobscript  # noqa: E402
+
+BOX = ROOT / "scripts" / "cluster-box.sh"
 
 pytestmark = pytest.mark.slow
 
@@ -132,3 +135,109 @@ def test_notify_before_a_suspend_checkpoints_exits_99_and_grid_engine_runs_it_ag
     assert 50 <= rec["resumed_from"]["step"] < STEPS
     assert rec["metrics"]["final_loss"] == pytest.approx(ref["metrics"]["final_loss"], rel=1e-5)
     assert rec["weights_digest"] == ref["weights_digest"]
+
+
+STUDY = """\
+[study]
+name = "box-sge"
+scaling = "weak"
+
+[workload]
+name = "expmlp"
+batch_size = 100
+steps = 1500
+warmup = 20
+num_batches_per_iter = 20
+
+[layout]
+nodes = [1, 2, 4]
+ranks_per_node = 1
+
+[slurm]
+scheduler = "gridengine"
+time = "00:10:00"
+signal_lead = 60
+"""
+
+
+def _hpcdl(*args, timeout=120):
+    res = subprocess.run([sys.executable, "-m", "hpcdl", *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=ROOT)
+    assert res.returncode == 0, f"hpcdl {' '.join(args)}: exit {res.returncode}\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+def _running(jobs: Path, name: str, jid: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while "Step " not in _output(jobs, name, jid):
+        if time.monotonic() > deadline:
+            pytest.fail(f"job {jid} did not start training within {timeout:.0f} s:\n"
+                        + _output(jobs, name, jid))
+        time.sleep(0.5)
+    return _output(jobs, name, jid)
+
+
+def test_a_study_through_qsub_survives_a_lost_node_and_records_every_point_once(sge, tmp_path):
+    """1, 2 and 4 nodes through qsub, the report chained with -hold_jid; a node of the 4-node
+    point lost in the middle of training ends that job within seconds; the study says it is
+    incomplete, a second submit runs only that point, and every point ends with one record."""
+    study = tmp_path / "box-sge.toml"
+    study.write_text(STUDY)
+    root = tmp_path / "results"
+    exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
+    out = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
+                 *exports)
+    assert "each asks for Grid Engine's consumable 'box=1'" in out, out
+    assert out.count("Submitted point") == 3 and "Submitted the report" in out, out
+    ids = {ln.split()[2]: ln.split(" as job ")[1].split()[0] for ln in out.splitlines()
+           if ln.startswith("Submitted point")}
+    jobs = root / "box-sge" / "jobs"
+    point = "n4-r1-horovod-none-rep0"
+    four, name = ids[point], f"hpcdl-box-sge-{point}"
+    # the job's second node (its first runs the job script and mpirun) lost mid-training
+    nodes = _running(jobs, name, four, 300).split(": start on ")[1].split()[0].split(",")
+    t0 = time.monotonic()
+    subprocess.run(["bash", str(BOX), "kill-node", nodes[1]], check=True, timeout=30)
+    try:
+        lost = gridengine.wait_for_jobs([four], timeout=120)[four]
+        lost_after = time.monotonic() - t0
+    finally:
+        subprocess.run(["bash", str(BOX), "revive-node", nodes[1]], check=True, timeout=120)
+    assert lost.state == "FAILED", (lost, _output(jobs, name, four)[-2000:])
+    assert lost_after <= 60, f"the job outlived its lost node by {lost_after:.0f} s"
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "study", "status", str(study),
+                          "--results-root", str(root), "--wait", "300"],
+                         capture_output=True, text=True, timeout=330, cwd=ROOT)
+    assert res.returncode == 1, res.stdout + res.stderr      # a point ended without its record
+    assert "qstat and Grid Engine's accounting" in res.stdout
+    runs = root / "box-sge" / "runs.jsonl"
+    assert sorted(r["point"]["nodes"] for r in _records(runs)) == [1, 2]
+    again = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
+                   *exports)
+    assert [ln.split()[2] for ln in again.splitlines() if ln.startswith("Submitted point")] == \
+        [point], again
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "study", "status", str(study),
+                          "--results-root", str(root), "--wait", "400"],
+                         capture_output=True, text=True, timeout=430, cwd=ROOT)
+    logs = "\n".join(p.read_text()[-1500:] for p in sorted(jobs.glob("*.o*")))
+    assert res.returncode == 0, res.stdout + res.stderr + logs
+    rows = json.loads(_hpcdl("study", "status", str(study), "--results-root", str(root), "--json"))
+    assert [(r["point"], r["scheduler"], r["state"], r["recorded"]) for r in rows] == [
+        ("n1-r1-horovod-none-rep0", "gridengine", "COMPLETED", True),
+        ("n2-r1-horovod-none-rep0", "gridengine", "COMPLETED", True),
+        (point, "gridengine", "COMPLETED", True),
+        ("report", "gridengine", "COMPLETED", True)]
+    recs = _records(runs)
+    assert sorted(r["point"]["nodes"] for r in recs) == [1, 2, 4]        # one record per point
+    for rec in recs:
+        facts = rec["manifest"]["slurm"]
+        assert facts["scheduler"] == "gridengine"
+        assert len(facts["nodelist"].split(",")) == rec["point"]["nodes"]
+        assert sorted(rec["manifest"]["hosts"]) == sorted(facts["nodelist"].split(","))
+        assert rec["box"]["link_rate"] == "1gbit"
+    # the jobs of the study never ran at once (the box's consumable)
+    spans = sorted((r["manifest"]["started"], r["manifest"]["time"]) for r in recs)
+    assert all(x[1] <= y[0] for x, y in zip(spans, spans[1:])), spans
+    assert (root / "box-sge" / "report.md").is_file()
+    again = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box")
+    assert "Every point of box-sge is recorded; nothing to submit" in again

@@ -346,3 +346,40 @@ def test_clean_stop_is_requeued_even_when_srun_reports_the_killed_ranks_status(t
     else:
         assert rc == 143, out
         assert not any(c.startswith("scontrol") for c in calls)
+
+
+def test_a_grid_engine_study_renders_qsub_scripts_and_chains_the_report_with_hold_jid(tmp_path):
+    text = STUDY_4NODE.replace("nodes = [4]", "nodes = [1, 2]").replace(
+        "[slurm]", '[slurm]\nscheduler = "gridengine"\npe = "mpi_4"')
+    golden = study_mod.from_dict(study_mod._toml.loads(text), "/opt/hpcdl/jobs/golden-4node.toml",
+                                 results_root="/opt/hpcdl/results")
+    step = submit.plan_study(golden, SOFTWARE).steps[0]
+    assert step.point_id == "n1-r4-horovod-none-rep0"
+    _golden("study-step-1node.qsub", step.text)
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(text)
+    st = study_mod.load(study_file, results_root=tmp_path / "results")
+    plan = submit.plan_study(st, SOFTWARE)
+    assert plan.scheduler == "gridengine"
+    _bash_syntax_ok(step.text, tmp_path)
+    for want in ("#$ -pe mpi_4 4", "#$ -q gpu", "#$ -A hpcdl-lab", "#$ -l h_rt=1:00:00",
+                 "#$ -l s_rt=0:58:00", "#$ -notify", "#$ -r y", "mpirun -npernode 4 -np 4"):
+        assert want in step.text
+    assert "#SBATCH" not in step.text and "srun" not in step.text
+    _bash_syntax_ok(plan.report.text, tmp_path)
+    assert "-r y" not in plan.report.text and "s_rt" not in plan.report.text   # not preemptible
+    out = io.StringIO()
+    sub = submit.submit_study(plan, dry_run=True, out=out)
+    jobs = tmp_path / "results" / "golden-4node" / "jobs"
+    assert sorted(p.name for p in jobs.iterdir()) == [
+        "report.qsub", "step-n1-r4-horovod-none-rep0.qsub", "step-n2-r4-horovod-none-rep0.qsub"]
+    assert sub["scheduler"] == "gridengine"
+    assert "qsub -hold_jid <step ids> report.qsub" in out.getvalue()
+    assert not (jobs / "submitted.jsonl").exists()
+    # a study file names a scheduler hpcdl knows, and a Grid Engine study its parallel environment
+    study_file.write_text(STUDY_4NODE.replace("[slurm]", '[slurm]\nscheduler = "pbs"'))
+    with pytest.raises(UserError, match="slurm.scheduler"):
+        study_mod.load(study_file, results_root=tmp_path / "results")
+    study_file.write_text(STUDY_4NODE.replace("[slurm]", '[slurm]\nscheduler = "gridengine"'))
+    with pytest.raises(UserError, match="needs slurm.pe"):
+        submit.plan_study(study_mod.load(study_file, results_root=tmp_path / "results"), SOFTWARE)
