@@ -20,7 +20,7 @@ from typing import Mapping, Optional, Tuple
 
 __all__ = ["Layout", "discover", "threads_per_rank", "configure_threads", "apply_tf_threads",
            "pin_gpu", "log", "is_root", "launcher_env", "SETTINGS", "setting", "RANK_DEFAULTS",
-           "apply_rank_defaults", "job_deadline", "scheduler_facts", "pe_hosts"]
+           "apply_rank_defaults", "job_deadline", "scheduler_facts", "pe_hosts", "gridengine_cell"]
 
 # Every HPCDL_* variable hpcdl reads, and what it does (later wins: study file < environment < flag).
 SETTINGS = {
@@ -122,6 +122,13 @@ def scheduler_facts(env: Optional[Mapping[str, str]] = None) -> dict:
             "restart_count": env.get("RESTARTED"),
             "cluster": env.get("SGE_CLUSTER_NAME") or env.get("SGE_CELL"),
             "slots": env.get("NSLOTS"), "pe": env.get("PE"), "queue": env.get("QUEUE")}
+
+
+def gridengine_cell(env: Optional[Mapping[str, str]] = None) -> Tuple[Optional[str], str]:
+    """Grid Engine's ``SGE_ROOT`` (None where unset) and cell (``SGE_CELL``, default
+    ``default``): which cluster its commands talk to."""
+    env = os.environ if env is None else env
+    return env.get("SGE_ROOT") or None, env.get("SGE_CELL") or "default"
 
 
 def _in_gridengine(env: Mapping[str, str]) -> bool:

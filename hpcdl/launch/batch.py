@@ -9,6 +9,7 @@ import time
 from typing import Iterable, Optional
 
 from . import gridengine, scheduler
+from .. import cluster
 from ..errors import UserError
 
 __all__ = ["SCHEDULERS", "choose", "gridengine_request", "job_states", "wait_for_jobs"]
@@ -38,6 +39,10 @@ def gridengine_request(study: str, settings: dict, box: Optional[dict]) -> dict:
     if box is not None and not sge:
         raise UserError("the cluster box is up without Grid Engine: bring it up with "
                         "scripts/cluster-box.sh up N --sge, or submit with --scheduler slurm")
+    if sge and cluster.gridengine_cell() != (sge["root"], sge["cell"]):
+        raise UserError(f"Grid Engine's commands here talk to cell {cluster.gridengine_cell()}, not "
+                        f"the cluster box's ({sge['root']}, {sge['cell']}): export its settings "
+                        "first, eval \"$(scripts/cluster-box.sh env | sed 's/^/export /')\"")
     pe = settings.get("pe") or sge.get("pe")
     if not pe:
         raise UserError(f"{study}: a Grid Engine study needs slurm.pe, the parallel "

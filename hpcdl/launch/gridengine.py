@@ -8,7 +8,6 @@ Every command runs under a time limit. Standard library only.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from .. import cluster
 from ..errors import UserError
 from .scheduler import ACTIVE_STATES, JobState
 
@@ -126,9 +126,8 @@ def parse_accounting(text: str) -> Dict[str, List[dict]]:
     return out
 
 
-def _accounting_file(env=None) -> Optional[Path]:
-    env = os.environ if env is None else env
-    root, cell = env.get("SGE_ROOT"), env.get("SGE_CELL") or "default"
+def _accounting_file() -> Optional[Path]:
+    root, cell = cluster.gridengine_cell()
     path = Path(root) / cell / "common" / "accounting" if root else None
     return path if path is not None and path.is_file() else None
 

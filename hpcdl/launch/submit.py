@@ -296,7 +296,7 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
         if dry_run:
             dep_text = f"--dependency=afterany:<{after}> " if after else ""
             print(f"Would submit {what}: (cd {plan.jobs_dir} && "
-                  f"{'qsub' if ge else 'sbatch ' + dep_text}{rel})", file=out)
+                  f"{'qsub ' if ge else 'sbatch ' + dep_text}{rel})", file=out)
             jid = None
         else:
             jid = (gridengine.qsub(step.script, cwd=plan.jobs_dir) if ge else

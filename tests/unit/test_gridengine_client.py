@@ -47,3 +47,25 @@ def test_a_failed_attempt_is_failed_and_qacct_blocks_are_read_too():
             "exit_status  137\n")
     st = gridengine._ended("5", gridengine.parse_qacct(text)["5"])
     assert (st.state, st.exit_code) == ("FAILED", "137:0")
+
+
+def test_a_box_study_needs_the_boxs_grid_engine_and_this_shell_pointed_at_its_cell(monkeypatch):
+    import pytest
+    from hpcdl.errors import UserError
+    from hpcdl.launch import batch
+    box = {"sge": {"root": "/var/lib/gridengine", "cell": "hpcdl-box", "queue": "box.q",
+                   "pe": "mpi", "consumable": "box"}}
+    monkeypatch.delenv("SGE_CELL", raising=False)
+    monkeypatch.setenv("SGE_ROOT", "/var/lib/gridengine")
+    with pytest.raises(UserError, match="export its settings first"):
+        batch.gridengine_request("s", {}, box)
+    monkeypatch.setenv("SGE_CELL", "hpcdl-box")
+    assert batch.gridengine_request("s", {}, box) == {"pe": "mpi", "resources": ["box=1"],
+                                                      "queue": "box.q"}
+    # the study's own parallel environment and queue win; a box without Grid Engine is refused
+    assert batch.gridengine_request("s", {"pe": "mpi-fill", "partition": "q"}, box)["pe"] == "mpi-fill"
+    with pytest.raises(UserError, match="without Grid Engine"):
+        batch.gridengine_request("s", {}, {"sge": None})
+    assert batch.choose("gridengine") == "gridengine"
+    with pytest.raises(UserError, match="choose slurm, gridengine or auto"):
+        batch.choose("pbs")

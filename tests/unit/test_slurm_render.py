@@ -375,6 +375,7 @@ def test_a_grid_engine_study_renders_qsub_scripts_and_chains_the_report_with_hol
         "report.qsub", "step-n1-r4-horovod-none-rep0.qsub", "step-n2-r4-horovod-none-rep0.qsub"]
     assert sub["scheduler"] == "gridengine"
     assert "qsub -hold_jid <step ids> report.qsub" in out.getvalue()
+    assert "&& qsub step-n1-r4-horovod-none-rep0.qsub)" in out.getvalue()
     assert not (jobs / "submitted.jsonl").exists()
     # a study file names a scheduler hpcdl knows, and a Grid Engine study its parallel environment
     study_file.write_text(STUDY_4NODE.replace("[slurm]", '[slurm]\nscheduler = "pbs"'))
