@@ -218,6 +218,7 @@ class Runs:
     def __init__(self):
         self.hosts: Counter = Counter()
         self.jobs: Counter = Counter()
+        self.schedulers: Counter = Counter()     # slurm, gridengine: whose jobs ran the records
         self.commits: Counter = Counter()
         self.versions: Counter = Counter()
         self.cpus: Counter = Counter()
@@ -239,9 +240,10 @@ class Runs:
         man = rec.get("manifest") or {}
         for h in man.get("hosts") or (rec.get("layout") or {}).get("hosts") or []:
             self.hosts[h] += 1
-        jid = (man.get("slurm") or {}).get("job_id")
-        if jid:
-            self.jobs[str(jid)] += 1
+        job = man.get("slurm") or {}          # the batch job's facts, Slurm's or Grid Engine's
+        if job.get("job_id"):
+            self.jobs[str(job["job_id"])] += 1
+            self.schedulers[job.get("scheduler") or "slurm"] += 1
         if man.get("git_commit"):
             self.commits[man["git_commit"][:12]] += 1
         v = man.get("versions") or {}
@@ -275,7 +277,7 @@ class Runs:
     def merge(self, other: "Runs") -> None:
         """Add what ``other`` gathered of the records that followed this one's (the first
         record's platform is :class:`Digest`'s to carry over)."""
-        for name in ("hosts", "jobs", "commits", "versions", "cpus", "threads"):
+        for name in ("hosts", "jobs", "schedulers", "commits", "versions", "cpus", "threads"):
             getattr(self, name).update(getattr(other, name))
         if other.first_time is not None:
             self.first_time = min(filter(None, (self.first_time, other.first_time)))

@@ -199,10 +199,12 @@ def _command(about, runs, mixed: bool = False) -> str:
     if about.boxes:
         rates = sorted(about.link_rates, key=costmodel.rate_bits)
         cpus = about.cpus_per_node
+        sge = "gridengine" in about.schedulers        # the box's Grid Engine, this shell on its cell
         up = f"scripts/cluster-box.sh up {about.nodes_in_box} --link $rate" + (
-            f" --cpus-per-node {cpus:g}" if cpus else "")
+            f" --cpus-per-node {cpus:g}" if cpus else "") + (" --sge" if sge else "")
+        env = "eval \"$(scripts/cluster-box.sh env | sed 's/^/export /')\" && " if sge else ""
         return (f"for rate in {' '.join(rates)}; do {up} && scripts/cluster-box.sh check && "
-                f"{submit}; done; {report}")
+                f"{env}{submit}; done; {report}")
     if about.jobs:
         return f"{submit} && {report}"
     return f"hpcdl study run {study_file} {root} && {report}"

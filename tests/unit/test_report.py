@@ -209,3 +209,19 @@ def test_tuned_and_default_runs_are_configurations_apart_and_their_settings_are_
             "t/1n.json, from --tuning); MPI allreduce ran ring (4 record(s))") in text
     assert ("- horovod/none settings:default: defaults with HOROVOD_FUSION_THRESHOLD=67108864; "
             "MPI allreduce ran the library's choice (4 record(s))") in text
+
+
+def test_the_command_of_a_grid_engine_box_study_brings_grid_engine_up_and_points_the_shell_at_it():
+    recs = []
+    for ranks in (1, 2):
+        r = _record("box", ranks, 0, 1000.0, 10.0, 1e-3, 0.8e-3)
+        r["declared"]["study_file"] = "jobs/box.toml"
+        r["manifest"]["slurm"] = {"job_id": str(ranks), "scheduler": "gridengine"}
+        r["box"] = {"link_rate": "200mbit", "nodes_in_box": 8, "cpus_per_node": 0.2}
+        recs.append(r)
+    runs = Path("results") / "box" / "runs.jsonl"
+    cmd = report._command(analysis.Digest.of(recs).about, runs)
+    assert cmd.startswith("for rate in 200mbit; do scripts/cluster-box.sh up 8 --link $rate "
+                          "--cpus-per-node 0.2 --sge && scripts/cluster-box.sh check && "
+                          "eval \"$(scripts/cluster-box.sh env | sed 's/^/export /')\" && "
+                          "hpcdl study submit jobs/box.toml"), cmd
