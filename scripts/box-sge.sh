@@ -109,22 +109,22 @@ sge_cell() {  # the cell's files and a fresh spool with the box's global configu
 }
 
 sge_conf() {  # sge_conf N SLOTS: hosts, the consumable, the parallel environments, the queue
-    set -e
+    # (called in a || list, where set -e does not apply: each step returns on failure itself)
     local n=$1 slots=$2 k hosts="" f=$SGE_SPOOL/conf
     mkdir -p "$f"
     for k in $(seq 1 "$n"); do hosts="$hosts n$k"; done
     hosts=${hosts# }
-    qconf -ah "${hosts// /,}"                    # the qmaster's own host is one already
-    qconf -as "boxctl,${hosts// /,}"
+    qconf -ah "${hosts// /,}" || return 1                    # the qmaster's own host is one already
+    qconf -as "boxctl,${hosts// /,}" || return 1
     # the scheduler looks every second (default 15 s), and again as soon as a job comes or goes
     qconf -ssconf | sed -e "s|^schedule_interval .*|schedule_interval                 0:0:1|" \
         -e "s|^flush_submit_sec .*|flush_submit_sec                  1|" \
         -e "s|^flush_finish_sec .*|flush_finish_sec                  1|" >"$f/sched"
-    qconf -Msconf "$f/sched"
+    qconf -Msconf "$f/sched" || return 1
     # JOB: a job takes one, whatever its slots (YES would take one per slot)
     { qconf -sc; echo "box box INT <= YES JOB 0 0"; } | grep -v '^#' >"$f/complexes"
-    qconf -Mc "$f/complexes"
-    qconf -mattr exechost complex_values box=1 global
+    qconf -Mc "$f/complexes" || return 1
+    qconf -mattr exechost complex_values box=1 global || return 1
     local pe rule
     for pe in mpi mpi-fill; do
         rule=1; [ "$pe" = mpi-fill ] && rule='$fill_up'
@@ -142,7 +142,7 @@ urgency_slots      min
 accounting_summary FALSE
 qsort_args         NONE
 EOF
-        qconf -Ap "$f/$pe"
+        qconf -Ap "$f/$pe" || return 1
     done
     # notify: SIGUSR2 (before a kill) and SIGUSR1 (before a suspend) this long ahead, for -notify
     cat >"$f/box.q" <<EOF
@@ -197,7 +197,7 @@ h_rss                 INFINITY
 s_vmem                INFINITY
 h_vmem                INFINITY
 EOF
-    qconf -Aq "$f/box.q"
+    qconf -Aq "$f/box.q" || return 1
 }
 
 sge_start_execd() {  # sge_start_execd I: node nI's execd inside its namespace and cgroup

@@ -33,8 +33,9 @@ def choose(want: Optional[str]) -> str:
 
 def gridengine_request(study: str, settings: dict, box: Optional[dict]) -> dict:
     """What a study's Grid Engine jobs ask for beyond their time (``settings``: its [slurm]):
-    the parallel environment (``pe``; on the box its ``mpi``), the queue (``partition``; on the
-    box ``box.q``) and on the box its consumable, so that its jobs run one at a time."""
+    the parallel environment (``pe``; on the box its ``mpi``; none: TSUBAME's full nodes and its
+    ``account`` the group given to ``qsub -g``), the queue (``partition``; on the box ``box.q``)
+    and on the box its consumable, so that its jobs run one at a time."""
     sge = (box or {}).get("sge") or {}
     if box is not None and not sge:
         raise UserError("the cluster box is up without Grid Engine: bring it up with "
@@ -43,12 +44,11 @@ def gridengine_request(study: str, settings: dict, box: Optional[dict]) -> dict:
         raise UserError(f"Grid Engine's commands here talk to cell {cluster.gridengine_cell()}, not "
                         f"the cluster box's ({sge['root']}, {sge['cell']}): export its settings "
                         "first, eval \"$(scripts/cluster-box.sh env | sed 's/^/export /')\"")
+    # no parallel environment: TSUBAME's full nodes (-l node_f=N), paid by the group (qsub -g)
     pe = settings.get("pe") or sge.get("pe")
-    if not pe:
-        raise UserError(f"{study}: a Grid Engine study needs slurm.pe, the parallel "
-                        "environment its ranks' slots come from (qconf -spl lists them)")
     return {"pe": pe, "resources": [f"{sge['consumable']}=1"] if sge.get("consumable") else [],
-            "queue": settings.get("partition") or sge.get("queue")}
+            "queue": settings.get("partition") or sge.get("queue"),
+            "group": None if pe else settings.get("account")}
 
 
 def job_states(jobs: Iterable[tuple]) -> dict:

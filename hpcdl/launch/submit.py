@@ -54,6 +54,7 @@ class StudyPlan:
     #                                   running (or requeued after a node failure)
     tunes: List[Step] = None        # --tune: hpcdl tune jobs for the tuning files the points lack
     scheduler: str = "slurm"        # or "gridengine"
+    group: Optional[str] = None     # Grid Engine at TSUBAME: the group given to qsub -g
 
 
 TUNE_PREFIX = "tune-"     # a tuning job's id in submitted.jsonl (a point's id starts with n<nodes>)
@@ -185,7 +186,7 @@ def plan_study(study, software: Software, force: bool = False,
     report = Step("report", {}, jobs_dir / rname, rtext, rjob)
     return StudyPlan(study.name, study_path, results_dir, jobs_dir, steps, report, skipped,
                      waiting, box, {p: j for p, j in in_flight.items() if p not in done}, tunes,
-                     sched)
+                     sched, (ge or {}).get("group"))
 
 
 def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
@@ -287,6 +288,7 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
                   "dry_run": dry_run, "steps": [], "report": None}
     ids, made_by = [], {}           # tuning file -> the job that makes it
     ge = plan.scheduler == "gridengine"
+    group = ["-g", plan.group] if ge and plan.group else []      # TSUBAME's qsub -g GROUP
     tunes = plan.tunes or []
     for k, step in enumerate(tunes + plan.steps):
         rel = os.path.relpath(step.script, plan.jobs_dir)
@@ -296,10 +298,11 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
         if dry_run:
             dep_text = f"--dependency=afterany:<{after}> " if after else ""
             print(f"Would submit {what}: (cd {plan.jobs_dir} && "
-                  f"{'qsub ' if ge else 'sbatch ' + dep_text}{rel})", file=out)
+                  f"{'qsub ' + ''.join(g + ' ' for g in group) if ge else 'sbatch ' + dep_text}"
+                  f"{rel})", file=out)
             jid = None
         else:
-            jid = (gridengine.qsub(step.script, cwd=plan.jobs_dir) if ge else
+            jid = (gridengine.qsub(step.script, cwd=plan.jobs_dir, extra=group) if ge else
                    sbatch(step.script, cwd=plan.jobs_dir,
                           dependency=f"afterany:{after}" if after else None))
             ids.append(jid)
@@ -316,7 +319,8 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
               f"{dep_text}{plan.report.script.name})", file=out)
         rid = None
     else:
-        rid = (gridengine.qsub(plan.report.script, cwd=plan.jobs_dir, hold=ids) if ge else
+        rid = (gridengine.qsub(plan.report.script, cwd=plan.jobs_dir, hold=ids, extra=group)
+               if ge else
                sbatch(plan.report.script, cwd=plan.jobs_dir, dependency=dep))
         print(f"Submitted the report as job {rid}" + (f" (after {', '.join(ids)})" if ids else ""),
               file=out)

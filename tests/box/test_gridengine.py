@@ -145,7 +145,7 @@ scaling = "weak"
 [workload]
 name = "expmlp"
 batch_size = 100
-steps = 1500
+steps = 800
 warmup = 20
 num_batches_per_iter = 20
 

@@ -61,7 +61,7 @@ def test_a_box_study_needs_the_boxs_grid_engine_and_this_shell_pointed_at_its_ce
         batch.gridengine_request("s", {}, box)
     monkeypatch.setenv("SGE_CELL", "hpcdl-box")
     assert batch.gridengine_request("s", {}, box) == {"pe": "mpi", "resources": ["box=1"],
-                                                      "queue": "box.q"}
+                                                      "queue": "box.q", "group": None}
     # the study's own parallel environment and queue win; a box without Grid Engine is refused
     assert batch.gridengine_request("s", {"pe": "mpi-fill", "partition": "q"}, box)["pe"] == "mpi-fill"
     with pytest.raises(UserError, match="without Grid Engine"):

@@ -381,6 +381,11 @@ def test_a_grid_engine_study_renders_qsub_scripts_and_chains_the_report_with_hol
     study_file.write_text(STUDY_4NODE.replace("[slurm]", '[slurm]\nscheduler = "pbs"'))
     with pytest.raises(UserError, match="slurm.scheduler"):
         study_mod.load(study_file, results_root=tmp_path / "results")
+    # without a parallel environment, TSUBAME's way: full nodes, the account the group of qsub -g
     study_file.write_text(STUDY_4NODE.replace("[slurm]", '[slurm]\nscheduler = "gridengine"'))
-    with pytest.raises(UserError, match="needs slurm.pe"):
-        submit.plan_study(study_mod.load(study_file, results_root=tmp_path / "results"), SOFTWARE)
+    plan = submit.plan_study(study_mod.load(study_file, results_root=tmp_path / "results"), SOFTWARE)
+    assert "#$ -l node_f=4" in plan.steps[0].text and "-pe" not in plan.steps[0].text
+    assert plan.group == "hpcdl-lab"
+    out = io.StringIO()
+    submit.submit_study(plan, dry_run=True, out=out)
+    assert "&& qsub -g hpcdl-lab step-n4-r4-horovod-none-rep0.qsub)" in out.getvalue()
