@@ -11,17 +11,16 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from .. import cluster
 from ..errors import UserError
-from .scheduler import ACTIVE_STATES, JobState
+from . import scheduler
+from .scheduler import JobState
 
 __all__ = ["qsub", "job_states", "wait_for_jobs", "qdel", "available"]
 
-_CMD_TIMEOUT = 60
 # qstat's state letters, in Slurm's words (the first letter that matches decides)
 # (Rr: running again after a restart; Rq: queued again)
 _QSTAT_STATES = (("E", "PENDING"), ("d", "COMPLETING"), ("s", "SUSPENDED"), ("S", "SUSPENDED"),
@@ -34,21 +33,16 @@ def available() -> bool:
     return all(shutil.which(c) for c in ("qsub", "qstat", "qacct"))
 
 
+_WHERE = ("run this on a Grid Engine login node (with its settings.sh sourced), or start the "
+          "cluster box with Grid Engine: scripts/cluster-box.sh up 4 --sge")
+
+
 def _need(cmd: str) -> str:
-    path = shutil.which(cmd)
-    if not path:
-        raise UserError(f"{cmd} not found on PATH: run this on a Grid Engine login node (with its "
-                        "settings.sh sourced), or start the cluster box with Grid Engine: "
-                        "scripts/cluster-box.sh up 4 --sge")
-    return path
+    return scheduler.need_command(cmd, _WHERE)
 
 
-def _run(argv: Sequence[str], cwd=None, timeout: float = _CMD_TIMEOUT) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise UserError(f"'{' '.join(argv[:2])} ...' did not answer within {timeout:g} s: is "
-                        "sge_qmaster up? (qstat -f)") from None
+def _run(argv: Sequence[str], cwd=None) -> subprocess.CompletedProcess:
+    return scheduler.run_command(argv, cwd=cwd, daemon="sge_qmaster up? (qstat -f)")
 
 
 def qsub(script, *, hold: Sequence[str] = (), cwd=None, extra: Sequence[str] = ()) -> str:
@@ -184,16 +178,5 @@ def wait_for_jobs(ids: Sequence[str], timeout: float, poll: float = 1.0,
                   cancel: bool = True) -> Dict[str, JobState]:
     """Poll until every job has ended; on the time limit raise TimeoutError, having deleted the
     jobs when ``cancel``."""
-    ids = [str(i) for i in ids]
-    deadline = time.monotonic() + timeout
-    while True:
-        states = job_states(ids)
-        if all(i in states and states[i].state not in ACTIVE_STATES for i in ids):
-            return states
-        if time.monotonic() >= deadline:
-            if cancel:
-                qdel(ids)
-            raise TimeoutError(f"jobs {', '.join(ids)} still running after {timeout:g} s"
-                               f"{': deleted' if cancel else ''} "
-                               f"({ {i: s.state for i, s in states.items()} })")
-        time.sleep(poll)
+    return scheduler.poll_until_ended(ids, timeout, poll, job_states,
+                                      qdel if cancel else None, "deleted")

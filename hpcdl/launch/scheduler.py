@@ -15,35 +15,44 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from ..errors import UserError
 
-__all__ = ["sbatch", "job_states", "wait_for_jobs", "JobState", "ACTIVE_STATES"]
+__all__ = ["sbatch", "job_states", "wait_for_jobs", "JobState", "ACTIVE_STATES",
+           "poll_until_ended", "need_command", "run_command"]
 
 _CMD_TIMEOUT = 60
 
 
-def _need(cmd: str) -> str:
+_SLURM_WHERE = ("run this on a Slurm login node (or start the cluster box on this machine: "
+                "scripts/cluster-box.sh up 4)")
+_SLURM_DAEMON = "slurmctld up? (scontrol ping)"
+
+
+def need_command(cmd: str, where: str = _SLURM_WHERE) -> str:
+    """The path of a scheduler's command; UserError saying ``where`` to run where it is missing."""
     path = shutil.which(cmd)
     if not path:
-        raise UserError(f"{cmd} not found on PATH: run this on a Slurm login node (or start the "
-                        "cluster box on this machine: scripts/cluster-box.sh up 4)")
+        raise UserError(f"{cmd} not found on PATH: {where}")
     return path
 
 
-def _run(argv: Sequence[str], cwd=None, timeout: float = _CMD_TIMEOUT) -> subprocess.CompletedProcess:
+def run_command(argv: Sequence[str], cwd=None, timeout: float = _CMD_TIMEOUT,
+         daemon: str = _SLURM_DAEMON) -> subprocess.CompletedProcess:
+    """Run a scheduler's command under a time limit; UserError asking whether ``daemon`` is up
+    when it does not answer."""
     try:
         return subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise UserError(f"'{' '.join(argv[:2])} ...' did not answer within {timeout:g} s: is "
-                        "slurmctld up? (scontrol ping)") from None
+                        f"{daemon}") from None
 
 
 def sbatch(script, *, dependency: Optional[str] = None, cwd=None,
            extra: Sequence[str] = ()) -> str:
     """Submit ``script`` with ``sbatch --parsable``; return the job id."""
-    argv = [_need("sbatch"), "--parsable", *extra]
+    argv = [need_command("sbatch"), "--parsable", *extra]
     if dependency:
         argv.append(f"--dependency={dependency}")
     argv.append(str(script))
-    res = _run(argv, cwd=cwd)
+    res = run_command(argv, cwd=cwd)
     if res.returncode != 0:
         raise UserError(f"sbatch {script} failed: {res.stderr.strip() or res.stdout.strip()}")
     return res.stdout.strip().split(";")[0]
@@ -59,18 +68,26 @@ def wait_for_jobs(ids: Sequence[str], timeout: float, poll: float = 0.5,
                   cancel: bool = True) -> Dict[str, "JobState"]:
     """Poll until every job has ended; on the time limit raise TimeoutError, having cancelled
     the jobs when ``cancel``."""
+    scancel = (lambda ids: run_command(["scancel", *ids])) if cancel else None
+    return poll_until_ended(ids, timeout, poll, job_states, scancel, "cancelled")
+
+
+def poll_until_ended(ids: Sequence[str], timeout: float, poll: float, states_of,
+                     cancel=None, cancelled: str = "cancelled") -> Dict[str, "JobState"]:
+    """The one wait loop, for either scheduler: ``states_of(ids)`` until every job has ended; on
+    the time limit ``cancel(ids)`` (when given) and TimeoutError."""
     ids = [str(i) for i in ids]
     deadline = time.monotonic() + timeout
     while True:
-        states = job_states(ids)
-        # A job squeue no longer lists and sacct -c does not know yet is still ending.
+        states = states_of(ids)
+        # A job the queue no longer lists and the accounting does not know yet is still ending.
         if all(i in states and states[i].state not in ACTIVE_STATES for i in ids):
             return states
         if time.monotonic() >= deadline:
-            if cancel:
-                _run(["scancel", *ids])
+            if cancel is not None:
+                cancel(ids)
             raise TimeoutError(f"jobs {', '.join(ids)} still running after {timeout:g} s"
-                               f"{': cancelled' if cancel else ''} "
+                               f"{': ' + cancelled if cancel is not None else ''} "
                                f"({ {i: s.state for i, s in states.items()} })")
         time.sleep(poll)
 
@@ -94,7 +111,7 @@ def job_states(ids: Iterable[str]) -> Dict[str, JobState]:
     if not ids:
         return {}
     out: Dict[str, JobState] = {}
-    for line in _lines(_run_ok([_need("sacct"), "-c", "-j", ",".join(ids), "-n", "-P",
+    for line in _lines(_run_ok([need_command("sacct"), "-c", "-j", ",".join(ids), "-n", "-P",
                                 "-o", "jobid,state,exitcode,nodelist,end"])) or \
             _lines(_run_ok(["sacct", "-j", ",".join(ids), "-X", "-n", "-P",
                             "-o", "jobid,state,exitcode,nodelist,end"])):
@@ -108,7 +125,7 @@ def job_states(ids: Iterable[str]) -> Dict[str, JobState]:
         # The completion log holds one line per ended attempt, oldest first: the last one counts.
         source = "sacct -c" if prev is None or prev.source == "sacct -c" else prev.source
         out[jid] = JobState(jid, state, code, None, nodes, source, len(history), history)
-    sq = _run_ok([_need("squeue"), "-h", "-o", "%i|%T|%r|%N"])
+    sq = _run_ok([need_command("squeue"), "-h", "-o", "%i|%T|%r|%N"])
     for line in _lines(sq):
         parts = line.split("|")
         if len(parts) < 4 or parts[0] not in ids:
@@ -124,7 +141,7 @@ def job_states(ids: Iterable[str]) -> Dict[str, JobState]:
 def _run_ok(argv) -> Optional[str]:
     if not shutil.which(argv[0]):
         return None
-    res = _run(argv)
+    res = run_command(argv)
     return res.stdout if res.returncode == 0 else None
 
 

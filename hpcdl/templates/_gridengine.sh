@@ -28,19 +28,7 @@ trap 'on_stop USR1' USR1
 trap 'on_stop USR2' USR2
 
 say "start on $(awk '{printf "%s%s", s, $1; s=","}' "${PE_HOSTFILE:-/dev/null}") (${NSLOTS:-?} slots)"
-"${LAUNCH[@]}" "${TRAIN[@]}" &
-pid=$!
-# A trapped signal ends `wait` early (status > 128) while the ranks still run: wait again.
-while :; do
-    rc=0
-    wait "$pid" || rc=$?
-    kill -0 "$pid" 2>/dev/null || break
-done
-rm -f "$HPCDL_STOP_FILE"
-# Rank 0 writes INTERRUPTED once its checkpoint is durable; mpirun's own status can hide the
-# clean stop when it ends the other ranks after the first exits 75.
-if [ "$rc" != 0 ] && [ -f "$CKPT_DIR/INTERRUPTED" ]; then rc=75; fi
-rm -f "$CKPT_DIR/INTERRUPTED"
+{{> ranks}}
 
 if [ "$rc" = 75 ]; then
     say "training checkpointed and stopped early (exit 75): exit 99, so that Grid Engine queues it again"

@@ -26,19 +26,7 @@ on_usr1() {
 trap on_usr1 USR1
 
 say "start on ${SLURM_JOB_NODELIST:-?} (attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )), launcher $HPCDL_LAUNCHER)"
-"${LAUNCH[@]}" "${TRAIN[@]}" &
-pid=$!
-# A trapped signal ends `wait` early (status > 128) while the ranks still run: wait again.
-while :; do
-    rc=0
-    wait "$pid" || rc=$?
-    kill -0 "$pid" 2>/dev/null || break
-done
-rm -f "$HPCDL_STOP_FILE"
-# Rank 0 writes INTERRUPTED once its checkpoint is durable. The launcher's status can hide the
-# clean stop: when the first rank exits 75, --kill-on-bad-exit terminates the rest (srun: 143).
-if [ "$rc" != 0 ] && [ -f "$CKPT_DIR/INTERRUPTED" ]; then rc=75; fi
-rm -f "$CKPT_DIR/INTERRUPTED"
+{{> ranks}}
 
 if [ "$rc" = 75 ]; then
     say "training checkpointed and stopped early (exit 75): requeueing"
