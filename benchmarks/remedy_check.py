@@ -2,7 +2,7 @@
 """Do the remedies a weak-scaling report predicts deliver their gain? Predicted beside measured.
 
 For the largest point of each uncompressed axis of a study calibrated on its smallest node counts,
-:func:`hpcdl.analysis.predict.remedies` gives the efficiency the part-by-part model predicts with
+:func:`hpcdl.analysis.transfer.remedies` gives the efficiency the part-by-part model predicts with
 each remedy (fp16 gradients; twice the batch per rank) and the gain over the efficiency it
 predicts as run. The measured gain comes from the same study's fp16 axis (same box, same commit)
 and from a second study of the same workload with the remedy applied (twice the batch).

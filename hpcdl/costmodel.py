@@ -40,6 +40,26 @@ ALGORITHMS = ("ring", "ps", "allgather")
 # tables and records name them; 0 leaves the choice to the library
 OMPI_ALLREDUCE_NAMES = {0: "library's choice", 1: "basic linear", 2: "nonoverlapping",
                         3: "recursive doubling", 4: "ring", 5: "segmented ring", 6: "Rabenseifner"}
+# Horovod 0.28's own values (the cycle time and fusion threshold since Horovod 0.21)
+HOROVOD_DEFAULTS = {"HOROVOD_CYCLE_TIME": "1", "HOROVOD_FUSION_THRESHOLD": str(128 << 20),
+                    "HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}
+
+
+def setting_name(env: Dict[str, str]) -> str:
+    """The name ``hpcdl tune`` gives the exchange settings an environment holds (its tables'
+    and tuning files' candidates): Open MPI's allreduce algorithm where dynamic rules pin one
+    (with its segments), then Horovod's cycle time, fusion threshold and hierarchical allreduce,
+    each at Horovod's default where unset."""
+    eff = {n: str(env.get(n, d)) for n, d in HOROVOD_DEFAULTS.items()}
+    dynamic = str(env.get("OMPI_MCA_coll_tuned_use_dynamic_rules", "0")) == "1"
+    number = int(env.get("OMPI_MCA_coll_tuned_allreduce_algorithm") or 0) if dynamic else 0
+    segment = (int(env.get("OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize") or 0)
+               if dynamic and number else 0)
+    return (f"{OMPI_ALLREDUCE_NAMES.get(number, f'algorithm {number}')}"
+            f"{f' ({segment // 1024} KiB segments)' if segment else ''}, "
+            f"cycle {eff['HOROVOD_CYCLE_TIME']} ms, fusion "
+            f"{int(eff['HOROVOD_FUSION_THRESHOLD']) / (1 << 20):g} MiB"
+            + (", hierarchical" if eff["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1" else ""))
 FORMULAS = {
     "ring": "2(p−1)·α + 2(p−1)/p·n·β + (p−1)/p·n·γ",
     "ps": "2(p−1)·α + 2(p−1)·n·β + (p−1)·n·γ",

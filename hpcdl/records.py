@@ -191,7 +191,9 @@ REPORT_FIELDS = ("box", "command", "declared", "gradient_bytes", "kind", "layout
 REPORT_MANIFEST = ("code_tree", "cpu", "cpu_count", "git_commit", "hosts", "platform", "slurm",
                    "started", "versions")
 REPORT_ENV = ("HPCDL_SLOW", "HOROVOD_CONTROLLER", "OMPI_MCA_coll_tuned_allreduce_algorithm",
-              "OMPI_MCA_coll_tuned_use_dynamic_rules")
+              "OMPI_MCA_coll_tuned_use_dynamic_rules",
+              "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize", "HOROVOD_CYCLE_TIME",
+              "HOROVOD_FUSION_THRESHOLD", "HOROVOD_HIERARCHICAL_ALLREDUCE")
 
 
 def slim_decoder():

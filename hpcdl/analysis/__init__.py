@@ -23,6 +23,7 @@ import numpy as np
 
 from . import budget, predict, provenance
 from .reading import NONE, Digest, Repeats, Systems, axis_name
+from .exchange_bench import Bench
 from .. import costmodel
 from ..costmodel import Network, PRESETS, StepModel
 from ..records import lookup as _get
@@ -331,7 +332,17 @@ def declared_calibration(recs: Iterable[dict]) -> Tuple[Optional[str], int]:
     return None, 0
 
 
+def declared_bench(recs: Iterable[dict]) -> Optional[str]:
+    """The path pattern of the tuning files a study's ``[model] calibrate = {exchange = ...}``
+    names (declared as "...;bench:PATTERN"), else None."""
+    cal = recs.calibration if isinstance(recs, Digest) else next(
+        (str(c) for c in (_get(r, "declared", "calibration") for r in recs) if c), "")
+    pattern = (cal or "").partition(";bench:")[2]
+    return pattern or None
+
+
 def _calibration(cal: str) -> Tuple[Optional[str], int]:
+    cal = cal.partition(";bench:")[0]
     runs, _, fit = cal.partition(";") if cal.startswith("runs:nodes<=") else ("", "", cal)
     if runs or fit.startswith("fit:"):
         return (fit[4:] if fit.startswith("fit:") else None,
@@ -580,11 +591,13 @@ def declared_scaling(recs: Iterable[dict], given: Optional[str] = None):
 def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] = None,
             fit_label: Optional[str] = None, scaling: Optional[str] = None,
             algorithm: Optional[str] = None,
-            max_ranks: int = 1024, allow_mixed: bool = False) -> StudyAnalysis:
+            max_ranks: int = 1024, allow_mixed: bool = False,
+            exchange_bench: Optional[str] = None) -> StudyAnalysis:
     """The analysis of one study's records, or of what :class:`.reading.Digest` kept of them
     as they were read (raises ValueError on what cannot be analysed, and
     :class:`provenance.MixedRecords` on records of different code, study files, processors or box settings
-    unless ``allow_mixed``)."""
+    unless ``allow_mixed``). ``exchange_bench``: the tuning files whose exchange the held-out
+    points take (a path pattern; else the study's declared one, if any)."""
     recs = recs if isinstance(recs, Digest) else Digest.of(recs)
     origin = recs.origin.result(allow_mixed)
     rows = rows_of(recs.runs)
@@ -634,12 +647,14 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
                             [p for p in EXTRAPOLATE_RANKS if p <= max_ranks])
         extra, flat = _network_effect(extra)
     spent = budget.of_points(recs.budget, rows)
-    ahead = predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for)
+    pattern = exchange_bench or declared_bench(recs)
+    ahead = predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for,
+                              bench=Bench(pattern) if pattern and nodes_max else None)
     _heldout_from(ahead, rows)
     return StudyAnalysis(
         study=name, workload=recs.workload, scaling=kind,
         scaling_source=source, calibration=_calibration_text(fit_label if fit_doc else None,
-                                                             nodes_max),
+                                                             nodes_max, pattern),
         records=recs.records, rows=rows, models=models, extrapolation=extra,
         extrapolation_axis=first, extrapolation_batch=batch,
         extrapolation_bytes=base[0].wire_bytes, cores=cores,
@@ -655,7 +670,12 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
         provenance=origin, prediction=ahead)
 
 
-def _calibration_text(fit_label: Optional[str], nodes_max: int) -> str:
+def _calibration_text(fit_label: Optional[str], nodes_max: int,
+                      bench: Optional[str] = None) -> str:
+    if bench and nodes_max:
+        return (f"runs with at most {nodes_max} node(s); the other points are predicted, their "
+                f"exchange from the tuning files {bench} where those measured it"
+                + (f", else from fit:{fit_label}" if fit_label else ""))
     if fit_label and nodes_max:
         return (f"runs with at most {nodes_max} node(s), the exchange from fit:{fit_label}; the "
                 "other points are predicted")

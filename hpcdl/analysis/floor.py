@@ -33,7 +33,8 @@ def _sd(values: List[float]) -> Optional[float]:
 
 def of_axes(axes: List[dict], nodes_max: int, folds: Callable, fit: Callable) -> dict:
     """``axes``: :func:`.predict.of_points`'s axes while they still hold ``_by_p`` (each node
-    count's runs) and ``_model``; ``folds(repeats)`` deals repeats into folds, ``fit(cal,
+    count's runs), ``_model`` and ``_bench`` (a benchmark's exchange by node count, which the
+    folds share); ``folds(repeats)`` deals repeats into folds, ``fit(cal,
     backend, bench_fit)`` calibrates a model. Empty when no axis has two folds of repeats at its
     calibration points."""
     rows, mae_model, mae_one = [], {}, {}
@@ -50,7 +51,8 @@ def of_axes(axes: List[dict], nodes_max: int, folds: Callable, fit: Callable) ->
             model = fit(kept, ax["backend"], ax["_model"].fit)
             cal_rows = [summary(v) for _, v in sorted(kept.items())]
             for p, s in held.items():
-                m = model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"])
+                m = model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"],
+                               ax.get("_bench", {}).get(p))
                 o = one_parameter(cal_rows, p, s["batch"], s["wire"], ax["backend"])
                 if m is None or not s["step"]:
                     continue

@@ -46,8 +46,8 @@ class Figures(_Slots):
 class Entry(_Slots):
     """One run of a point: its figures and what is the same for every repeat of the point."""
 
-    __slots__ = ("m", "ranks", "batch", "wire", "rate", "algorithm", "backend", "compression",
-                 "repeat")
+    __slots__ = ("m", "ranks", "batch", "wire", "rate", "algorithm", "setting", "backend",
+                 "compression", "repeat")
 
     def __init__(self, **kw):
         for k in self.__slots__:
@@ -83,13 +83,13 @@ def measured(rec: dict) -> Optional[Figures]:
                    [m / center for m in medians] if len(medians) > 1 else [])
 
 
-_ALGORITHMS: Dict[str, str] = {}
+_ALGORITHMS: Dict[str, str] = {}    # each algorithm's and setting's name, kept once
 
 
 def entry(rec: dict) -> Optional[Entry]:
     """An ok train record with probes and one rank per node as a run of its point: its measured
-    figures, rank count, batch, wire bytes, link rate, allreduce algorithm and repeat; else
-    None."""
+    figures, rank count, batch, wire bytes, link rate, allreduce algorithm, the exchange's
+    settings (as ``hpcdl tune`` names them) and repeat; else None."""
     if not ok_train(rec):
         return None
     m = measured(rec)
@@ -102,9 +102,11 @@ def entry(rec: dict) -> Optional[Entry]:
     grad = int(rec.get("gradient_bytes") or 0)
     wire = float(costmodel.wire_bytes(grad // 4, params.get("compression", "none")))
     algo = algorithm_of(rec, p, wire)
+    setting = costmodel.setting_name(_get(rec, "manifest", "env") or {})
     return Entry(m=m, ranks=p, batch=int(params.get("batch_size") or 0), wire=wire,
                  rate=float(_get(rec, "box", "link_bits_per_s") or 0.0),
-                 algorithm=_ALGORITHMS.setdefault(algo, algo),   # kept once per run
+                 algorithm=_ALGORITHMS.setdefault(algo, algo),
+                 setting=_ALGORITHMS.setdefault(setting, setting),
                  backend=params.get("backend", "horovod"),
                  compression=params.get("compression", "none"),
                  repeat=int(_get(rec, "point", "repeat", default=0)))
@@ -129,6 +131,7 @@ class Runs:
             setattr(self, k, array("d"))
         self.repeat = array("q")
         self.algorithm: List[str] = []
+        self.setting: List[str] = []
         self.probe_dev, self.probe_at = array("d"), array("q")
         self.rank_dev, self.rank_at = array("d"), array("q")
         self.ranks = 0
@@ -146,6 +149,7 @@ class Runs:
         self.rate.append(e.rate)
         self.repeat.append(e.repeat)
         self.algorithm.append(e.algorithm)
+        self.setting.append(e.setting)
         self.probe_at.append(len(self.probe_dev))
         self.probe_dev.extend(m.probe_dev)
         self.rank_at.append(len(self.rank_dev))
@@ -162,7 +166,8 @@ class Runs:
         m = Figures(self.compute[i], self.center[i], self.step[i], _none(self.exchange[i]),
                     self._devs(i, "probe_dev"), self._devs(i, "rank_dev"))
         return Entry(m=m, ranks=self.ranks, batch=int(self.batch[i]), wire=self.wire[i],
-                     rate=self.rate[i], algorithm=self.algorithm[i], backend=self.backend,
+                     rate=self.rate[i], algorithm=self.algorithm[i], setting=self.setting[i],
+                     backend=self.backend,
                      compression=self.compression, repeat=self.repeat[i])
 
     def __iter__(self):
@@ -178,6 +183,7 @@ class Runs:
             setattr(out, k, array("d", [col[i] for i in idx]))
         out.repeat = array("q", [self.repeat[i] for i in idx])
         out.algorithm = [self.algorithm[i] for i in idx]
+        out.setting = [self.setting[i] for i in idx]
         for name in ("probe_dev", "rank_dev"):
             devs, at = getattr(out, name), getattr(out, name.replace("dev", "at"))
             for i in idx:
@@ -193,6 +199,7 @@ class Runs:
             getattr(self, k).extend(getattr(other, k))
         self.repeat.extend(other.repeat)
         self.algorithm += other.algorithm
+        self.setting += other.setting
         for name in ("probe_dev", "rank_dev"):
             devs, at = getattr(self, name), getattr(self, name.replace("dev", "at"))
             at.extend(len(devs) + a for a in getattr(other, name.replace("dev", "at")))
@@ -225,7 +232,8 @@ def summary(runs: Runs) -> dict:
     """A point's medians over its repeats, with what is the same in every repeat."""
     r0 = runs[0]
     return {"ranks": r0["ranks"], "batch": r0["batch"], "wire": r0["wire"], "rate": r0["rate"],
-            "algorithm": r0["algorithm"], "step": median(runs, "step"),
+            "algorithm": r0["algorithm"], "setting": r0["setting"],
+            "compression": r0["compression"], "step": median(runs, "step"),
             "compute": median(runs, "compute"), "exchange": median(runs, "exchange")}
 
 

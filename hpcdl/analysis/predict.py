@@ -43,11 +43,12 @@ let the held-out points check a prediction at all.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import floor
+from . import floor, transfer
+from .exchange_bench import Bench
 from .allreduce import link_bytes, on_link, pairwise
 from .baselines import conformal_quantile, naive, noise, one_parameter, scores
 from .measured import Runs, median as _med, points as _points, spread, summary as _summary
@@ -162,8 +163,10 @@ class PartModel:
             return link_bytes(algorithm, wire, p) * self.seconds_per_byte
         return None
 
-    def step(self, p: int, b: float, algorithm: str, wire: float, rate: float) -> Optional[float]:
-        e = self.exchange(p, algorithm, wire, rate)
+    def step(self, p: int, b: float, algorithm: str, wire: float, rate: float,
+             exchange: Optional[float] = None) -> Optional[float]:
+        """The step, its exchange from the model or ``exchange`` where given (a bench's)."""
+        e = self.exchange(p, algorithm, wire, rate) if exchange is None else exchange
         if e is None:
             return None
         c = self.step_compute(p, b)
@@ -219,21 +222,63 @@ def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict]) -> List[f
 
 def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
             remedied: Sequence[dict] = (),
-            exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None) -> dict:
+            exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None,
+            bench: Optional[Bench] = None) -> dict:
     """:func:`of_points` of records, grouped by ``row_key``."""
     return of_points(_points(recs, row_key), nodes_max, kind, _points(remedied, row_key),
-                     exchange_fit)
+                     exchange_fit, bench)
+
+
+def _benched(axis: str, backend: str, by_p: Dict[int, Runs], nodes_max: int,
+             bench: Optional[Bench]) -> Dict[int, tuple]:
+    """(seconds, source) of each held-out node count whose exchange ``bench`` measured: Horovod's
+    (the path ``hpcdl tune`` times), at the axis's link rate, in the setting its runs ran."""
+    if bench is None or backend != "horovod":
+        return {}
+    rate = transfer.parts(axis)[1]
+    out = {}
+    for p, runs in by_p.items():
+        s = _summary(runs)
+        got = bench.exchange(p, rate, s["compression"], s["setting"], s["wire"]) \
+            if p > nodes_max else None
+        if got is not None:
+            out[p] = got
+    return out
+
+
+def _point(model: PartModel, p: int, runs: Runs, fitted: bool, benched: tuple,
+           cal_rows: List[dict], kind: str, backend: str) -> dict:
+    """One point's prediction (its exchange ``benched`` (seconds, source) where a benchmark
+    measured it, the model's beside it) and the baselines', against its runs' medians."""
+    s = _summary(runs)
+    own = model.exchange(p, s["algorithm"], s["wire"], s["rate"])
+    ex, source = benched
+    pred = {"compute": model.compute(p, s["batch"]),
+            "exchange": own if ex is None else ex,
+            "step": model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"], ex)}
+    return {"nodes": p, "ranks": p, "fitted": fitted, "runs": len(runs),
+            "exchange_from": source, "model_exchange": own,
+            "model_exchange_error": _err(own, s["exchange"]),
+            "repeat_spread": spread(runs), "algorithm": s["algorithm"],
+            "measured": {k: s[k] for k in ("compute", "exchange", "step")},
+            "predicted": pred,
+            "error": {k: _err(pred[k], s[k]) for k in pred},
+            "naive": naive(cal_rows, p, s["batch"], kind),
+            "one_parameter": one_parameter(cal_rows, p, s["batch"], s["wire"], backend)}
 
 
 def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
               remedied: Optional[Dict[tuple, Runs]] = None,
-              exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None) -> dict:
+              exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None,
+              bench: Optional[Bench] = None) -> dict:
     """Per axis, the model's and the baselines' predictions of every point; the errors at the
     held-out points, the band and its coverage; the remedies' predicted gains, measured where
     the study (fp16) or ``remedied`` (the runs of the same workload with a remedy applied, e.g.
     twice the batch) ran them. ``pts`` and ``remedied``: each (axis, nodes, ranks) point's runs
     (:func:`.measured.points`). ``exchange_fit(backend, compression)``: the bench fit's entry that
-    predicts an axis's exchange, where the study declared one. Empty when the study declares no
+    predicts an axis's exchange, where the study declared one. ``bench``: the held-out points'
+    exchange measured by a short benchmark at their node count (:mod:`.exchange_bench`), where
+    one did; the model's own exchange stays beside it. Empty when the study declares no
     calibration subset or its records carry no probes."""
     if not nodes_max:
         return {}
@@ -253,22 +298,12 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
         model = _fit(cal, backend, fit)
         cal_rows = [_summary(v) for _, v in sorted(cal.items())]
         loro += _left_out(cal, backend, fit)
-        points = []
-        for p, runs in sorted(by_p.items()):
-            s = _summary(runs)
-            pred = {"compute": model.compute(p, s["batch"]),
-                    "exchange": model.exchange(p, s["algorithm"], s["wire"], s["rate"]),
-                    "step": model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"])}
-            points.append({"nodes": p, "ranks": p, "fitted": p <= nodes_max, "runs": len(runs),
-                           "repeat_spread": spread(runs), "algorithm": s["algorithm"],
-                           "measured": {k: s[k] for k in ("compute", "exchange", "step")},
-                           "predicted": pred,
-                           "error": {k: _err(pred[k], s[k]) for k in pred},
-                           "naive": naive(cal_rows, p, s["batch"], kind),
-                           "one_parameter": one_parameter(cal_rows, p, s["batch"], s["wire"],
-                                                          backend)})
+        benched = _benched(axis, backend, by_p, nodes_max, bench)
+        points = [_point(model, p, runs, p <= nodes_max, benched.get(p, (None, None)),
+                         cal_rows, kind, backend) for p, runs in sorted(by_p.items())]
         out_axes.append({"axis": axis, "backend": backend, "model": model.as_dict(),
-                         "points": points, "_model": model, "_by_p": by_p})
+                         "points": points, "_model": model, "_by_p": by_p,
+                         "_bench": {p: v[0] for p, v in benched.items()}})
     if not out_axes:
         return {}
     q = conformal_quantile([abs(e) for e in loro], NOMINAL)
@@ -284,116 +319,22 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
                 pt["inside"] = (None if pt["band"] is None else
                                 pt["band"][0] <= pt["measured"]["step"] <= pt["band"][1])
                 held.append(pt)
-    cross = cross_rate(out_axes, nodes_max)
+    cross = transfer.cross_rate(out_axes, nodes_max)
     others = {}
     for key, runs in (remedied or {}).items():
         others.setdefault(key[0], {})[key[1]] = runs
-    fixes = remedies(out_axes, kind, [{"axis": a, "_by_p": v} for a, v in others.items()])
+    fixes = transfer.remedies(out_axes, kind,
+                              [{"axis": a, "_by_p": v} for a, v in others.items()])
     lowest = floor.of_axes(out_axes, nodes_max, folds, _fit)
     for ax in out_axes:
-        del ax["_model"], ax["_by_p"]
+        del ax["_model"], ax["_by_p"], ax["_bench"]
     return {"nodes_max": nodes_max, "nominal": NOMINAL, "band_halfwidth": q,
+            "exchange_bench": None if bench is None else {
+                "pattern": bench.pattern, "misses": bench.misses(),
+                "points": sum(1 for pt in held if pt["exchange_from"])},
             "band_residuals": len(loro), "axes": out_axes,
             "heldout": scores(held), "noise": noise(out_axes), "floor": lowest,
             "cross_rate": cross, "remedies": fixes}
-
-
-REMEDIES = (("fp16 gradients", 1, 0.5), ("twice the batch per rank", 2, 1.0))
-TUNED = " settings:tuned"       # an axis's name for the tuned points of a study's tuning axis
-DEFAULT = " settings:default"   # ... and for its points at the defaults
-
-
-def _parts(axis: str) -> Tuple[str, str, str]:
-    """(configuration, link rate, the rest) of an axis name: "horovod/none@200mbit
-    settings:default" is ("horovod/none", "200mbit", " settings:default")."""
-    base, _, after = axis.partition("@")
-    rate, space, rest = after.partition(" ")
-    return base, rate, space + rest
-
-
-def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> List[dict]:
-    """For the largest point of each axis (weak scaling): the efficiency the model predicts
-    with each remedy beside the one it predicts as run, so the predicted gain, and the measured
-    gain where the remedy was run. For an uncompressed axis: fp16 gradients (half the bytes;
-    measured by the same study's fp16 axis at the same rate) and twice the batch per rank
-    (measured by ``others``: a study of the same workload with another batch, its axes as
-    :func:`analyse` returns them). For a study's default settings (a tuning axis): the tuned
-    points' allreduce algorithm, the one part of the tuned settings the model has a term for
-    (measured by the tuned points)."""
-    if kind != "weak":
-        return []
-    out = []
-    names = {a["axis"]: a for a in out_axes}
-    for ax in out_axes:
-        base, rate, rest = _parts(ax["axis"])
-        model, by_p = ax["_model"], ax["_by_p"]
-        p = max(by_p)
-        if ax["backend"] == "ps" or p <= 1 or 1 not in by_p:
-            continue
-        s1, sp = _summary(by_p[1]), _summary(by_p[p])
-
-        def efficiency(batch, wire, algorithm=sp["algorithm"]):
-            t1 = model.step(1, batch, algorithm, wire, sp["rate"])
-            tp = model.step(p, batch, algorithm, wire, sp["rate"])
-            return None if t1 is None or tp is None else t1 / tp
-        e0 = efficiency(sp["batch"], sp["wire"])
-        measured0 = s1["step"] / sp["step"]
-
-        def add(name, e, twin, same_batch=sp["batch"]):
-            meas = None
-            if twin is not None and p in twin["_by_p"] and 1 in twin["_by_p"]:
-                r1, rp = _summary(twin["_by_p"][1]), _summary(twin["_by_p"][p])
-                if rp["batch"] == same_batch:
-                    meas = r1["step"] / rp["step"]
-            out.append({"axis": ax["axis"], "nodes": p, "remedy": name,
-                        "model_efficiency": e, "model_efficiency_as_run": e0,
-                        "model_gain": None if e is None or not e0 else e / e0,
-                        "measured_efficiency": meas, "measured_efficiency_as_run": measured0,
-                        "measured_gain": None if meas is None else meas / measured0})
-        if base.endswith("/none") and not rest.endswith(TUNED):
-            for name, bmul, wmul in REMEDIES:
-                twin = (names.get(base.replace("/none", "/fp16") + (f"@{rate}" if rate else "")
-                                  + rest) if wmul != 1 else
-                        next((a for a in others if a["axis"] == ax["axis"]), None))
-                add(name, efficiency(sp["batch"] * bmul, sp["wire"] * wmul), twin,
-                    sp["batch"] * bmul)
-        if rest.endswith(DEFAULT):
-            tuned = names.get(ax["axis"][:-len(DEFAULT)] + TUNED)
-            if tuned is not None and p in tuned["_by_p"]:
-                alg = _summary(tuned["_by_p"][p])["algorithm"]
-                add(f"the tuned settings' allreduce ({alg})",
-                    efficiency(sp["batch"], sp["wire"], alg), tuned)
-    for r in out:
-        r["gain_error"] = (None if r["measured_gain"] is None or r["model_gain"] is None else
-                           (r["model_gain"] - r["measured_gain"]) / r["measured_gain"])
-    return out
-
-
-def cross_rate(out_axes: List[dict], nodes_max: int) -> List[dict]:
-    """Each axis's model, calibrated at its link rate, predicting the held-out points of the
-    same configuration (and settings) at another rate, given only that rate."""
-    out = []
-    for a in out_axes:
-        for b in out_axes:
-            base_a, rate_a, rest_a = _parts(a["axis"])
-            base_b, rate_b, rest_b = _parts(b["axis"])
-            if (a is b or (base_a, rest_a) != (base_b, rest_b) or not rate_a or not rate_b
-                    or rate_a == rate_b):
-                continue
-            if a["_model"].fit is not None:
-                continue        # a bench fit is of one allocation's links: it has no rate to move
-            for p, runs in sorted(b["_by_p"].items()):
-                if p <= nodes_max:
-                    continue
-                s = _summary(runs)
-                pred = a["_model"].step(p, s["batch"], s["algorithm"], s["wire"], s["rate"])
-                ex = a["_model"].exchange(p, s["algorithm"], s["wire"], s["rate"])
-                out.append({"calibrated": a["axis"], "predicted": b["axis"], "nodes": p,
-                            "measured_step": s["step"], "model_step": pred,
-                            "error": _err(pred, s["step"]),
-                            "measured_exchange": s["exchange"], "model_exchange": ex,
-                            "exchange_error": _err(ex, s["exchange"])})
-    return out
 
 
 def _err(pred, meas) -> Optional[float]:

@@ -60,14 +60,12 @@ from typing import Dict, List, Optional, Tuple
 
 from .allreduce import timed
 from .. import box, cluster, records
+from ..costmodel import HOROVOD_DEFAULTS, setting_name
 from ..comm import tuning
 from ..errors import UserError
 
 MIB = 1 << 20
 MARKER = "hpcdl-tune-result "
-# Horovod 0.28's own values (the cycle time and fusion threshold since Horovod 0.21)
-HOROVOD_DEFAULTS = {"HOROVOD_CYCLE_TIME": "1", "HOROVOD_FUSION_THRESHOLD": str(128 * MIB),
-                    "HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}
 KNOBS = {"cycle": ("HOROVOD_CYCLE_TIME", ("1", "0.2", "5")),
          "fusion": ("HOROVOD_FUSION_THRESHOLD", (str(128 * MIB), str(32 * MIB), str(8 * MIB))),
          "hierarchical": ("HOROVOD_HIERARCHICAL_ALLREDUCE", ("0", "1"))}
@@ -498,14 +496,13 @@ def _rounds(se: Search, cands, stop: float) -> None:
 
 
 def _name(effective: dict, alg: Optional[str] = None) -> str:
-    from ..comm.mpit import ALGORITHMS as NAMES
-    out = (f"cycle {effective['HOROVOD_CYCLE_TIME']} ms, fusion "
-           f"{int(effective['HOROVOD_FUSION_THRESHOLD']) / MIB:g} MiB"
-           + (", hierarchical" if effective["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1" else ""))
+    """A candidate's name: Horovod's settings ``effective``, after the algorithm "N/segment"."""
     if alg is None:
-        return out
+        return setting_name(effective).split(", ", 1)[1]
     number, segment = (int(x) for x in alg.split("/"))
-    return f"{NAMES[number]}{f' ({segment // 1024} KiB segments)' if segment else ''}, {out}"
+    return setting_name({**effective, "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+                         "OMPI_MCA_coll_tuned_allreduce_algorithm": str(number),
+                         "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": str(segment)})
 
 
 def _rows(se: Search, comp: str) -> List[Tuple[float, str, str, List[float]]]:

@@ -697,8 +697,8 @@ def _prediction_summary(res) -> List[str]:
 def _prediction_table(pred) -> Table:
     t = Table("prediction-vs-measured", "Prediction beside measurement, part by part",
               ["axis", "nodes", "point", "allreduce", "compute meas (ms)", "pred", "err",
-               "exchange meas (ms)", "pred", "err", "step meas (ms)", "pred", "err",
-               f"{pred['nominal'] * 100:.0f}% band (ms)", "in band", "naive err",
+               "exchange meas (ms)", "pred", "err", "exchange from", "step meas (ms)", "pred",
+               "err", f"{pred['nominal'] * 100:.0f}% band (ms)", "in band", "naive err",
                "one-β err"],
               meta={"calibration": f"runs with at most {pred['nodes_max']} node(s)"
                                    + "".join(sorted({f"; exchange from the {src}" for src in (
@@ -718,6 +718,7 @@ def _prediction_table(pred) -> Table:
             t.add([ax["axis"], pt["nodes"], "fitted" if pt["fitted"] else "PREDICTED",
                    pt["algorithm"], _ms(m["compute"]), _ms(p["compute"]), _f(e["compute"], pct=True),
                    _ms(m["exchange"]), _ms(p["exchange"]), _f(e["exchange"], pct=True),
+                   "tune" if pt.get("exchange_from") else "model",
                    _ms(m["step"]), _ms(p["step"]), _f(e["step"], pct=True),
                    f"{band[0] * 1e3:.4g}–{band[1] * 1e3:.4g}" if band else "-",
                    {True: "yes", False: "**no**"}.get(pt.get("inside"), "-"),
@@ -726,6 +727,9 @@ def _prediction_table(pred) -> Table:
                    "algorithm": pt["algorithm"], "runs": pt["runs"],
                    **{f"measured_{k}_s": m[k] for k in m}, **{f"model_{k}_s": p[k] for k in p},
                    **{f"{k}_error": e[k] for k in e}, "band_s": band, "inside": pt.get("inside"),
+                   "exchange_from": pt.get("exchange_from"),
+                   "link_model_exchange_s": pt.get("model_exchange"),
+                   "link_model_exchange_error": pt.get("model_exchange_error"),
                    "naive_step_s": pt["naive"], "naive_error": pt["naive_error"],
                    "one_parameter_step_s": pt["one_parameter"],
                    "one_parameter_error": pt["one_parameter_error"]})
@@ -800,6 +804,30 @@ def _floor_words(pred, mae, half) -> str:
     return ""
 
 
+def _bench_words(pred) -> List[str]:
+    """What the held-out points' exchange from ``hpcdl tune``'s files was, and what the link
+    model alone would have said."""
+    bench = pred.get("exchange_bench")
+    if not bench:
+        return []
+    held = [pt for ax in pred["axes"] for pt in ax["points"] if pt.get("exchange_from")]
+    out = [f"Exchange of the held-out points (\"tune\" above): the median `hpcdl tune` measured "
+           f"for the setting and compression the point ran, from `{bench['pattern']}` at the "
+           "point's node count (the workload's own gradient tensors through the path a training "
+           "step calls; a launch of the ranks and seconds of timing, not a training run), for "
+           f"{len(held)} of the held-out points; the others keep the link model's."]
+    errs = [abs(pt["model_exchange_error"]) for pt in held
+            if pt.get("model_exchange_error") is not None]
+    if errs:
+        out[0] += (f" The link model alone would have put the exchange of those points within "
+                   f"15% at {sum(e <= 0.15 for e in errs)} of {len(errs)} (mean absolute error "
+                   f"{_f(sum(errs) / len(errs), pct=True)}).")
+    srcs = sorted({pt["exchange_from"] for pt in held})
+    out += [f"- {src}" for src in srcs]
+    out += [f"- not taken: {why}" for why in bench.get("misses") or []]
+    return out + [""]
+
+
 def _prediction_markdown(pred, by_name) -> List[str]:
     h = pred["heldout"]
     lines = ["## Prediction of the points not calibrated on (MODEL, checked against measurement)",
@@ -822,7 +850,7 @@ def _prediction_markdown(pred, by_name) -> List[str]:
              "window of compute (none for the parameter server). Beside it, two baselines: "
              "**naive** (efficiency stays at the largest calibrated point's) and **one-β** (the "
              "1-node step plus one β, α = 0, from the largest calibrated point's excess).", "",
-             by_name["prediction-vs-measured"].markdown(), ""]
+             by_name["prediction-vs-measured"].markdown(), ""] + _bench_words(pred)
     for ax in pred["axes"]:
         m = ax["model"]
         lines.append(f"- **{ax['axis']}**: compute {m['per_sample_s'] * 1e6:.1f} µs/sample at one "

@@ -40,7 +40,9 @@ Example::
     [model]                       # how the report calibrates the communication model
     fit = "results/bench/fit.json"   # from 'hpcdl bench fit' (default: this study's own runs)
     calibrate = { nodes_max = 2 } # fit to the runs on <= 2 nodes, predict the others (with
-                                  # fit too: the exchange from the bench, the rest from the runs)
+                                  # fit too: the exchange from the bench, the rest from the runs;
+                                  # with exchange = "results/tuning/box-{nodes}n-{network}.json"
+                                  # the others' exchange from 'hpcdl tune' at their node count)
 
     [target]                      # time to accuracy: each repeat is then a seed
     metric = "accuracy"           # or "loss", on the held-out set
@@ -298,6 +300,8 @@ class Study:
     fit: str = ""                    # [model] fit: the bench fit that calibrates the report's model
     calibrate_nodes_max: int = 0     # [model] calibrate = {nodes_max = N}: the report's model
                                      # is fitted to these points only and predicts the others
+    calibrate_exchange: str = ""     # [model] calibrate.exchange: tuning files ({nodes}, ...)
+                                     # whose exchange the predicted points take
     target: str = ""                 # [target]: "accuracy:0.91"; each repeat is then a seed
     command: List[str] = field(default_factory=list)   # [workload] command: the user's script
     scrape: Dict[str, str] = field(default_factory=dict)  # [scrape]: figure name -> pattern
@@ -313,7 +317,9 @@ class Study:
         out = {"scaling": self.scaling, "study_file": str(self.path), "study_sha256": self.sha256,
                "calibration": ";".join(
                    ([f"runs:nodes<={self.calibrate_nodes_max}"] if self.calibrate_nodes_max else [])
-                   + ([f"fit:{self.fit}"] if self.fit else [])) or "runs"}
+                   + ([f"fit:{self.fit}"] if self.fit else [])
+                   + ([f"bench:{self.calibrate_exchange}"] if self.calibrate_exchange else []))
+               or "runs"}
         if self.target:
             out["target"] = self.target
         return out
@@ -482,7 +488,8 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  exchanges=exchanges, slurm=slurm, timeout=timeout, env=env,
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
                  fit=_fit_key(v, model),
-                 calibrate_nodes_max=_calibrate_key(v, model), target=target, command=command,
+                 calibrate_nodes_max=_calibrate_key(v, model),
+                 calibrate_exchange=_calibrate_exchange(v, model), target=target, command=command,
                  scrape=scrape, timeline=timeline, variants=variants, tunings=tunings,
                  tuning_file=tuning_file, raw=raw)
 
@@ -500,11 +507,27 @@ def _fit_key(v, model) -> str:
 
 def _calibrate_key(v, model) -> int:
     cal = v.get(model, "model.calibrate", dict, default={})
-    v.only(cal, "model.calibrate", ("nodes_max",))
+    v.only(cal, "model.calibrate", ("nodes_max", "exchange"))
     if not cal:
         return 0
     n = v.get(cal, "model.calibrate.nodes_max", int, required=True, minimum=1)
     return n
+
+
+def _calibrate_exchange(v, model) -> str:
+    """[model] calibrate.exchange: the 'hpcdl tune' files (one per node count and link rate,
+    placeholders as run.tuning's) whose exchange the points beyond nodes_max take."""
+    cal = v.get(model, "model.calibrate", dict, default={})
+    path = v.get(cal, "model.calibrate.exchange", str, default="")
+    for name in _PLACEHOLDER.findall(path):
+        if name not in ("nodes", "ranks", "ranks_per_node", "network"):
+            v.fail("model.calibrate.exchange", f"{{{name}}} is not a placeholder of a tuning "
+                                               "file's path (use {nodes}, {ranks}, "
+                                               "{ranks_per_node}, {network})")
+    if path and "{nodes}" not in path and "{ranks}" not in path:
+        v.fail("model.calibrate.exchange", "needs {nodes} or {ranks}: one tuning file per node "
+                                           "count, made by 'hpcdl tune' on that allocation")
+    return path
 
 
 def _exchange_axis(v, ax, backends, compressions) -> List[Tuple[str, str]]:

@@ -84,6 +84,10 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
                    help="calibrate the exchange model from a 'hpcdl bench fit' file (fit.json) "
                         "instead of the study's [model] fit or its own runs; a declared "
                         "calibrate = {nodes_max} still calibrates the rest and predicts the others")
+    p.add_argument("--exchange-bench", default=None, metavar="PATTERN",
+                   help="the held-out points' exchange from the 'hpcdl tune' files at their node "
+                        "count (a path with {nodes}, {ranks}, {ranks_per_node}, {network}), "
+                        "instead of the study's [model] calibrate.exchange or the model's")
     p.add_argument("--algorithm", choices=("ring", "ps"), default=None,
                    help="exchange algorithm of the model (default: ps for the ps backend, else ring)")
     p.add_argument("--max-ranks", type=int, default=1024, help="extrapolate up to this many ranks")
@@ -145,7 +149,7 @@ def report_main(opts) -> int:
                                   algorithm=opts.algorithm,
                                   max_ranks=opts.max_ranks, plots=not opts.no_plots,
                                   scaling=opts.scaling, allow_mixed=opts.allow_mixed,
-                                  workers=opts.workers)
+                                  workers=opts.workers, exchange_bench=opts.exchange_bench)
     for kind, path in written.items():
         if kind != "files":
             print(f"{kind}: {path}")

@@ -73,8 +73,9 @@ RATE = 200e6
 
 
 def truth(p, b=128, per_sample=3.2e-3, k=0.05, duplex=0.9, window=0.1, fixed=2e-3,
-          wire=MB, rate=RATE, backend="horovod", spread=(1.0,), pin=None):
-    """compute center, slowest rank's compute, exchange alone and step of the known parts."""
+          wire=MB, rate=RATE, backend="horovod", spread=(1.0,), pin=None, ex_factor=None):
+    """compute center, slowest rank's compute, exchange alone and step of the known parts;
+    ``ex_factor``: by node count, what the exchange costs beyond the model's terms."""
     center = per_sample * b * (1 + k * (p > 1))
     algo = ("ps" if backend == "ps"
             else allreduce.OMPI_ALLREDUCE[pin or allreduce.ompi_allreduce(p, wire)])
@@ -82,6 +83,7 @@ def truth(p, b=128, per_sample=3.2e-3, k=0.05, duplex=0.9, window=0.1, fixed=2e-
     if p > 1:
         ex = allreduce.link_bytes(algo, wire, p) / (rate / 8 * allreduce.FRAMING)
         ex *= 1 + (duplex if allreduce.pairwise(algo, p) else 0.0)
+        ex *= (ex_factor or {}).get(p, 1.0)
     step_c = center * predict.expected_max(spread, p)
     w = 0.0 if backend == "ps" else window
     return center, ex, step_c + fixed + ex - min(ex, w * step_c)
@@ -325,6 +327,98 @@ def test_a_study_declaring_both_is_analysed_with_the_fit_for_the_exchange_only()
         "prediction-vs-measured": sections._prediction_table(res.prediction),
         "prediction-remedies": sections._remedy_table(res.prediction)}))
     assert "exchange from the bench fit (horovod, 2 ranks) from f.json" in line
+
+
+def _tuning_file(path, nodes, candidates, nbytes=MB):
+    """A tuning file as 'hpcdl tune' writes it, with ``candidates``: (compression, name, times)."""
+    import json
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "schema": "hpcdl.tuning/1", "bytes": nbytes, "time": "2026-11-26T07:20:00+00:00",
+        "made_for": {"nodes": nodes, "ranks": nodes, "ranks_per_node": 1},
+        "candidates": [{"compression": c, "name": n, "times_s": t} for c, n, t in candidates]}))
+
+
+DEFAULTS = "library's choice, cycle 1 ms, fusion 128 MiB"
+
+
+def test_the_held_out_exchange_from_the_tune_files_at_each_node_count(tmp_path):
+    # the 4- and 8-node exchange costs 1.3x what the link model can know from 2 nodes
+    extra = {4: 1.3, 8: 1.3}
+    recs = study(ex_factor=extra) + study(backend="ps", ex_factor=extra)
+    ex = {p: truth(p, ex_factor=extra)[1] for p in (4, 8)}
+    _tuning_file(tmp_path / "box-4n-200mbit.json", 4, [
+        ("none", DEFAULTS, [ex[4] * 0.9, ex[4], ex[4] * 1.2]),
+        ("none", "ring, cycle 1 ms, fusion 128 MiB", [0.001])])
+    _tuning_file(tmp_path / "box-8n-200mbit.json", 4, [("none", DEFAULTS, [ex[8]])])
+    bench = predict.Bench(str(tmp_path / "box-{nodes}n-{network}.json"))
+    res = predict.analyse(recs, reading.row_key, 2, "weak", bench=bench)
+    ring = next(a for a in res["axes"] if a["backend"] == "horovod")
+    at = {pt["nodes"]: pt for pt in ring["points"]}
+    # 4 nodes: the median of its three rounds of the setting the runs ran, the step exact
+    assert at[4]["predicted"]["exchange"] == pytest.approx(ex[4], rel=1e-12)
+    assert at[4]["error"]["step"] == pytest.approx(0.0, abs=1e-9)
+    assert "box-4n-200mbit.json (" + DEFAULTS + ", none, median of 3 rounds" in at[4]["exchange_from"]
+    # the link model's own exchange is kept beside it, and is the 1.3x short
+    assert at[4]["model_exchange_error"] == pytest.approx(1 / 1.3 - 1, rel=1e-9)
+    # 8 nodes: the file was made for 4 nodes, so the model's exchange stays, and why is said
+    assert at[8]["exchange_from"] is None
+    assert at[8]["error"]["exchange"] == pytest.approx(1 / 1.3 - 1, rel=1e-9)
+    assert any("box-8n-200mbit.json: made for 4 node(s)" in m for m in res["exchange_bench"]["misses"])
+    assert res["exchange_bench"]["points"] == 1
+    # the parameter server's exchange is not what 'hpcdl tune' times
+    ps = next(a for a in res["axes"] if a["backend"] == "ps")
+    assert all(pt["exchange_from"] is None for pt in ps["points"])
+    # calibration points keep the runs' exchange
+    assert all(pt["exchange_from"] is None for pt in ring["points"] if pt["fitted"])
+    words = "\n".join(sections._bench_words(res))
+    assert "for 1 of the held-out points" in words
+    assert "within 15% at 0 of 1" in words and "not taken:" in words
+
+
+def test_a_pinned_algorithm_takes_its_own_candidate_and_another_model_is_refused(tmp_path):
+    recs = study(pin=4)
+    _tuning_file(tmp_path / "t-4.json", 4, [
+        ("none", DEFAULTS, [9.0]), ("none", "ring, cycle 1 ms, fusion 128 MiB", [0.25])])
+    _tuning_file(tmp_path / "t-8.json", 8, [("none", "ring, cycle 1 ms, fusion 128 MiB", [0.5])],
+                 nbytes=2 * MB)
+    res = predict.analyse(recs, reading.row_key, 2, "weak",
+                          bench=predict.Bench(str(tmp_path / "t-{nodes}.json")))
+    at = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
+    assert at[4]["predicted"]["exchange"] == 0.25
+    assert at[8]["exchange_from"] is None
+    assert any("another model's gradients" in m for m in res["exchange_bench"]["misses"])
+
+
+def test_the_setting_names_are_the_ones_tune_writes():
+    env = {"HOROVOD_FUSION_THRESHOLD": "67108864"}
+    assert costmodel.setting_name(env) == "library's choice, cycle 1 ms, fusion 64 MiB"
+    assert costmodel.setting_name({**env, "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+                                   "OMPI_MCA_coll_tuned_allreduce_algorithm": "5",
+                                   "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize":
+                                   "1048576", "HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}) == (
+        "segmented ring (1024 KiB segments), cycle 1 ms, fusion 64 MiB, hierarchical")
+    # a pin without dynamic rules does nothing in Open MPI, and so names nothing
+    assert costmodel.setting_name({"OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}) == DEFAULTS
+
+
+def test_a_declared_exchange_bench_is_read_beside_the_subset(tmp_path):
+    recs = [{"declared": {"calibration": "runs:nodes<=2;bench:results/t-{nodes}n.json"}}]
+    assert analysis.declared_calibration(recs) == (None, 2)
+    assert analysis.declared_bench(recs) == "results/t-{nodes}n.json"
+    assert analysis.declared_bench([{"declared": {"calibration": "runs:nodes<=2"}}]) is None
+    extra = {4: 1.2, 8: 1.2}
+    recs = study(ex_factor=extra)
+    pattern = str(tmp_path / "t-{nodes}n.json")
+    for r in recs:
+        r["declared"]["calibration"] = f"runs:nodes<=2;bench:{pattern}"
+    for p in (4, 8):
+        _tuning_file(tmp_path / f"t-{p}n.json", p, [("none", DEFAULTS,
+                                                     [truth(p, ex_factor=extra)[1]])])
+    res = analysis.analyse(recs, "s")
+    assert res.calibration.endswith(f"their exchange from the tuning files {pattern} where "
+                                    "those measured it")
+    assert res.prediction["heldout"]["mae_model"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_the_repeats_spread_is_the_measurements_own_error_and_the_report_says_it():

@@ -233,6 +233,16 @@ def test_bad_box_axes_and_calibration_are_named(tmp_path):
     st = study.load(_box_study(tmp_path, 'backend = ["ps"]', f'[model]\nfit = "{fit}"\n'
                                                             "calibrate = { nodes_max = 2 }"))
     assert st.declared["calibration"] == f"runs:nodes<=2;fit:{fit}"
+    # the held-out points' exchange from 'hpcdl tune' at each node count: one file per count
+    tuned = 'calibrate = { nodes_max = 2, exchange = "results/tuning/box-{nodes}n-{network}.json" }'
+    st = study.load(_box_study(tmp_path, 'backend = ["ps"]', f"[model]\n{tuned}"))
+    assert st.declared["calibration"] == (
+        "runs:nodes<=2;bench:results/tuning/box-{nodes}n-{network}.json")
+    for path, msg in [("t-{size}.json", "{size} is not a placeholder"),
+                      ("t.json", "needs {nodes} or {ranks}")]:
+        with pytest.raises(study.StudyError, match=f"model.calibrate.exchange: {msg}"):
+            study.load(_box_study(tmp_path, 'backend = ["ps"]', "[model]\ncalibrate = { "
+                                  f'nodes_max = 2, exchange = "{path}" }}'))
     # the fit is checked when the study is loaded, not when the report needs it
     for text, msg in [(None, "no such file"), ("root:x:0:0", "not JSON"),
                       ('{"schema": "other"}', "expected 'hpcdl.fit/1'")]:

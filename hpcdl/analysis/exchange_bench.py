@@ -1,0 +1,93 @@
+"""The exchange at a node count from a short benchmark on that allocation, instead of the model:
+``hpcdl tune``'s files (``hpcdl.tuning/1``), which time the workload's own gradient tensors
+through the path a training step calls, for each candidate setting of the exchange, at the node
+count they were made on.
+
+A study names them by a path with placeholders (``{nodes}``, ``{ranks}``, ``{ranks_per_node}``,
+``{network}``, as ``[run] tuning`` does): ``[model] calibrate = {nodes_max = 2, exchange =
+"results/tuning/box-{nodes}n-{network}.json"}``, or ``hpcdl study report --exchange-bench``. A
+held-out point takes the median of the candidate its runs ran (the same algorithm, cycle time,
+fusion threshold and compression), where the file was made for its node and rank count and the
+same gradient bytes; every other point keeps the model's exchange, and :meth:`Bench.misses` says
+why.
+"""
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from .. import costmodel
+
+SCHEMA = "hpcdl.tuning/1"
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+class Bench:
+    """The exchange a tuning file measured for a point, looked up by the study's path pattern."""
+
+    def __init__(self, pattern: str, root: Optional[Path] = None):
+        self.pattern = pattern
+        self.root = Path(root) if root is not None else Path(".")
+        self._files: Dict[Path, Optional[dict]] = {}
+        self._misses: Dict[str, None] = {}      # in order, each once
+
+    def path(self, nodes: int, network: str) -> Path:
+        values = {"nodes": nodes, "ranks": nodes, "ranks_per_node": 1, "network": network}
+        p = Path(_PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))),
+                                  self.pattern))
+        return p if p.is_absolute() else self.root / p
+
+    def _load(self, path: Path) -> Optional[dict]:
+        if path not in self._files:
+            doc = None
+            try:
+                doc = json.loads(path.read_text())
+            except FileNotFoundError:
+                self._miss(f"{path}: no such file")
+            except (OSError, ValueError) as exc:
+                self._miss(f"{path}: unreadable ({exc})")
+            if doc is not None and doc.get("schema") != SCHEMA:
+                self._miss(f"{path}: not a tuning file ({SCHEMA})")
+                doc = None
+            self._files[path] = doc
+        return self._files[path]
+
+    def _miss(self, why: str) -> None:
+        self._misses[why] = None
+
+    def misses(self) -> List[str]:
+        """Why points kept the model's exchange (each reason once)."""
+        return list(self._misses)
+
+    def exchange(self, nodes: int, network: str, compression: str, setting: str,
+                 wire: float) -> Optional[Tuple[float, str]]:
+        """(seconds, where from) of the candidate ``setting`` for ``compression`` in the file for
+        ``nodes`` one-rank nodes at ``network``, whose runs put ``wire`` bytes on the wire; None
+        (and a miss noted) where there is none."""
+        path = self.path(nodes, network)
+        doc = self._load(path)
+        if doc is None:
+            return None
+        made = doc.get("made_for") or {}
+        if made.get("nodes") != nodes or made.get("ranks") != nodes:
+            self._miss(f"{path}: made for {made.get('nodes')} node(s) and {made.get('ranks')} "
+                       f"rank(s), not {nodes} and {nodes}")
+            return None
+        theirs = costmodel.wire_bytes(int(doc.get("bytes") or 0) // 4, compression)
+        if abs(theirs - wire) > 0.5:
+            self._miss(f"{path}: another model's gradients ({theirs:.0f} bytes on the wire for "
+                       f"{compression}, the runs' {wire:.0f})")
+            return None
+        times = [t for c in doc.get("candidates") or []
+                 if c.get("compression") == compression and c.get("name") == setting
+                 for t in c.get("times_s") or []]
+        if not times:
+            self._miss(f"{path}: no candidate '{setting}' for {compression}")
+            return None
+        rounds = len(times)
+        return (statistics.median(times),
+                f"{path} ({setting}, {compression}, median of {rounds} round"
+                f"{'s' if rounds != 1 else ''}, made {str(doc.get('time', '?'))[:16]})")
