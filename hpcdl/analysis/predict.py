@@ -26,7 +26,9 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   tell it from bandwidth, and the box's links add none. A study that declares a bench fit as
   well (``[model] fit`` beside ``calibrate``) takes the exchange from the fit instead: α and β
   of ``hpcdl bench allreduce`` on the allocation, through the same path a training step calls,
-  at any rank count (:func:`hpcdl.costmodel.predict_fit`).
+  at any rank count (:func:`hpcdl.costmodel.predict_fit`). Or a held-out point's exchange is
+  measured on its own allocation: what ``hpcdl tune`` timed there for the setting its runs ran
+  (:mod:`.exchange_bench`); the model's own stays beside it, to say what it would have missed.
 - **step** = step compute + fixed + exchange − min(exchange, window × step compute): fixed is
   the 1-node step beyond its compute, window the share of the compute the exchange hid behind
   at the calibration points (0 for the parameter server, whose exchange follows the backward

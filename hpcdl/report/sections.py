@@ -822,8 +822,7 @@ def _bench_words(pred) -> List[str]:
         out[0] += (f" The link model alone would have put the exchange of those points within "
                    f"15% at {sum(e <= 0.15 for e in errs)} of {len(errs)} (mean absolute error "
                    f"{_f(sum(errs) / len(errs), pct=True)}).")
-    srcs = sorted({pt["exchange_from"] for pt in held})
-    out += [f"- {src}" for src in srcs]
+    out += [f"- {src}" for src in sorted({pt["exchange_from"] for pt in held})]
     out += [f"- not taken: {why}" for why in bench.get("misses") or []]
     return out + [""]
 
