@@ -323,22 +323,24 @@ def declared_calibration(recs: Iterable[dict]) -> Tuple[Optional[str], int]:
     """(the bench fit's path, N) a study's records declare: ``[model] fit`` ("fit:PATH"),
     ``calibrate = {nodes_max = N}`` ("runs:nodes<=N"), or both ("runs:nodes<=N;fit:PATH");
     (None, 0) for neither."""
-    if isinstance(recs, Digest):
-        return _calibration(recs.calibration or "")
-    for r in recs:
-        found = _calibration(str(_get(r, "declared", "calibration") or ""))
-        if found != (None, 0):
-            return found
-    return None, 0
+    return _calibration(_declared(recs))
 
 
 def declared_bench(recs: Iterable[dict]) -> Optional[str]:
     """The path pattern of the tuning files a study's ``[model] calibrate = {exchange = ...}``
     names (declared as "...;bench:PATTERN"), else None."""
-    cal = recs.calibration if isinstance(recs, Digest) else next(
-        (str(c) for c in (_get(r, "declared", "calibration") for r in recs) if c), "")
-    pattern = (cal or "").partition(";bench:")[2]
-    return pattern or None
+    return _declared(recs).partition(";bench:")[2] or None
+
+
+def _declared(recs: Iterable[dict]) -> str:
+    """The first calibration the records declare that names a subset or a fit, else ""."""
+    if isinstance(recs, Digest):
+        return recs.calibration or ""
+    for r in recs:
+        cal = str(_get(r, "declared", "calibration") or "")
+        if _calibration(cal) != (None, 0):
+            return cal
+    return ""
 
 
 def _calibration(cal: str) -> Tuple[Optional[str], int]:

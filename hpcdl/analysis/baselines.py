@@ -32,6 +32,11 @@ def one_parameter(cal_rows: Sequence[dict], p: int, b: float, wire: float, backe
     return base * b + beta * float(costmodel.coefficients(algo, wire, p)[1])
 
 
+def relative_error(pred, meas) -> Optional[float]:
+    """(prediction − measurement) / measurement; None without either."""
+    return None if pred is None or not meas else (pred - meas) / meas
+
+
 def conformal_quantile(residuals: Sequence[float], level: float) -> Optional[float]:
     """The split-conformal quantile: the ceil((n+1)·level)-th smallest of n residuals (None
     when there are too few for the level)."""

@@ -53,6 +53,7 @@ from . import floor, transfer
 from .exchange_bench import Bench
 from .allreduce import link_bytes, on_link, pairwise
 from .baselines import conformal_quantile, naive, noise, one_parameter, scores
+from .baselines import relative_error as _err
 from .measured import Runs, median as _med, points as _points, spread, summary as _summary
 from .. import costmodel
 
@@ -240,9 +241,10 @@ def _benched(axis: str, backend: str, by_p: Dict[int, Runs], nodes_max: int,
     rate = transfer.parts(axis)[1]
     out = {}
     for p, runs in by_p.items():
+        if p <= nodes_max:
+            continue
         s = _summary(runs)
-        got = bench.exchange(p, rate, s["compression"], s["setting"], s["wire"]) \
-            if p > nodes_max else None
+        got = bench.exchange(p, rate, s["compression"], s["setting"], s["wire"])
         if got is not None:
             out[p] = got
     return out
@@ -337,7 +339,3 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
             "band_residuals": len(loro), "axes": out_axes,
             "heldout": scores(held), "noise": noise(out_axes), "floor": lowest,
             "cross_rate": cross, "remedies": fixes}
-
-
-def _err(pred, meas) -> Optional[float]:
-    return None if pred is None or not meas else (pred - meas) / meas

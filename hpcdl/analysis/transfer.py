@@ -4,8 +4,9 @@ configuration at another link rate, given only that rate, and the remedies the r
 a study ran them."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
+from .baselines import relative_error as _err
 from .measured import summary as _summary
 
 REMEDIES = (("fp16 gradients", 1, 0.5), ("twice the batch per rank", 2, 1.0))
@@ -104,7 +105,3 @@ def cross_rate(out_axes: List[dict], nodes_max: int) -> List[dict]:
                             "measured_exchange": s["exchange"], "model_exchange": ex,
                             "exchange_error": _err(ex, s["exchange"])})
     return out
-
-
-def _err(pred, meas) -> Optional[float]:
-    return None if pred is None or not meas else (pred - meas) / meas

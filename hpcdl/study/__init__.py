@@ -480,6 +480,8 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
     slurm = _slurm_section(v, raw, layouts, by_nodes)
     model = v.table(raw, "model")
     v.only(model, "model", _MODEL_KEYS)
+    fit = _fit_key(v, model)
+    calibrate = _calibrate_key(v, model)
     root = Path(results_root) if results_root is not None else Path(
         cluster.setting("HPCDL_RESULTS_ROOT") or "results")
     return Study(name=name, path=path, scaling=scaling, workload=workload, params=params,
@@ -487,9 +489,8 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  compressions=compressions, networks=networks, lr_rules=lr_rules,
                  exchanges=exchanges, slurm=slurm, timeout=timeout, env=env,
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
-                 fit=_fit_key(v, model),
-                 calibrate_nodes_max=_calibrate_key(v, model),
-                 calibrate_exchange=_calibrate_exchange(v, model), target=target, command=command,
+                 fit=fit, calibrate_nodes_max=calibrate[0], calibrate_exchange=calibrate[1],
+                 target=target, command=command,
                  scrape=scrape, timeline=timeline, variants=variants, tunings=tunings,
                  tuning_file=tuning_file, raw=raw)
 
@@ -505,28 +506,30 @@ def _fit_key(v, model) -> str:
     return fit
 
 
-def _calibrate_key(v, model) -> int:
+def _calibrate_key(v, model) -> Tuple[int, str]:
+    """[model] calibrate = {nodes_max = N, exchange = PATH}: N (0 without it), and the 'hpcdl
+    tune' files (one per node count and link rate, placeholders as run.tuning's) whose exchange
+    the points beyond N take ("" without)."""
     cal = v.get(model, "model.calibrate", dict, default={})
     v.only(cal, "model.calibrate", ("nodes_max", "exchange"))
     if not cal:
-        return 0
+        return 0, ""
     n = v.get(cal, "model.calibrate.nodes_max", int, required=True, minimum=1)
-    return n
-
-
-def _calibrate_exchange(v, model) -> str:
-    """[model] calibrate.exchange: the 'hpcdl tune' files (one per node count and link rate,
-    placeholders as run.tuning's) whose exchange the points beyond nodes_max take."""
-    cal = v.get(model, "model.calibrate", dict, default={})
-    path = v.get(cal, "model.calibrate.exchange", str, default="")
-    for name in _PLACEHOLDER.findall(path):
-        if name not in ("nodes", "ranks", "ranks_per_node", "network"):
-            v.fail("model.calibrate.exchange", f"{{{name}}} is not a placeholder of a tuning "
-                                               "file's path (use {nodes}, {ranks}, "
-                                               "{ranks_per_node}, {network})")
+    path = _tuning_path(v, cal, "model.calibrate.exchange")
     if path and "{nodes}" not in path and "{ranks}" not in path:
         v.fail("model.calibrate.exchange", "needs {nodes} or {ranks}: one tuning file per node "
                                            "count, made by 'hpcdl tune' on that allocation")
+    return n, path
+
+
+def _tuning_path(v, table, key: str) -> str:
+    """A tuning file's path at ``key`` (the last part of it in ``table``), whose placeholders
+    are those of an allocation and link rate; "" when not given."""
+    path = v.get(table, key, str, default="")
+    for name in _PLACEHOLDER.findall(path):
+        if name not in ("nodes", "ranks", "ranks_per_node", "network"):
+            v.fail(key, f"{{{name}}} is not a placeholder of a tuning file's path "
+                        "(use {nodes}, {ranks}, {ranks_per_node}, {network})")
     return path
 
 
@@ -614,11 +617,7 @@ def _tuning_axis(v, ax, run, command) -> Tuple[List[str], str]:
     """[axes] tuning = ["default", "tuned"] and [run] tuning, the tuning file of the tuned points
     (placeholders {nodes}, {ranks}, {ranks_per_node}, {network}: one per allocation and link
     rate, as 'hpcdl tune' makes them)."""
-    path = v.get(run, "run.tuning", str, default="")
-    for name in _PLACEHOLDER.findall(path):
-        if name not in ("nodes", "ranks", "ranks_per_node", "network"):
-            v.fail("run.tuning", f"{{{name}}} is not a placeholder of a tuning file's path "
-                                 "(use {nodes}, {ranks}, {ranks_per_node}, {network})")
+    path = _tuning_path(v, run, "run.tuning")
     tunings = v.str_list(ax, "axes.tuning", TUNINGS, default=None) if "tuning" in ax else [""]
     if "tuned" in tunings and not path:
         v.fail("axes.tuning", "'tuned' needs run.tuning, the tuning file ('hpcdl tune' makes it)")
