@@ -5,8 +5,9 @@
 #   scripts/cluster-box.sh down        # leaves no namespace, link, bridge, qdisc, cgroup or daemon
 #   scripts/cluster-box.sh status      # the box's settings and sinfo; exit 0 when every node is up
 #   scripts/cluster-box.sh check       # prove the box's isolation (compute, links); prints a table
-#   scripts/cluster-box.sh kill-node nI   # lose node nI: its slurmd, steps and ranks killed
-#   scripts/cluster-box.sh revive-node nI # its slurmd again, the node back in service
+#   scripts/cluster-box.sh kill-node nI   # lose node nI: its slurmd, steps and ranks killed (and
+#                                         # with --sge its execd; its queue instance disabled)
+#   scripts/cluster-box.sh revive-node nI # its daemons again, the node back in service
 #   scripts/cluster-box.sh agent HOST CMD...  # Open MPI's rsh agent: run CMD on node HOST (n3 or
 #                                              # 10.77.0.3), for mpirun across the box without Slurm
 #   scripts/cluster-box.sh env         # the Open MPI settings a job on the box needs (and Grid
@@ -63,7 +64,7 @@ HOST="$(hostname -s)"
 log() { printf '[cluster-box] %s\n' "$*" >&2; }
 cannot() { printf '[cluster-box] cannot make the box here: %s\n' "$*" >&2; exit 3; }
 die() { printf '[cluster-box] error: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '3,12p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '3,14p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # A zombie counts as gone: where nothing reaps orphans (a container's init), ended daemons stay
 # zombies, and kill -0 still succeeds on them.
@@ -380,6 +381,11 @@ start_slurmd() {  # start_slurmd I: node nI's slurmd inside its namespace and cg
 kill_node() {  # kill_node I: node nI is lost: its slurmd, steps and ranks killed at once
     local k=${1#n}
     [ -e "/var/run/netns/$PREFIX$k" ] || die "node n$k is not up"
+    # Grid Engine notices a lost node only once it has been unheard for max_unheard (30 s) and
+    # places jobs on it until then; such a job hangs in qrsh -inherit to the dead execd and stays
+    # there when the node comes back. Its queue instance is disabled first, as a site's health
+    # check would, so nothing lands on the node until revive-node (running jobs are not touched).
+    if [ -d "$SGE_SPOOL" ]; then (sge_env; qmod -d "box.q@n$k" >/dev/null) || die "qmod -d box.q@n$k failed"; fi
     ip netns pids "$PREFIX$k" | xargs -r kill -KILL
     rm -f "/run/slurmd-n$k.pid"
     rm -f "$SGE_SPOOL/execd/n$k/execd.pid"
@@ -393,6 +399,7 @@ revive_node() {  # revive_node I: a killed node's slurmd again, and the node bac
     if [ -d "$SGE_SPOOL" ]; then
         sge_env
         alive "$(pid_of "$SGE_SPOOL/execd/n$k/execd.pid")" || sge_start_execd "$k"
+        qmod -e "box.q@n$k" >/dev/null || die "qmod -e box.q@n$k failed"
     fi
     wait_for 30 sh -c "scontrol show node n$k | grep -q 'State=[A-Z]*\(IDLE\|DOWN\)'" || true
     scontrol update NodeName="n$k" State=RESUME >/dev/null 2>&1 || true
