@@ -15,6 +15,13 @@ cycle, the median over rounds of the busiest rank's CPU per second.
 
     scripts/cluster-box.sh up 8 --link 200mbit --cpus-per-node 0.2 && scripts/cluster-box.sh check
     python benchmarks/cycle_cpu.py --nodes 1,2,8 --cycles 1,5 --rounds 3 > results/cycle-cpu.txt
+
+With ``--json PATH`` it also writes the shares as a loop file (``hpcdl.loop-cpu/1``): per cycle
+and node count, the share the median rank's and the busiest rank's loop took from compute, and
+the box and processor it measured (the machine setting the records of that box carry). ``hpcdl
+study report --loop-bench PATH`` then scales a held-out Horovod point's compute by how much more
+of the node the loop takes at its node count than at the calibration's
+(:mod:`hpcdl.analysis.loop_share`).
 """
 import argparse
 import json
@@ -22,12 +29,14 @@ import os
 import statistics
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpcdl import box  # noqa: E402
+from hpcdl import box, records  # noqa: E402
+from hpcdl.analysis import loop_share, provenance  # noqa: E402
 from hpcdl.bench.boxcheck import job_env, srun_json  # noqa: E402
 
 
@@ -100,6 +109,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0, help="idle window per job")
     ap.add_argument("--srun", default="", help="more srun options, e.g. --srun=--nice=-10000 to go "
                                                "between a study's queued jobs")
+    ap.add_argument("--json", default="", metavar="PATH",
+                    help="also write the shares as a loop file (hpcdl.loop-cpu/1) for "
+                         "'hpcdl study report --loop-bench'")
     ap.add_argument("--rank-side", action="store_true", help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if opts.rank_side:
@@ -111,9 +123,11 @@ def main() -> int:
     nodes = [int(n) for n in opts.nodes.split(",")]
     cycles = opts.cycles.split(",")
     cores = float(b["cpus_per_node"])
-    print(f"# python benchmarks/cycle_cpu.py --nodes {opts.nodes} --cycles {opts.cycles} "
-          f"--rounds {opts.rounds} --seconds {opts.seconds:g}"
-          + (f" --srun={opts.srun}" if opts.srun else ""))
+    command = (f"python benchmarks/cycle_cpu.py --nodes {opts.nodes} --cycles {opts.cycles} "
+               f"--rounds {opts.rounds} --seconds {opts.seconds:g}"
+               + (f" --srun={opts.srun}" if opts.srun else "")
+               + (f" --json {opts.json}" if opts.json else ""))
+    print(f"# {command}")
     print(f"# box: {b['nodes_count']} nodes of {cores:g} cores (CPU quota period "
           f"{b.get('cpu_period_us')} us), links {b['link_rate']}; one job at a time")
     got = {(n, c): [] for n in nodes for c in cycles}
@@ -140,14 +154,30 @@ def main() -> int:
           "1 / (1 - share)")
     print(f"{'nodes':>5} {'cycle ms':>8} {'idle CPU ms/s':>14} {'of the node':>12} "
           f"{'beside compute':>15} {'compute x':>10} {'busiest rank':>13} {'compute x':>10}")
+    shares = {}
     for n in nodes:
         for c in cycles:
             idle = statistics.median(x[0] for x in got[(n, c)])
             most = statistics.median(x[1] for x in got[(n, c)])
             mid = statistics.median(x[2] for x in got[(n, c)])
+            shares.setdefault(c, {})[str(n)] = {"median": mid, "busiest": most,
+                                                "idle_cpu_s_per_s": idle}
             print(f"{n:>5} {c:>8} {idle * 1e3:>14.1f} {idle / cores * 100:>11.1f}% "
                   f"{mid * 100:>14.1f}% {1 / (1 - min(mid, 0.99)):>10.3f} "
                   f"{most * 100:>12.1f}% {1 / (1 - min(most, 0.99)):>10.3f}")
+    if opts.json:
+        # the machine setting a record made on this box carries (its processor, the box's settings)
+        facts = box.node_facts(sorted(b["nodes"])[0])
+        machine = provenance.machine_setting({"manifest": {"cpu": records.cpu_identity()},
+                                              "box": facts})
+        doc = {"schema": loop_share.SCHEMA, "command": command,
+               "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "made_for": {"machine": machine, "link_rate": b["link_rate"],
+                            "nodes": nodes, "rounds": opts.rounds, "seconds": opts.seconds},
+               "shares": shares}
+        Path(opts.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(opts.json).write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"# wrote {opts.json}")
     return 0
 
 

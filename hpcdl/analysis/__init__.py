@@ -24,6 +24,7 @@ import numpy as np
 from . import budget, predict, provenance
 from .reading import NONE, Digest, Repeats, Systems, axis_name
 from .exchange_bench import Bench
+from .loop_share import LoopShare
 from .. import costmodel
 from ..costmodel import Network, PRESETS, StepModel
 from ..records import lookup as _get
@@ -592,14 +593,12 @@ def declared_scaling(recs: Iterable[dict], given: Optional[str] = None):
 
 def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] = None,
             fit_label: Optional[str] = None, scaling: Optional[str] = None,
-            algorithm: Optional[str] = None,
-            max_ranks: int = 1024, allow_mixed: bool = False,
-            exchange_bench: Optional[str] = None) -> StudyAnalysis:
+            algorithm: Optional[str] = None, max_ranks: int = 1024, allow_mixed: bool = False,
+            exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None) -> StudyAnalysis:
     """The analysis of one study's records, or of what :class:`.reading.Digest` kept of them
     as they were read (raises ValueError on what cannot be analysed, and
-    :class:`provenance.MixedRecords` on records of different code, study files, processors or box settings
-    unless ``allow_mixed``). ``exchange_bench``: the tuning files whose exchange the held-out
-    points take (a path pattern; else the study's declared one, if any)."""
+    :class:`provenance.MixedRecords` on records of different code, study files, processors or box
+    settings unless ``allow_mixed``). ``exchange_bench`` and ``loop_bench``: see :func:`_predicted`."""
     recs = recs if isinstance(recs, Digest) else Digest.of(recs)
     origin = recs.origin.result(allow_mixed)
     rows = rows_of(recs.runs)
@@ -650,8 +649,7 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
         extra, flat = _network_effect(extra)
     spent = budget.of_points(recs.budget, rows)
     pattern = exchange_bench or declared_bench(recs)
-    ahead = predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for,
-                              bench=Bench(pattern) if pattern and nodes_max else None)
+    ahead = _predicted(recs, origin, nodes_max, kind, fit_for, pattern, loop_bench)
     _heldout_from(ahead, rows)
     return StudyAnalysis(
         study=name, workload=recs.workload, scaling=kind,
@@ -670,6 +668,19 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
         budget=spent, remedies=[] if ahead.get("remedies") else remedies(rows, models, spent, kind),
         systems=systems_of(recs.systems),
         provenance=origin, prediction=ahead)
+
+
+def _predicted(recs: Digest, origin, nodes_max: int, kind: str, fit_for, pattern: Optional[str],
+               loop_bench: Optional[str]) -> dict:
+    """:func:`predict.of_points` of the records: the held-out exchange from the tuning files
+    ``pattern`` names (a path pattern; else the study's declared one, if any), a Horovod axis's
+    compute beyond its calibration after the loop file ``loop_bench`` (:mod:`.loop_share`; used
+    only when every record ran on the machine it measured)."""
+    machines = {key[2] for key in origin.groups}
+    loop = (LoopShare(loop_bench, machines.pop() if len(machines) == 1 else None)
+            if loop_bench and nodes_max else None)
+    return predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for,
+                             bench=Bench(pattern) if pattern and nodes_max else None, loop=loop)
 
 
 def _calibration_text(fit_label: Optional[str], nodes_max: int,

@@ -7,9 +7,12 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
 - **compute** of one rank is ``center(p, b) = c·b·(1 + k·[p > 1])``: c per sample from the
   1-node runs (compute proportional to the batch), k from the largest calibrated p: as soon as a
   rank has a peer, the exchange's background work (Horovod's cycle negotiating with the others,
-  MPI's progress) takes a share of its node's CPU; on the box that share was measured not to
-  grow from 2 to 8 nodes (1 + k·log2 p, the other form tried, over-predicted 8 nodes' compute by
-  more than half). A step waits for its slowest rank,
+  MPI's progress) takes a share of its node's CPU. That share grows with the node count (on the
+  box's 0.2-core nodes 12% of a computing rank's CPU at 2 nodes, 17% at 4, 20% at 8), which no
+  run on at most 2 nodes shows (1 + k·log2 p, a form tried before, over-predicted 8 nodes'
+  compute by more than half): where a short benchmark on the allocation measured it (a loop
+  file, :mod:`.loop_share`), a Horovod axis's compute beyond its calibration is also
+  ``(1 - s(p_cal)) / (1 - s(p))`` as long; else it stays at 1 + k. A step waits for its slowest rank,
   so the step's compute is ``center × E[max of p draws]`` of the ranks' probes relative to their
   run's center (the spread measured at the calibration points, first probe of each rank left out:
   it traces the graph), and the slowest rank's median probe, the figure records carry, is
@@ -49,8 +52,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import floor, transfer
+from . import floor, loop_share, transfer
 from .exchange_bench import Bench
+from .loop_share import LoopShare
 from .allreduce import link_bytes, on_link, pairwise
 from .baselines import conformal_quantile, naive, noise, one_parameter, scores
 from .baselines import relative_error as _err
@@ -85,8 +89,10 @@ class PartModel:
     """compute, exchange and step of one axis, calibrated on its points with at most
     ``nodes_max`` nodes (see the module's docstring)."""
 
-    def __init__(self, cal: Sequence[dict], backend: str, fit: Optional[dict] = None):
+    def __init__(self, cal: Sequence[dict], backend: str, fit: Optional[dict] = None,
+                 loop: Optional[Dict[int, float]] = None):
         self.fit = fit
+        self.loop = loop
         one = [c for c in cal if c["ranks"] == 1]
         if not one:
             raise ValueError("no 1-node run among the calibration points")
@@ -139,7 +145,8 @@ class PartModel:
             self.window = max(0.0, share) if share <= 1.0 else 0.0
 
     def center(self, p: int, b: float) -> float:
-        return self.per_sample * b * (1.0 + self.k * (p > 1))
+        return (self.per_sample * b * (1.0 + self.k * (p > 1))
+                * loop_share.factor(self.loop, p, self.p_cal))
 
     def _expected_max(self, which: str, p: int) -> float:
         """:func:`expected_max` of the probes' (or the ranks') spread, once per p."""
@@ -190,12 +197,14 @@ class PartModel:
                 "duplex": self.duplex, "per_exchange_s": self.per_exchange,
                 "seconds_per_link_byte": self.seconds_per_byte,
                 "probe_draws": len(self.probe_dev), "rank_draws": len(self.rank_dev),
-                "step_max_factor_2": self._expected_max("probe_dev", 2)}
+                "step_max_factor_2": self._expected_max("probe_dev", 2),
+                "loop_shares": self.loop}
 
 
 # --- the study ----------------------------------------------------------------------------------
 
-def _fit(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = None) -> PartModel:
+def _fit(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = None,
+         loop: Optional[Dict[int, float]] = None) -> PartModel:
     """The model from the calibration runs: each run's own figures, the medians where pooled."""
     pooled = []
     for p, runs in sorted(cal.items()):
@@ -203,10 +212,11 @@ def _fit(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = None) -
         m = {"center": _med(runs, "center"), "step": s["step"], "exchange": s["exchange"],
              "probe_dev": runs.devs("probe_dev"), "rank_dev": runs.devs("rank_dev")}
         pooled.append({**s, "m": m})
-    return PartModel(pooled, backend, fit)
+    return PartModel(pooled, backend, fit, loop)
 
 
-def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict]) -> List[float]:
+def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict],
+              loop: Optional[Dict[int, float]] = None) -> List[float]:
     """Leave one repeat out (one fold of repeats beyond :data:`FOLDS` of them): the relative
     error of predicting each multi-node calibration run from the runs not in its fold."""
     fold = folds({rep for v in cal.values() for rep in v.repeat})
@@ -215,7 +225,7 @@ def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict]) -> List[f
         kept = {p: v.take(lambda rep: fold[rep] != k) for p, v in cal.items()}
         if any(not len(v) for v in kept.values()):
             continue
-        m = _fit(kept, backend, fit)
+        m = _fit(kept, backend, fit, loop)
         for r in (r for p, v in cal.items() if p > 1 for r in v.take(lambda rep: fold[rep] == k)):
             pred = m.step(r["ranks"], r["batch"], r["algorithm"], r["wire"], r["rate"])
             if pred is not None:
@@ -226,10 +236,10 @@ def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict]) -> List[f
 def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
             remedied: Sequence[dict] = (),
             exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None,
-            bench: Optional[Bench] = None) -> dict:
+            bench: Optional[Bench] = None, loop: Optional[LoopShare] = None) -> dict:
     """:func:`of_points` of records, grouped by ``row_key``."""
     return of_points(_points(recs, row_key), nodes_max, kind, _points(remedied, row_key),
-                     exchange_fit, bench)
+                     exchange_fit, bench, loop)
 
 
 def _benched(axis: str, backend: str, by_p: Dict[int, Runs], nodes_max: int,
@@ -274,7 +284,7 @@ def _point(model: PartModel, p: int, runs: Runs, fitted: bool, benched: tuple,
 def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
               remedied: Optional[Dict[tuple, Runs]] = None,
               exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None,
-              bench: Optional[Bench] = None) -> dict:
+              bench: Optional[Bench] = None, loop: Optional[LoopShare] = None) -> dict:
     """Per axis, the model's and the baselines' predictions of every point; the errors at the
     held-out points, the band and its coverage; the remedies' predicted gains, measured where
     the study (fp16) or ``remedied`` (the runs of the same workload with a remedy applied, e.g.
@@ -282,7 +292,9 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     (:func:`.measured.points`). ``exchange_fit(backend, compression)``: the bench fit's entry that
     predicts an axis's exchange, where the study declared one. ``bench``: the held-out points'
     exchange measured by a short benchmark at their node count (:mod:`.exchange_bench`), where
-    one did; the model's own exchange stays beside it. Empty when the study declares no
+    one did; the model's own exchange stays beside it. ``loop``: what Horovod's loop takes from
+    compute by node count (:mod:`.loop_share`), which a Horovod axis's compute then follows
+    beyond its calibration. Empty when the study declares no
     calibration subset or its records carry no probes."""
     if not nodes_max:
         return {}
@@ -299,9 +311,11 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
         if fit is not None:
             fit = {"model": costmodel.algorithm_for(backend, first["compression"]),
                    "gamma_s_per_byte": 0.0, **fit}
-        model = _fit(cal, backend, fit)
+        shares = (loop.shares(first["setting"])
+                  if loop is not None and backend == "horovod" else None)
+        model = _fit(cal, backend, fit, shares)
         cal_rows = [_summary(v) for _, v in sorted(cal.items())]
-        loro += _left_out(cal, backend, fit)
+        loro += _left_out(cal, backend, fit, shares)
         benched = _benched(axis, backend, by_p, nodes_max, bench)
         points = [_point(model, p, runs, p <= nodes_max, benched.get(p, (None, None)),
                          cal_rows, kind, backend) for p, runs in sorted(by_p.items())]
@@ -336,6 +350,9 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
             "exchange_bench": None if bench is None else {
                 "pattern": bench.pattern, "misses": bench.misses(),
                 "points": sum(1 for pt in held if pt["exchange_from"])},
+            "loop_bench": None if loop is None else {
+                "source": loop.source, "misses": loop.misses(),
+                "axes": [ax["axis"] for ax in out_axes if ax["model"]["loop_shares"]]},
             "band_residuals": len(loro), "axes": out_axes,
             "heldout": scores(held), "noise": noise(out_axes), "floor": lowest,
             "cross_rate": cross, "remedies": fixes}

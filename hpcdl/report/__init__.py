@@ -128,10 +128,11 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
                  algorithm: Optional[str] = None, max_ranks: int = 1024,
                  plots: bool = True, scaling: Optional[str] = None,
                  allow_mixed: bool = False, workers: Optional[int] = None,
-                 exchange_bench: Optional[str] = None) -> Dict:
+                 exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None) -> Dict:
     """Analyse the records in ``src`` and render the report; return {'report', 'json', 'files'}.
     ``workers``: processes that read the records (see :func:`_workers`); ``exchange_bench``: the
-    tuning files (a path pattern) whose exchange the held-out points take."""
+    tuning files (a path pattern) whose exchange the held-out points take; ``loop_bench``: the
+    loop file whose shares the held-out points' compute follows."""
     runs = _resolve(src)
     if not runs.exists():
         raise UserError(f"{runs}: no such results file (run the study first: hpcdl study run)")
@@ -148,7 +149,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     try:
         res = analysis.analyse(recs, recs.study or runs.parent.name, fit_doc,
                                str(fit_path) if fit_path else None, scaling, algorithm, max_ranks,
-                               allow_mixed, exchange_bench)
+                               allow_mixed, exchange_bench, loop_bench)
     except ValueError as exc:
         raise UserError(f"{runs}: {exc}") from None
     if fit_doc and not any(m.source.startswith("bench fit") for m in res.models.values()):
@@ -156,7 +157,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
                         f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")
     pngs = draw_plots(res, out) if plots else []
     tables, lines, extra = sections.render(sections.Context(res, recs.about, runs, pngs))
-    command = _command(recs.about, runs, res.provenance.mixed, exchange_bench)
+    command = _command(recs.about, runs, res.provenance.mixed, exchange_bench, loop_bench)
     files: List[Path] = []
     for t in tables:
         path = out / f"{t.name}.csv"
@@ -185,7 +186,8 @@ def _write_json(path: Path, doc: dict) -> None:
         json.dump(plain, fh, indent=1, sort_keys=True)
 
 
-def _command(about, runs, mixed: bool = False, bench: Optional[str] = None) -> str:
+def _command(about, runs, mixed: bool = False, bench: Optional[str] = None,
+             loop: Optional[str] = None) -> str:
     """The commands that regenerate this report: the study's runs (when a study made them: on
     this machine, through Slurm, or on the cluster box at each link rate it recorded) into the
     results root the records are in, named explicitly (points already recorded there are
@@ -193,7 +195,8 @@ def _command(about, runs, mixed: bool = False, bench: Optional[str] = None) -> s
     :class:`analysis.reading.Runs` gathered of the records."""
     study_file = about.study_file
     report = (f"hpcdl study report {_shown(runs.parent)}" + (" --allow-mixed" if mixed else "")
-              + (f" --exchange-bench '{bench}'" if bench else ""))
+              + (f" --exchange-bench '{bench}'" if bench else "")
+              + (f" --loop-bench {loop}" if loop else ""))
     if not study_file:
         return report
     root = f"--results-root {_shown(runs.parent.parent)}"

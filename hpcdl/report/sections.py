@@ -827,6 +827,41 @@ def _bench_words(pred) -> List[str]:
     return out + [""]
 
 
+def _loop_words(pred) -> List[str]:
+    """Where the held-out Horovod points' compute followed a loop file's shares."""
+    loop = pred.get("loop_bench")
+    if not loop:
+        return []
+    out = [f"Compute beyond the calibration, on {len(loop['axes'])} Horovod axis(es): also × "
+           "(1 − s(calibrated p)) / (1 − s(p)), s the median rank's share of its CPU that "
+           "Horovod's loop took from its compute at p nodes and the axis's cycle time, measured "
+           f"by a short benchmark on the allocation: {loop['source']}."]
+    out += [f"- not taken: {why}" for why in loop.get("misses") or []]
+    return out + [""]
+
+
+def _axis_words(ax) -> str:
+    """One axis's calibrated parts, in words."""
+    m = ax["model"]
+    loop = sorted((int(n), v) for n, v in (m.get("loop_shares") or {}).items())
+    return (f"- **{ax['axis']}**: compute {m['per_sample_s'] * 1e6:.1f} µs/sample at one "
+            f"rank, ×{1 + m['k']:.2f} beyond one rank"
+            + (", the loop's share " + "/".join(f"{v * 100:.0f}" for _, v in loop) + "% at "
+               + "/".join(str(n) for n, _ in loop) + " nodes" if loop else "")
+            + f"; spread from {m['probe_draws']} probes and {m['rank_draws']} rank medians; "
+            f"fixed {m['fixed_s'] * 1e3:.1f} ms; window {m['window'] * 100:.0f}%; "
+            + (f"exchange from the {m['exchange_source']}"
+               if m["exchange_source"].startswith("bench fit") else
+               "exchange: link bytes at the link's payload rate, "
+               + (f"+{m['duplex'] * 100:.0f}% of the other direction's where both "
+                  "ways share a connection" if m["duplex"] else
+                  f"+{m['per_exchange_s'] * 1e3:.1f} ms per exchange")
+               if m["rated"] else
+               f"{m['seconds_per_link_byte'] * 1e9:.3f} ns per link byte"
+               if m["seconds_per_link_byte"] is not None else "exchange not measured")
+            + ".")
+
+
 def _prediction_markdown(pred, by_name) -> List[str]:
     h = pred["heldout"]
     lines = ["## Prediction of the points not calibrated on (MODEL, checked against measurement)",
@@ -849,23 +884,8 @@ def _prediction_markdown(pred, by_name) -> List[str]:
              "window of compute (none for the parameter server). Beside it, two baselines: "
              "**naive** (efficiency stays at the largest calibrated point's) and **one-β** (the "
              "1-node step plus one β, α = 0, from the largest calibrated point's excess).", "",
-             by_name["prediction-vs-measured"].markdown(), ""] + _bench_words(pred)
-    for ax in pred["axes"]:
-        m = ax["model"]
-        lines.append(f"- **{ax['axis']}**: compute {m['per_sample_s'] * 1e6:.1f} µs/sample at one "
-                     f"rank, ×{1 + m['k']:.2f} beyond one rank; spread from "
-                     f"{m['probe_draws']} probes and {m['rank_draws']} rank medians; fixed "
-                     f"{m['fixed_s'] * 1e3:.1f} ms; window {m['window'] * 100:.0f}%; "
-                     + (f"exchange from the {m['exchange_source']}"
-                        if m["exchange_source"].startswith("bench fit") else
-                        "exchange: link bytes at the link's payload rate, "
-                        + (f"+{m['duplex'] * 100:.0f}% of the other direction's where both "
-                           "ways share a connection" if m["duplex"] else
-                           f"+{m['per_exchange_s'] * 1e3:.1f} ms per exchange")
-                        if m["rated"] else
-                        f"{m['seconds_per_link_byte'] * 1e9:.3f} ns per link byte"
-                        if m["seconds_per_link_byte"] is not None else "exchange not measured")
-                     + ".")
+             by_name["prediction-vs-measured"].markdown(), ""] + _bench_words(pred) + _loop_words(pred)
+    lines += [_axis_words(ax) for ax in pred["axes"]]
     if h["points"]:
         mae = h["mae_model"]
         half = h["mae_one_parameter"] / 2 if h["mae_one_parameter"] is not None else None

@@ -88,6 +88,10 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
                    help="the held-out points' exchange from the 'hpcdl tune' files at their node "
                         "count (a path with {nodes}, {ranks}, {ranks_per_node}, {network}), "
                         "instead of the study's [model] calibrate.exchange or the model's")
+    p.add_argument("--loop-bench", default=None, metavar="PATH",
+                   help="a loop file (benchmarks/cycle_cpu.py --json): the held-out Horovod "
+                        "points' compute grows with the share Horovod's loop takes of a node at "
+                        "their node count against the calibration's")
     p.add_argument("--algorithm", choices=("ring", "ps"), default=None,
                    help="exchange algorithm of the model (default: ps for the ps backend, else ring)")
     p.add_argument("--max-ranks", type=int, default=1024, help="extrapolate up to this many ranks")
@@ -143,13 +147,17 @@ def report_main(opts) -> int:
         src, name = st.results_dir, name or st.name
     if not src.exists():
         raise UserError(f"{src}: no such results folder or file")
+    if opts.loop_bench and not Path(opts.loop_bench).is_file():
+        raise UserError(f"--loop-bench {opts.loop_bench}: no such file (make one with "
+                        "benchmarks/cycle_cpu.py --json on the allocation)")
     if opts.fit and not Path(opts.fit).is_file():
         raise UserError(f"--fit {opts.fit}: no such file (make one with 'hpcdl bench fit')")
     written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
                                   algorithm=opts.algorithm,
                                   max_ranks=opts.max_ranks, plots=not opts.no_plots,
                                   scaling=opts.scaling, allow_mixed=opts.allow_mixed,
-                                  workers=opts.workers, exchange_bench=opts.exchange_bench)
+                                  workers=opts.workers, exchange_bench=opts.exchange_bench,
+                                  loop_bench=opts.loop_bench)
     for kind, path in written.items():
         if kind != "files":
             print(f"{kind}: {path}")

@@ -26,14 +26,16 @@ def test_a_committed_report_renders_again_identically_from_its_records(study, tm
     cwd = os.getcwd()
     os.chdir(ROOT)                # the report names its folder relative to where it runs
     try:
-        # a report that pooled mixed records says so in its command (--allow-mixed)
-        # a report that pooled mixed records says so in its command (--allow-mixed), and one
-        # whose held-out exchange came from tuning files names them (--exchange-bench 'PATTERN')
+        # a report that pooled mixed records says so in its command (--allow-mixed), one whose
+        # held-out exchange came from tuning files names them (--exchange-bench 'PATTERN'), and
+        # one whose compute followed a loop file names it (--loop-bench PATH)
         head = (folder / "report.md").read_text().splitlines()[0]
         bench = head.split("--exchange-bench '", 1)[1].split("'", 1)[0] \
             if "--exchange-bench '" in head else None
+        loop = head.split("--loop-bench ", 1)[1].split()[0] if "--loop-bench " in head else None
         written = report.write_report(Path("results") / study, out_dir=tmp_path,
-                                      allow_mixed="--allow-mixed" in head, exchange_bench=bench)
+                                      allow_mixed="--allow-mixed" in head, exchange_bench=bench,
+                                      loop_bench=loop)
     finally:
         os.chdir(cwd)
     made = {p.name for p in written["files"]}

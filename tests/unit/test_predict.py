@@ -7,7 +7,8 @@ import random
 import pytest
 
 from hpcdl import analysis, costmodel
-from hpcdl.analysis import allreduce, baselines, predict, reading
+from hpcdl.analysis import allreduce, baselines, loop_share, predict, reading
+from hpcdl.analysis.loop_share import LoopShare
 from hpcdl.report import sections
 
 MB = 4_617_088          # box-cnn-weak's gradient bytes
@@ -73,10 +74,15 @@ RATE = 200e6
 
 
 def truth(p, b=128, per_sample=3.2e-3, k=0.05, duplex=0.9, window=0.1, fixed=2e-3,
-          wire=MB, rate=RATE, backend="horovod", spread=(1.0,), pin=None, ex_factor=None):
+          wire=MB, rate=RATE, backend="horovod", spread=(1.0,), pin=None, ex_factor=None,
+          loop=None):
     """compute center, slowest rank's compute, exchange alone and step of the known parts;
-    ``ex_factor``: by node count, what the exchange costs beyond the model's terms."""
+    ``ex_factor``: by node count, what the exchange costs beyond the model's terms; ``loop``: by
+    node count, the share of a rank's CPU Horovod's loop takes (compute beyond 2 nodes grows by
+    it)."""
     center = per_sample * b * (1 + k * (p > 1))
+    if loop and p > 2:
+        center *= (1 - loop[2]) / (1 - loop[p])
     algo = ("ps" if backend == "ps"
             else allreduce.OMPI_ALLREDUCE[pin or allreduce.ompi_allreduce(p, wire)])
     ex = 0.0
@@ -509,3 +515,59 @@ def test_a_target_below_the_floor_is_said_to_be_beyond_what_these_repeats_can_sh
     assert "is below that" not in words()
     res["heldout"].update(mae_model=0.02)        # the target met: nothing said of the floor
     assert "would show a mean error" not in words()
+
+
+# --- what Horovod's loop takes from compute, by node count (a loop file) ----------------------
+
+LOOP = {1: 0.075, 2: 0.12, 4: 0.165, 8: 0.2}
+MACHINE = "cpu X (family 1 model 1; avx2); box nodes_in_box=8, cpus_per_node=0.2"
+
+
+def _loop_file(path, shares_by_cycle, machine=MACHINE):
+    import json
+    path.write_text(json.dumps({
+        "schema": "hpcdl.loop-cpu/1", "time": "2026-11-26T18:00:00+00:00",
+        "made_for": {"machine": machine, "link_rate": "200mbit", "rounds": 2},
+        "shares": {c: {str(n): {"median": v, "busiest": v + 0.05} for n, v in t.items()}
+                   for c, t in shares_by_cycle.items()}}))
+    return str(path)
+
+
+def test_compute_beyond_the_calibration_follows_the_loops_share_from_a_loop_file(tmp_path):
+    recs = study(loop=LOOP) + study(backend="ps")
+    path = _loop_file(tmp_path / "loop.json", {"1": LOOP, "5": {2: 0.3, 8: 0.3}})
+    res = predict.analyse(recs, reading.row_key, 2, "weak", loop=LoopShare(path, MACHINE))
+    hvd = next(a for a in res["axes"] if a["backend"] == "horovod")
+    # the axis ran Horovod's default cycle (1 ms): its shares, and every part exact
+    assert hvd["model"]["loop_shares"] == LOOP
+    for pt in hvd["points"]:
+        for part in ("compute", "exchange", "step"):
+            if pt["measured"][part]:
+                assert pt["predicted"][part] == pytest.approx(pt["measured"][part], rel=1e-9)
+    assert res["heldout"]["mae_model"] < 1e-9
+    # the parameter server runs no Horovod loop: its compute stays at 1 + k
+    ps = next(a for a in res["axes"] if a["backend"] == "ps")
+    assert ps["model"]["loop_shares"] is None
+    assert res["loop_bench"]["axes"] == [hvd["axis"]] and not res["loop_bench"]["misses"]
+    # without the file the 8-node compute is short by exactly the loop's growth
+    plain = predict.analyse(recs, reading.row_key, 2, "weak")
+    at8 = next(pt for a in plain["axes"] if a["backend"] == "horovod" for pt in a["points"]
+               if pt["nodes"] == 8)
+    assert at8["error"]["compute"] == pytest.approx((1 - 0.2) / (1 - 0.12) - 1, rel=1e-9)
+    words = "\n".join(sections._loop_words(res))
+    assert "on 1 Horovod axis(es)" in words and "loop.json (2 round(s), links 200mbit" in words
+
+
+def test_a_loop_file_of_another_machine_or_cycle_is_not_taken_and_says_why(tmp_path):
+    recs = study(loop=LOOP)
+    path = _loop_file(tmp_path / "loop.json", {"5": LOOP})
+    res = predict.analyse(recs, reading.row_key, 2, "weak", loop=LoopShare(path, MACHINE))
+    assert res["axes"][0]["model"]["loop_shares"] is None
+    assert res["loop_bench"]["misses"] == [f"{path}: no shares at a 1 ms cycle"]
+    other = LoopShare(path, MACHINE.replace("0.2", "0.5"))
+    assert other.shares(DEFAULTS) is None and "measured on" in other.misses()[0]
+    assert LoopShare(path, None).misses() == [f"{path}: the records come from more than one machine"]
+    assert "no such file" in LoopShare(str(tmp_path / "none.json"), MACHINE).misses()[0]
+    # calibration points and p <= the calibrated p are never scaled
+    assert loop_share.factor(LOOP, 2, 2) == 1.0 and loop_share.factor(LOOP, 4, 4) == 1.0
+    assert loop_share.factor({2: 0.1}, 8, 2) == 1.0

@@ -1,0 +1,85 @@
+"""What Horovod's background loop takes from a rank's compute, by node count, from a short
+benchmark on the allocation (``benchmarks/cycle_cpu.py --json``, schema ``hpcdl.loop-cpu/1``).
+
+A rank's main thread computes while Horovod's loop wakes every cycle and, once the rank has
+peers, agrees with them on what is ready, Open MPI spinning while it waits. On a node of a
+fraction of a core that loop's CPU comes out of the compute, and it grows with the node count:
+on the box (0.2 cores) 12% of a computing rank's CPU at 2 nodes, 17% at 4 and 20% at 8
+(``results/cycle-cpu.txt``). The model's compute carries the share of its largest calibrated
+node count in its k; a held-out point at p nodes is then ``(1 - s(p_cal)) / (1 - s(p))`` as long,
+with s the median rank's share at the axis's cycle time.
+
+The file names the machine it measured (processor and box settings, as records carry them); it
+is used only for records of that machine, and :meth:`LoopShare.misses` says why it was not.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Dict, List, Optional
+
+SCHEMA = "hpcdl.loop-cpu/1"
+_CYCLE = re.compile(r"cycle ([0-9.]+) ms")
+
+
+class LoopShare:
+    """The loop's share of a computing rank's CPU, by cycle time and node count."""
+
+    def __init__(self, path: str, machine: Optional[str]):
+        self.path = path
+        self._misses: Dict[str, None] = {}
+        self.doc: Optional[dict] = None
+        try:
+            doc = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            self._miss(f"{path}: no such file")
+            return
+        except (OSError, ValueError) as exc:
+            self._miss(f"{path}: unreadable ({exc})")
+            return
+        if doc.get("schema") != SCHEMA:
+            self._miss(f"{path}: not a loop file ({SCHEMA})")
+            return
+        made = (doc.get("made_for") or {}).get("machine")
+        if machine is None:
+            self._miss(f"{path}: the records come from more than one machine")
+            return
+        if made != machine:
+            self._miss(f"{path}: measured on '{made}', the records ran on '{machine}'")
+            return
+        self.doc = doc
+
+    def _miss(self, why: str) -> None:
+        self._misses[why] = None
+
+    def misses(self) -> List[str]:
+        """Why axes kept the compute without the loop's growth (each reason once)."""
+        return list(self._misses)
+
+    @property
+    def source(self) -> str:
+        made = (self.doc or {}).get("made_for") or {}
+        return (f"{self.path} ({made.get('rounds', '?')} round(s), links "
+                f"{made.get('link_rate', '?')}, made {str((self.doc or {}).get('time', '?'))[:16]})")
+
+    def shares(self, setting: str) -> Optional[Dict[int, float]]:
+        """{nodes: the median rank's share} at the cycle time of ``setting`` (a name
+        :func:`hpcdl.costmodel.setting_name` gave), None (and a miss) where the file has none."""
+        if self.doc is None:
+            return None
+        m = _CYCLE.search(setting)
+        cycle = m.group(1) if m else None
+        table = (self.doc.get("shares") or {}).get(cycle)
+        if not table:
+            self._miss(f"{self.path}: no shares at a {cycle} ms cycle")
+            return None
+        return {int(n): float(v["median"]) for n, v in table.items()}
+
+
+def factor(shares: Optional[Dict[int, float]], p: int, p_cal: int) -> float:
+    """How much longer a rank computes at ``p`` nodes than at the calibration's ``p_cal``
+    because the loop takes more of its node: 1 where either share is unmeasured or p <= p_cal."""
+    if not shares or p <= p_cal or p not in shares or p_cal not in shares:
+        return 1.0
+    return (1.0 - shares[p_cal]) / (1.0 - shares[p])
