@@ -848,7 +848,7 @@ def _axis_words(ax) -> str:
             f"rank, ×{1 + m['k']:.2f} beyond one rank"
             + (", the loop's share " + "/".join(f"{v * 100:.0f}" for _, v in loop) + "% at "
                + "/".join(str(n) for n, _ in loop) + " nodes" if loop else "")
-            + f"; spread from {m['probe_draws']} probes and {m['rank_draws']} rank medians; "
+            + f"; spread from {m['rank_draws']} rank medians; "
             f"fixed {m['fixed_s'] * 1e3:.1f} ms; window {m['window'] * 100:.0f}%; "
             + (f"exchange from the {m['exchange_source']}"
                if m["exchange_source"].startswith("bench fit") else
@@ -871,9 +871,9 @@ def _prediction_markdown(pred, by_name) -> List[str]:
              "1-node compute per sample, times 1 + k beyond one rank, k measured at the largest "
              "calibrated point (the exchange's background work, Horovod's cycle or MPI's "
              "progress, takes a share of a node's CPU once a rank has peers), times the expected "
-             "maximum over "
-             "p ranks of the ranks' compute spread measured at the calibration points (the step "
-             "waits for its slowest rank). Exchange: the bytes on each link of the allreduce "
+             "maximum over p ranks of the ranks' median compute spread measured at the "
+             "calibration points (the step waits for its slowest rank, and pays that rank's "
+             "median compute). Exchange: the bytes on each link of the allreduce "
              "algorithm the MPI library runs at that rank count and size (named per row; Open "
              "MPI's fixed decision unless the run pinned one) at the link's payload rate (on the "
              "box; elsewhere at the time per byte the calibration measured), plus what the "
