@@ -15,6 +15,7 @@ object, so that :mod:`hpcdl.report` and :mod:`hpcdl.report.plots` only render.
 from __future__ import annotations
 
 import math
+import re
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -330,7 +331,13 @@ def declared_calibration(recs: Iterable[dict]) -> Tuple[Optional[str], int]:
 def declared_bench(recs: Iterable[dict]) -> Optional[str]:
     """The path pattern of the tuning files a study's ``[model] calibrate = {exchange = ...}``
     names (declared as "...;bench:PATTERN"), else None."""
-    return _declared(recs).partition(";bench:")[2] or None
+    return _parts(_declared(recs)).get("bench")
+
+
+def declared_loop(recs: Iterable[dict]) -> Optional[str]:
+    """The loop file a study's ``[model] calibrate = {loop = ...}`` names (declared as
+    "...;loop:PATH"), else None."""
+    return _parts(_declared(recs)).get("loop")
 
 
 def _declared(recs: Iterable[dict]) -> str:
@@ -344,13 +351,22 @@ def _declared(recs: Iterable[dict]) -> str:
     return ""
 
 
+def _parts(cal: str) -> Dict[str, str]:
+    """A declared calibration's parts by name: "runs:nodes<=N;fit:PATH;bench:PATTERN;loop:PATH"
+    (each part optional) gives {"runs": "nodes<=N", "fit": PATH, ...}."""
+    out = {}
+    for part in re.split(r";(?=(?:runs|fit|bench|loop):)", cal):       # a path may hold ";"
+        name, sep, value = part.partition(":")
+        if sep:
+            out.setdefault(name, value)
+    return out
+
+
 def _calibration(cal: str) -> Tuple[Optional[str], int]:
-    cal = cal.partition(";bench:")[0]
-    runs, _, fit = cal.partition(";") if cal.startswith("runs:nodes<=") else ("", "", cal)
-    if runs or fit.startswith("fit:"):
-        return (fit[4:] if fit.startswith("fit:") else None,
-                int(runs.split("<=", 1)[1]) if runs else 0)
-    return None, 0
+    parts = _parts(cal)
+    runs = parts.get("runs", "")
+    return (parts.get("fit"),
+            int(runs.split("<=", 1)[1]) if runs.startswith("nodes<=") else 0)
 
 
 def declared_nodes_max(recs: Iterable[dict]) -> int:
@@ -648,13 +664,13 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
                             [p for p in EXTRAPOLATE_RANKS if p <= max_ranks])
         extra, flat = _network_effect(extra)
     spent = budget.of_points(recs.budget, rows)
-    pattern = exchange_bench or declared_bench(recs)
-    ahead = _predicted(recs, origin, nodes_max, kind, fit_for, pattern, loop_bench)
+    pattern, loop = exchange_bench or declared_bench(recs), loop_bench or declared_loop(recs)
+    ahead = _predicted(recs, origin, nodes_max, kind, fit_for, pattern, loop)
     _heldout_from(ahead, rows)
     return StudyAnalysis(
         study=name, workload=recs.workload, scaling=kind,
         scaling_source=source, calibration=_calibration_text(fit_label if fit_doc else None,
-                                                             nodes_max, pattern),
+                                                             nodes_max, pattern, loop),
         records=recs.records, rows=rows, models=models, extrapolation=extra,
         extrapolation_axis=first, extrapolation_batch=batch,
         extrapolation_bytes=base[0].wire_bytes, cores=cores,
@@ -684,7 +700,10 @@ def _predicted(recs: Digest, origin, nodes_max: int, kind: str, fit_for, pattern
 
 
 def _calibration_text(fit_label: Optional[str], nodes_max: int,
-                      bench: Optional[str] = None) -> str:
+                      bench: Optional[str] = None, loop: Optional[str] = None) -> str:
+    if loop and nodes_max:
+        return (_calibration_text(fit_label, nodes_max, bench)
+                + f"; their compute after the share of a node Horovod's loop takes in {loop}")
     if bench and nodes_max:
         return (f"runs with at most {nodes_max} node(s); the other points are predicted, their "
                 f"exchange from the tuning files {bench} where those measured it"

@@ -42,7 +42,9 @@ Example::
     calibrate = { nodes_max = 2 } # fit to the runs on <= 2 nodes, predict the others (with
                                   # fit too: the exchange from the bench, the rest from the runs;
                                   # with exchange = "results/tuning/box-{nodes}n-{network}.json"
-                                  # the others' exchange from 'hpcdl tune' at their node count)
+                                  # the others' exchange from 'hpcdl tune' at their node count;
+                                  # with loop = "results/tuning/box-loop-cpu.json" their compute
+                                  # after the share Horovod's loop takes of a node at theirs)
 
     [target]                      # time to accuracy: each repeat is then a seed
     metric = "accuracy"           # or "loss", on the held-out set
@@ -302,6 +304,8 @@ class Study:
                                      # is fitted to these points only and predicts the others
     calibrate_exchange: str = ""     # [model] calibrate.exchange: tuning files ({nodes}, ...)
                                      # whose exchange the predicted points take
+    calibrate_loop: str = ""         # [model] calibrate.loop: a loop file (cycle_cpu.py --json)
+                                     # whose shares the predicted points' compute follows
     target: str = ""                 # [target]: "accuracy:0.91"; each repeat is then a seed
     command: List[str] = field(default_factory=list)   # [workload] command: the user's script
     scrape: Dict[str, str] = field(default_factory=dict)  # [scrape]: figure name -> pattern
@@ -318,7 +322,8 @@ class Study:
                "calibration": ";".join(
                    ([f"runs:nodes<={self.calibrate_nodes_max}"] if self.calibrate_nodes_max else [])
                    + ([f"fit:{self.fit}"] if self.fit else [])
-                   + ([f"bench:{self.calibrate_exchange}"] if self.calibrate_exchange else []))
+                   + ([f"bench:{self.calibrate_exchange}"] if self.calibrate_exchange else [])
+                   + ([f"loop:{self.calibrate_loop}"] if self.calibrate_loop else []))
                or "runs"}
         if self.target:
             out["target"] = self.target
@@ -490,6 +495,7 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  exchanges=exchanges, slurm=slurm, timeout=timeout, env=env,
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
                  fit=fit, calibrate_nodes_max=calibrate[0], calibrate_exchange=calibrate[1],
+                 calibrate_loop=calibrate[2],
                  target=target, command=command,
                  scrape=scrape, timeline=timeline, variants=variants, tunings=tunings,
                  tuning_file=tuning_file, raw=raw)
@@ -506,20 +512,21 @@ def _fit_key(v, model) -> str:
     return fit
 
 
-def _calibrate_key(v, model) -> Tuple[int, str]:
-    """[model] calibrate = {nodes_max = N, exchange = PATH}: N (0 without it), and the 'hpcdl
-    tune' files (one per node count and link rate, placeholders as run.tuning's) whose exchange
-    the points beyond N take ("" without)."""
+def _calibrate_key(v, model) -> Tuple[int, str, str]:
+    """[model] calibrate = {nodes_max = N, exchange = PATH, loop = FILE}: N (0 without it), the
+    'hpcdl tune' files (one per node count and link rate, placeholders as run.tuning's) whose
+    exchange the points beyond N take, and the loop file (benchmarks/cycle_cpu.py --json) whose
+    shares their compute follows ("" without either)."""
     cal = v.get(model, "model.calibrate", dict, default={})
-    v.only(cal, "model.calibrate", ("nodes_max", "exchange"))
+    v.only(cal, "model.calibrate", ("nodes_max", "exchange", "loop"))
     if not cal:
-        return 0, ""
+        return 0, "", ""
     n = v.get(cal, "model.calibrate.nodes_max", int, required=True, minimum=1)
     path = _tuning_path(v, cal, "model.calibrate.exchange")
     if path and "{nodes}" not in path and "{ranks}" not in path:
         v.fail("model.calibrate.exchange", "needs {nodes} or {ranks}: one tuning file per node "
                                            "count, made by 'hpcdl tune' on that allocation")
-    return n, path
+    return n, path, v.get(cal, "model.calibrate.loop", str, default="")
 
 
 def _tuning_path(v, table, key: str) -> str:

@@ -571,3 +571,20 @@ def test_a_loop_file_of_another_machine_or_cycle_is_not_taken_and_says_why(tmp_p
     # calibration points and p <= the calibrated p are never scaled
     assert loop_share.factor(LOOP, 2, 2) == 1.0 and loop_share.factor(LOOP, 4, 4) == 1.0
     assert loop_share.factor({2: 0.1}, 8, 2) == 1.0
+
+
+def test_a_declared_loop_file_is_read_beside_the_bench_and_the_subset(tmp_path):
+    from hpcdl.analysis.provenance import machine_setting
+    recs = study(loop=LOOP)
+    path = _loop_file(tmp_path / "loop.json", {"1": LOOP}, machine=machine_setting(recs[0]))
+    declared = f"runs:nodes<=2;bench:results/t-{{nodes}}n.json;loop:{path}"
+    assert analysis.declared_calibration([{"declared": {"calibration": declared}}]) == (None, 2)
+    assert analysis.declared_bench([{"declared": {"calibration": declared}}]) == \
+        "results/t-{nodes}n.json"
+    assert analysis.declared_loop([{"declared": {"calibration": declared}}]) == path
+    for r in recs:
+        r["declared"]["calibration"] = f"runs:nodes<=2;loop:{path}"
+    res = analysis.analyse(recs, "s")
+    assert res.calibration.endswith(f"their compute after the share of a node Horovod's loop "
+                                    f"takes in {path}")
+    assert res.prediction["heldout"]["mae_model"] == pytest.approx(0.0, abs=1e-9)

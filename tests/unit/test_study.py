@@ -238,6 +238,11 @@ def test_bad_box_axes_and_calibration_are_named(tmp_path):
     st = study.load(_box_study(tmp_path, 'backend = ["ps"]', f"[model]\n{tuned}"))
     assert st.declared["calibration"] == (
         "runs:nodes<=2;bench:results/tuning/box-{nodes}n-{network}.json")
+    # and their compute after a loop file's shares
+    looped = tuned[:-2] + ', loop = "results/tuning/box-loop-cpu.json" }'
+    st = study.load(_box_study(tmp_path, 'backend = ["ps"]', f"[model]\n{looped}"))
+    assert st.declared["calibration"] == ("runs:nodes<=2;bench:results/tuning/box-{nodes}n-"
+                                          "{network}.json;loop:results/tuning/box-loop-cpu.json")
     for path, msg in [("t-{size}.json", "{size} is not a placeholder"),
                       ("t.json", "needs {nodes} or {ranks}")]:
         with pytest.raises(study.StudyError, match=f"model.calibrate.exchange: {msg}"):
