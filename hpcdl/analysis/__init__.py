@@ -693,10 +693,11 @@ def _predicted(recs: Digest, origin, nodes_max: int, kind: str, fit_for, pattern
     compute beyond its calibration after the loop file ``loop_bench`` (:mod:`.loop_share`; used
     only when every record ran on the machine it measured)."""
     machines = {key[2] for key in origin.groups}
-    loop = (LoopShare(loop_bench, machines.pop() if len(machines) == 1 else None)
-            if loop_bench and nodes_max else None)
+    machine = machines.pop() if len(machines) == 1 else None
+    loop = LoopShare(loop_bench, machine) if loop_bench and nodes_max else None
     return predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for,
-                             bench=Bench(pattern) if pattern and nodes_max else None, loop=loop)
+                             bench=Bench(pattern, machine=machine) if pattern and nodes_max else None,
+                             loop=loop)
 
 
 def _calibration_text(fit_label: Optional[str], nodes_max: int,

@@ -8,8 +8,8 @@ A study names them by a path with placeholders (``{nodes}``, ``{ranks}``, ``{ran
 "results/tuning/box-{nodes}n-{network}.json"}``, or ``hpcdl study report --exchange-bench``. A
 held-out point takes the median of the candidate its runs ran (the same algorithm, cycle time,
 fusion threshold and compression), where the file was made for its node and rank count and the
-same gradient bytes; every other point keeps the model's exchange, and :meth:`Bench.misses` says
-why.
+same gradient bytes, on the processor the records ran on (where both name it); every other
+point keeps the model's exchange, and :meth:`Bench.misses` says why.
 """
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 class Bench:
     """The exchange a tuning file measured for a point, looked up by the study's path pattern."""
 
-    def __init__(self, pattern: str, root: Optional[Path] = None):
+    def __init__(self, pattern: str, root: Optional[Path] = None, machine: Optional[str] = None):
         self.pattern = pattern
+        self.machine = machine          # the records' (provenance.machine_setting), when one
         self.root = Path(root) if root is not None else Path(".")
         self._files: Dict[Path, Optional[dict]] = {}
         self._misses: Dict[str, None] = {}      # in order, each once
@@ -76,6 +77,11 @@ class Bench:
             self._miss(f"{path}: made for {made.get('nodes')} node(s) and {made.get('ranks')} "
                        f"rank(s), not {nodes} and {nodes}")
             return None
+        cpu = made.get("cpu")
+        theirs_cpu = _cpu(self.machine or "")
+        if cpu and theirs_cpu and theirs_cpu != cpu:
+            self._miss(f"{path}: made on processor '{cpu}', the records ran on '{theirs_cpu}'")
+            return None
         theirs = costmodel.wire_bytes(int(doc.get("bytes") or 0) // 4, compression)
         if abs(theirs - wire) > 0.5:
             self._miss(f"{path}: another model's gradients ({theirs:.0f} bytes on the wire for "
@@ -91,3 +97,8 @@ class Bench:
         return (statistics.median(times),
                 f"{path} ({setting}, {compression}, median of {rounds} round"
                 f"{'s' if rounds != 1 else ''}, made {str(doc.get('time', '?'))[:16]})")
+
+
+def _cpu(machine: str) -> str:
+    """The processor a machine setting names ("cpu NAME; box ..."), else ""."""
+    return machine.split("; box ")[0][4:] if machine.startswith("cpu ") else ""

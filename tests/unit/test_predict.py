@@ -396,6 +396,27 @@ def test_a_pinned_algorithm_takes_its_own_candidate_and_another_model_is_refused
     assert any("another model's gradients" in m for m in res["exchange_bench"]["misses"])
 
 
+def test_a_tuning_file_made_on_another_processor_is_refused(tmp_path):
+    import json
+    recs = study(pin=4)
+    path = tmp_path / "t-4.json"
+    _tuning_file(path, 4, [("none", "ring, cycle 1 ms, fusion 128 MiB", [0.25])])
+    doc = json.loads(path.read_text())
+    doc["made_for"]["cpu"] = "Intel Xeon (family 6 model 85; avx512f)"
+    path.write_text(json.dumps(doc))
+    pattern = str(tmp_path / "t-{nodes}.json")
+    here = "cpu AMD EPYC (family 25 model 1; avx2 fma); box cpus_per_node=0.2"
+    res = predict.analyse(recs, reading.row_key, 2, "weak", bench=predict.Bench(pattern, machine=here))
+    at = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
+    assert at[4]["exchange_from"] is None
+    assert f"{path}: made on processor 'Intel Xeon (family 6 model 85; avx512f)', the records ran " \
+           "on 'AMD EPYC (family 25 model 1; avx2 fma)'" in res["exchange_bench"]["misses"]
+    # the records' own processor: taken
+    same = here.replace("AMD EPYC (family 25 model 1; avx2 fma)", doc["made_for"]["cpu"])
+    res = predict.analyse(recs, reading.row_key, 2, "weak", bench=predict.Bench(pattern, machine=same))
+    assert {pt["nodes"]: pt for pt in res["axes"][0]["points"]}[4]["predicted"]["exchange"] == 0.25
+
+
 def test_the_setting_names_are_the_ones_tune_writes():
     env = {"HOROVOD_FUSION_THRESHOLD": "67108864"}
     assert costmodel.setting_name(env) == "library's choice, cycle 1 ms, fusion 64 MiB"
