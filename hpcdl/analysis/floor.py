@@ -34,8 +34,8 @@ def _sd(values: List[float]) -> Optional[float]:
 def of_axes(axes: List[dict], nodes_max: int, folds: Callable, fit: Callable) -> dict:
     """``axes``: :func:`.predict.of_points`'s axes while they still hold ``_by_p`` (each node
     count's runs), ``_model`` and ``_bench`` (a benchmark's exchange by node count, which the
-    folds share); ``folds(repeats)`` deals repeats into folds, ``fit(cal,
-    backend, bench_fit, loop_shares)`` calibrates a model. Empty when no axis has two folds of repeats at its
+    folds share); ``folds(repeats)`` deals repeats into folds, ``fit(cal, backend, bench_fit,
+    loop_shares)`` calibrates a model. Empty when no axis has two folds of repeats at its
     calibration points."""
     rows, mae_model, mae_one = [], {}, {}
     for ax in axes:

@@ -4,10 +4,11 @@ benchmark on the allocation (``benchmarks/cycle_cpu.py --json``, schema ``hpcdl.
 A rank's main thread computes while Horovod's loop wakes every cycle and, once the rank has
 peers, agrees with them on what is ready, Open MPI spinning while it waits. On a node of a
 fraction of a core that loop's CPU comes out of the compute, and it grows with the node count:
-on the box (0.2 cores) 12% of a computing rank's CPU at 2 nodes, 17% at 4 and 20% at 8
-(``results/cycle-cpu.txt``). The model's compute carries the share of its largest calibrated
-node count in its k; a held-out point at p nodes is then ``(1 - s(p_cal)) / (1 - s(p))`` as long,
-with s the median rank's share at the axis's cycle time.
+on the box (0.2 cores) 15% of a computing rank's CPU at 2 nodes, 20% at 4 and 21% at 8
+(``results/cycle-cpu.txt``; 12, 17 and 20% in the run before). The model's compute carries the
+share of its largest calibrated node count in its k; a held-out point at p nodes is then
+``(1 - s(p_cal)) / (1 - s(p))`` as long, with s the median rank's share at the axis's cycle
+time.
 
 The file names the machine it measured (processor and box settings, as records carry them); it
 is used only for records of that machine, and :meth:`LoopShare.misses` says why it was not.

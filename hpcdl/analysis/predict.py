@@ -8,7 +8,7 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   1-node runs (compute proportional to the batch), k from the largest calibrated p: as soon as a
   rank has a peer, the exchange's background work (Horovod's cycle negotiating with the others,
   MPI's progress) takes a share of its node's CPU. That share grows with the node count (on the
-  box's 0.2-core nodes 12% of a computing rank's CPU at 2 nodes, 17% at 4, 20% at 8), which no
+  box's 0.2-core nodes 15% of a computing rank's CPU at 2 nodes, 20% at 4, 21% at 8), which no
   run on at most 2 nodes shows (1 + k·log2 p, a form tried before, over-predicted 8 nodes'
   compute by more than half): where a short benchmark on the allocation measured it (a loop
   file, :mod:`.loop_share`), a Horovod axis's compute beyond its calibration is also
