@@ -102,7 +102,7 @@ class PartModel:
         self.per_sample = float(np.median([c["m"]["center"] / c["batch"] for c in one]))
         self.rank_dev = np.concatenate([np.asarray(c["m"]["rank_dev"], dtype=float)
                                         for c in cal])
-        self._max: Dict[tuple, float] = {}
+        self._max: Dict[int, float] = {}
         multi = [c for c in cal if c["ranks"] > 1]
         self.p_cal = max((c["ranks"] for c in multi), default=1)
         top = [c for c in multi if c["ranks"] == self.p_cal]
@@ -110,7 +110,7 @@ class PartModel:
         if top:
             ratio = float(np.median([c["m"]["center"] / (self.per_sample * c["batch"]) for c in top]))
             self.k = ratio - 1.0
-        self.fixed = float(np.median([max(0.0, c["m"]["step"] - self.step_compute(1, c["batch"]))
+        self.fixed = float(np.median([max(0.0, c["m"]["step"] - self.compute(1, c["batch"]))
                                       for c in one]))
         # the exchange: each link's bytes at the link's payload rate, plus what the calibration
         # runs spent beyond that: where the algorithm exchanges both ways over one connection, a
@@ -138,8 +138,8 @@ class PartModel:
         # the window: the share of the step's compute the exchange hid behind
         self.window = 0.0
         if backend != "ps" and ex:
-            shares = [(self.step_compute(c["ranks"], c["batch"]) + self.fixed + c["m"]["exchange"]
-                       - c["m"]["step"]) / self.step_compute(c["ranks"], c["batch"]) for c in ex]
+            shares = [(self.compute(c["ranks"], c["batch"]) + self.fixed + c["m"]["exchange"]
+                       - c["m"]["step"]) / self.compute(c["ranks"], c["batch"]) for c in ex]
             share = float(np.median(shares))
             # over the whole compute is out of range (the exchange alone cost more than the step
             # paid for it): not carried, none taken as hidden
@@ -149,19 +149,15 @@ class PartModel:
         return (self.per_sample * b * (1.0 + self.k * (p > 1))
                 * loop_share.factor(self.loop, p, self.p_cal))
 
-    def _expected_max(self, which: str, p: int) -> float:
-        """:func:`expected_max` of the probes' (or the ranks') spread, once per p."""
-        if (which, p) not in self._max:
-            self._max[(which, p)] = expected_max(getattr(self, which), p)
-        return self._max[(which, p)]
-
-    def step_compute(self, p: int, b: float) -> float:
-        """The compute a step pays: :meth:`compute`."""
-        return self.compute(p, b)
+    def _expected_max(self, p: int) -> float:
+        """:func:`expected_max` of the ranks' spread, once per p."""
+        if p not in self._max:
+            self._max[p] = expected_max(self.rank_dev, p)
+        return self._max[p]
 
     def compute(self, p: int, b: float) -> float:
         """The slowest rank's median compute."""
-        return self.center(p, b) * (self._expected_max("rank_dev", p) if p > 1 else 1.0)
+        return self.center(p, b) * (self._expected_max(p) if p > 1 else 1.0)
 
     def exchange(self, p: int, algorithm: str, wire: float, rate: float) -> Optional[float]:
         if p <= 1:
@@ -181,7 +177,7 @@ class PartModel:
         e = self.exchange(p, algorithm, wire, rate) if exchange is None else exchange
         if e is None:
             return None
-        c = self.step_compute(p, b)
+        c = self.compute(p, b)
         return c + self.fixed + e - min(e, self.window * c)
 
     @property
@@ -199,7 +195,7 @@ class PartModel:
                 "duplex": self.duplex, "per_exchange_s": self.per_exchange,
                 "seconds_per_link_byte": self.seconds_per_byte,
                 "rank_draws": len(self.rank_dev),
-                "rank_max_factor_2": self._expected_max("rank_dev", 2),
+                "rank_max_factor_2": self._expected_max(2),
                 "loop_shares": self.loop}
 
 
