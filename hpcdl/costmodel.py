@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -60,6 +61,15 @@ def setting_name(env: Dict[str, str]) -> str:
             f"cycle {eff['HOROVOD_CYCLE_TIME']} ms, fusion "
             f"{int(eff['HOROVOD_FUSION_THRESHOLD']) / (1 << 20):g} MiB"
             + (", hierarchical" if eff["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1" else ""))
+
+
+def setting_cycle(name: str) -> Optional[str]:
+    """Horovod's cycle time in ms (as the environment wrote it) that a :func:`setting_name`
+    names, else None."""
+    m = re.search(r"cycle ([0-9.]+) ms", name)
+    return m.group(1) if m else None
+
+
 FORMULAS = {
     "ring": "2(p−1)·α + 2(p−1)/p·n·β + (p−1)/p·n·γ",
     "ps": "2(p−1)·α + 2(p−1)·n·β + (p−1)·n·γ",

@@ -19,6 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from .provenance import cpu_of
 from .. import costmodel
 
 SCHEMA = "hpcdl.tuning/1"
@@ -78,7 +79,7 @@ class Bench:
                        f"rank(s), not {nodes} and {nodes}")
             return None
         cpu = made.get("cpu")
-        theirs_cpu = _cpu(self.machine or "")
+        theirs_cpu = cpu_of(self.machine or "")
         if cpu and theirs_cpu and theirs_cpu != cpu:
             self._miss(f"{path}: made on processor '{cpu}', the records ran on '{theirs_cpu}'")
             return None
@@ -98,7 +99,3 @@ class Bench:
                 f"{path} ({setting}, {compression}, median of {rounds} round"
                 f"{'s' if rounds != 1 else ''}, made {str(doc.get('time', '?'))[:16]})")
 
-
-def _cpu(machine: str) -> str:
-    """The processor a machine setting names ("cpu NAME; box ..."), else ""."""
-    return machine.split("; box ")[0][4:] if machine.startswith("cpu ") else ""

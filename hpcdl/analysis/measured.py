@@ -36,11 +36,11 @@ class _Slots:
 class Figures(_Slots):
     """What one run measured: see :func:`measured`."""
 
-    __slots__ = ("compute", "center", "step", "exchange", "probe_dev", "rank_dev")
+    __slots__ = ("compute", "center", "step", "exchange", "rank_dev")
 
-    def __init__(self, compute, center, step, exchange, probe_dev, rank_dev):
+    def __init__(self, compute, center, step, exchange, rank_dev):
         self.compute, self.center, self.step, self.exchange = compute, center, step, exchange
-        self.probe_dev, self.rank_dev = probe_dev, rank_dev
+        self.rank_dev = rank_dev
 
 
 class Entry(_Slots):
@@ -63,7 +63,8 @@ def _median(values: List[float]) -> float:
 
 def measured(rec: dict) -> Optional[Figures]:
     """compute (slowest rank's median probe), exchange (slowest rank's median probe, timed
-    alone), the step and the ranks' probes relative to their run's center; None without probes."""
+    alone), the step and the ranks' median probes relative to their run's center; None without
+    probes."""
     ranks = _get(rec, "metrics", "ranks") or []
     comp = [_probes(r, "compute") for r in ranks]
     comp = [c for c in comp if c]
@@ -72,14 +73,13 @@ def measured(rec: dict) -> Optional[Figures]:
     if not comp and split.get("method") == "timed" and split.get("compute_s") and step:
         # a flat backend's phases timed around its calls on rank 0, no probes to spread
         return Figures(float(split["compute_s"]), float(split["compute_s"]), float(step),
-                       split.get("exchange_s"), [], [])
+                       split.get("exchange_s"), [])
     if not comp or step is None:
         return None
     center = _median([v for c in comp for v in c])
     medians = [_median(c) for c in comp]
     exch = [_median(e) for e in (_probes(r, "exchange") for r in ranks) if e]
     return Figures(max(medians), center, float(step), max(exch) if exch else None,
-                   [v / center for c in comp for v in c],
                    [m / center for m in medians] if len(medians) > 1 else [])
 
 
@@ -121,8 +121,7 @@ def _none(x: float) -> Optional[float]:
 
 class Runs:
     """A point's runs as they are read, a column each (NaN where a run has no exchange), its
-    probes' and ranks' spreads each in one array (with where each run's begin). Indexing or
-    iterating gives each run as an :class:`Entry`, made when asked."""
+    ranks' spread in one array (with where each run's begins). Indexing or iterating gives each run as an :class:`Entry`, made when asked."""
 
     _COLS = ("compute", "center", "step", "exchange", "batch", "wire", "rate")
 
@@ -132,7 +131,6 @@ class Runs:
         self.repeat = array("q")
         self.algorithm: List[str] = []
         self.setting: List[str] = []
-        self.probe_dev, self.probe_at = array("d"), array("q")
         self.rank_dev, self.rank_at = array("d"), array("q")
         self.ranks = 0
         self.backend = self.compression = ""
@@ -150,21 +148,20 @@ class Runs:
         self.repeat.append(e.repeat)
         self.algorithm.append(e.algorithm)
         self.setting.append(e.setting)
-        self.probe_at.append(len(self.probe_dev))
-        self.probe_dev.extend(m.probe_dev)
         self.rank_at.append(len(self.rank_dev))
         self.rank_dev.extend(m.rank_dev)
 
     def __len__(self) -> int:
         return len(self.step)
 
-    def _devs(self, i: int, name: str) -> array:
-        devs, at = getattr(self, name), getattr(self, name.replace("dev", "at"))
-        return devs[at[i]:at[i + 1] if i + 1 < len(at) else len(devs)]
+    def _devs(self, i: int) -> array:
+        """Run ``i``'s ranks' spread."""
+        at = self.rank_at
+        return self.rank_dev[at[i]:at[i + 1] if i + 1 < len(at) else len(self.rank_dev)]
 
     def __getitem__(self, i: int) -> Entry:
         m = Figures(self.compute[i], self.center[i], self.step[i], _none(self.exchange[i]),
-                    self._devs(i, "probe_dev"), self._devs(i, "rank_dev"))
+                    self._devs(i))
         return Entry(m=m, ranks=self.ranks, batch=int(self.batch[i]), wire=self.wire[i],
                      rate=self.rate[i], algorithm=self.algorithm[i], setting=self.setting[i],
                      backend=self.backend,
@@ -184,11 +181,9 @@ class Runs:
         out.repeat = array("q", [self.repeat[i] for i in idx])
         out.algorithm = [self.algorithm[i] for i in idx]
         out.setting = [self.setting[i] for i in idx]
-        for name in ("probe_dev", "rank_dev"):
-            devs, at = getattr(out, name), getattr(out, name.replace("dev", "at"))
-            for i in idx:
-                at.append(len(devs))
-                devs.extend(self._devs(i, name))
+        for i in idx:
+            out.rank_at.append(len(out.rank_dev))
+            out.rank_dev.extend(self._devs(i))
         return out
 
     def merge(self, other: "Runs") -> None:
@@ -200,15 +195,12 @@ class Runs:
         self.repeat.extend(other.repeat)
         self.algorithm += other.algorithm
         self.setting += other.setting
-        for name in ("probe_dev", "rank_dev"):
-            devs, at = getattr(self, name), getattr(self, name.replace("dev", "at"))
-            at.extend(len(devs) + a for a in getattr(other, name.replace("dev", "at")))
-            devs.extend(getattr(other, name))
+        self.rank_at.extend(len(self.rank_dev) + a for a in other.rank_at)
+        self.rank_dev.extend(other.rank_dev)
 
-    def devs(self, name: str) -> np.ndarray:
-        """Every run's ``probe_dev`` (or ``rank_dev``) together."""
-        return np.frombuffer(getattr(self, name), dtype=float) if len(getattr(self, name)) \
-            else np.zeros(0)
+    def devs(self) -> np.ndarray:
+        """Every run's ranks' spread (``rank_dev``) together."""
+        return np.frombuffer(self.rank_dev, dtype=float) if len(self.rank_dev) else np.zeros(0)
 
 
 def points(recs: Sequence[dict], row_key) -> Dict[tuple, Runs]:

@@ -208,7 +208,7 @@ def _fit(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = None,
     for p, runs in sorted(cal.items()):
         s = _summary(runs)
         m = {"center": _med(runs, "center"), "step": s["step"], "exchange": s["exchange"],
-             "rank_dev": runs.devs("rank_dev")}
+             "rank_dev": runs.devs()}
         pooled.append({**s, "m": m})
     return PartModel(pooled, backend, fit, loop)
 

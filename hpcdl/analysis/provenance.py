@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["Provenance", "Origin", "check", "code_of", "machine_setting", "interval", "MixedRecords"]
+__all__ = ["Provenance", "Origin", "check", "code_of", "machine_setting", "cpu_of", "interval", "MixedRecords"]
 
 # The box's settings that records pooled together must share; its link rate is the network axis.
 BOX_SETTINGS = ("nodes_in_box", "cpus_per_node", "cpu_period_us", "latency", "host", "cores")
@@ -61,6 +61,11 @@ def machine_setting(rec: dict) -> str:
         parts.append("box " + ", ".join(f"{k}={box[k]}" for k in BOX_SETTINGS
                                         if box.get(k) not in (None, "")))
     return "; ".join(parts)
+
+
+def cpu_of(machine: str) -> str:
+    """The processor a :func:`machine_setting` string names, else ""."""
+    return machine.split("; box ")[0][4:] if machine.startswith("cpu ") else ""
 
 
 def _parse(stamp) -> Optional[_dt.datetime]:

@@ -835,7 +835,8 @@ def _loop_words(pred) -> List[str]:
     out = [f"Compute beyond the calibration, on {len(loop['axes'])} Horovod axis(es): also × "
            "(1 − s(calibrated p)) / (1 − s(p)), s the median rank's share of its CPU that "
            "Horovod's loop took from its compute at p nodes and the axis's cycle time, measured "
-           f"by a short benchmark on the allocation: {loop['source']}."]
+           f"by a short benchmark on the allocation: {loop['source']}; between the node counts it "
+           "measured, s is interpolated in log p, beyond the largest held at its value."]
     out += [f"- not taken: {why}" for why in loop.get("misses") or []]
     return out + [""]
 

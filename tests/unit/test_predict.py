@@ -2,6 +2,7 @@
 allreduce decision, the bytes on each link, the expected slowest rank, the calibration from the
 smallest node counts recovering a study made by known parts, the two baselines, the conformal
 band and its coverage, the prediction across link rates, and the remedies' gains."""
+import math
 import random
 
 import pytest
@@ -427,6 +428,18 @@ def test_the_setting_names_are_the_ones_tune_writes():
         "segmented ring (1024 KiB segments), cycle 1 ms, fusion 64 MiB, hierarchical")
     # a pin without dynamic rules does nothing in Open MPI, and so names nothing
     assert costmodel.setting_name({"OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}) == DEFAULTS
+    # the cycle time read back from a name, as the loop file is looked up
+    assert costmodel.setting_cycle(costmodel.setting_name({"HOROVOD_CYCLE_TIME": "0.2"})) == "0.2"
+    assert costmodel.setting_cycle(DEFAULTS) == "1" and costmodel.setting_cycle("") is None
+
+
+def test_the_processor_is_read_back_from_a_machine_setting():
+    from hpcdl.analysis.provenance import cpu_of, machine_setting
+    rec = {"manifest": {"cpu": "AMD EPYC (family 25 model 1; avx2 fma)"},
+           "box": {"link_rate": "200mbit", "cpus_per_node": 0.2}}
+    assert cpu_of(machine_setting(rec)) == "AMD EPYC (family 25 model 1; avx2 fma)"
+    assert cpu_of(machine_setting({"manifest": {"cpu": "x"}})) == "x"
+    assert cpu_of(machine_setting({"box": {"link_rate": "200mbit"}})) == ""
 
 
 def test_a_declared_exchange_bench_is_read_beside_the_subset(tmp_path):
@@ -592,6 +605,19 @@ def test_a_loop_file_of_another_machine_or_cycle_is_not_taken_and_says_why(tmp_p
     # calibration points and p <= the calibrated p are never scaled
     assert loop_share.factor(LOOP, 2, 2) == 1.0 and loop_share.factor(LOOP, 4, 4) == 1.0
     assert loop_share.factor({2: 0.1}, 8, 2) == 1.0
+
+
+def test_the_loops_share_between_measured_node_counts_is_interpolated_and_beyond_them_held():
+    # a study at node counts the loop file did not measure (6 nodes; 16 nodes)
+    assert loop_share.share_at(LOOP, 4) == 0.165
+    six = 0.165 + (math.log2(6) - 2) * (0.2 - 0.165)
+    assert loop_share.share_at(LOOP, 6) == pytest.approx(six)
+    assert loop_share.share_at(LOOP, 3) == pytest.approx(0.12 + (math.log2(3) - 1) * 0.045)
+    assert loop_share.share_at(LOOP, 16) == 0.2 and loop_share.share_at({2: 0.1, 4: 0.2}, 1) == 0.1
+    assert loop_share.factor(LOOP, 6, 2) == pytest.approx(0.88 / (1 - six))
+    assert loop_share.factor(LOOP, 16, 2) == pytest.approx(0.88 / 0.8)
+    # a calibration at a node count the file lacks takes nothing from it
+    assert loop_share.factor({1: 0.1, 4: 0.2}, 8, 2) == 1.0
 
 
 def test_a_declared_loop_file_is_read_beside_the_bench_and_the_subset(tmp_path):
