@@ -1,0 +1,116 @@
+#!/usr/bin/env python
+"""How the reports' held-out predictions do, part by part, over several studies at once.
+
+Reads the ``prediction`` section of each study's ``report.json`` (what ``hpcdl study report``
+wrote; nothing is recomputed) and prints, per study and pooled over all of them, by backend:
+how many held-out points, the mean signed error (bias) and the mean absolute error of the
+predicted compute, exchange and step, how many steps are within 10% and how many points have
+both parts within 15%, and the mean absolute step error of the two baselines the report prints
+beside the model (one beta from the largest calibrated point's excess; efficiency stays).
+
+A bias near zero with a large absolute error is noise; a step bias near zero whose parts carry
+opposite biases is cancellation, which the per-part columns show.
+
+    python benchmarks/heldout_check.py results/box-cnn-*/ > results/heldout-check.txt
+"""
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from statistics import mean
+
+PARTS = ("compute", "exchange", "step")
+
+
+def heldout(folder: Path):
+    """(study, backend, point) for every held-out point of the study's report, else nothing."""
+    path = folder / "report.json" if folder.is_dir() else folder
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    name = (doc.get("study") or {}).get("name") if isinstance(doc.get("study"), dict) else None
+    name = name or path.parent.name
+    out = []
+    for axis in (doc.get("prediction") or {}).get("axes") or []:
+        for pt in axis.get("points") or []:
+            if pt.get("fitted") is False and pt.get("error"):
+                out.append((name, axis.get("backend") or "?", pt))
+    return out
+
+
+def summary(points) -> dict:
+    """The figures of one group of held-out points."""
+    errs = {part: [p["error"][part] for p in points if p["error"].get(part) is not None]
+            for part in PARTS}
+    both = [p for p in points if p["error"].get("compute") is not None
+            and p["error"].get("exchange") is not None]
+    return {
+        "n": len(points),
+        **{f"bias_{part}": mean(e) if e else None for part, e in errs.items()},
+        **{f"mae_{part}": mean(abs(x) for x in e) if e else None for part, e in errs.items()},
+        "within_10": sum(abs(e) <= 0.10 for e in errs["step"]),
+        "parts_15": sum(abs(p["error"]["compute"]) <= 0.15 and abs(p["error"]["exchange"]) <= 0.15
+                        for p in both),
+        "parts_n": len(both),
+        "mae_one_parameter": _mae(points, "one_parameter_error"),
+        "mae_naive": _mae(points, "naive_error"),
+        "inside": sum(bool(p.get("inside")) for p in points if "inside" in p and p.get("band")),
+        "banded": sum(1 for p in points if p.get("band")),
+    }
+
+
+def _mae(points, key):
+    vals = [abs(p[key]) for p in points if p.get(key) is not None]
+    return mean(vals) if vals else None
+
+
+def _pct(x, signed=False):
+    return "-" if x is None else (f"{x * 100:+.1f}%" if signed else f"{x * 100:.1f}%")
+
+
+HEAD = (f"{'study':26s} {'backend':8s} {'n':>3s}  {'compute bias/MAE':>17s}  "
+        f"{'exchange bias/MAE':>17s}  {'step bias/MAE':>15s}  {'<=10%':>5s}  {'parts<=15%':>10s}  "
+        f"{'1-beta':>6s}  {'naive':>6s}  {'band':>5s}")
+
+
+def line(study: str, backend: str, s: dict) -> str:
+    return (f"{study:26s} {backend:8s} {s['n']:3d}  "
+            + "  ".join(f"{_pct(s[f'bias_{part}'], True):>7s} / {_pct(s[f'mae_{part}']):>6s}"
+                        .rjust(17 if part != 'step' else 15) for part in PARTS)
+            + f"  {s['within_10']:>2d}/{s['n']:<2d}  {s['parts_15']:>4d}/{s['parts_n']:<5d}"
+            f"  {_pct(s['mae_one_parameter']):>6s}  {_pct(s['mae_naive']):>6s}"
+            f"  {s['inside']:>2d}/{s['banded']:<2d}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("studies", type=Path, nargs="+", help="study results folders (or report.json)")
+    a = ap.parse_args(argv)
+    rows = [r for f in a.studies for r in heldout(f)]
+    print(f"# python benchmarks/heldout_check.py {' '.join(map(str, a.studies))}")
+    print("# from each study's report.json (hpcdl study report); errors are (predicted - measured)"
+          " / measured; parts: compute and exchange each within 15%; band: measured step inside"
+          " the report's 90% band")
+    if not rows:
+        print("# no held-out points in these reports")
+        return 1
+    print(HEAD)
+    groups = defaultdict(list)
+    for study, backend, pt in rows:
+        groups[(study, backend)].append(pt)
+    for (study, backend), pts in sorted(groups.items()):
+        print(line(study, backend, summary(pts)))
+    by_backend = defaultdict(list)
+    for _, backend, pt in rows:
+        by_backend[backend].append(pt)
+    print()
+    for backend, pts in sorted(by_backend.items()):
+        print(line("all", backend, summary(pts)))
+    print(line("all", "all", summary([pt for _, _, pt in rows])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
