@@ -2,12 +2,14 @@
 """Does tuning bring the training path to the MPI library's speed here, and does it cost training
 nothing? Two ranks on this machine, alternating default and tuned runs, medians.
 
-1. ``hpcdl tune`` for the small CNN's gradient tensors (2 ranks) writes ``--tuning-file``.
-2. ``hpcdl bench allreduce --backend horovod`` at 4, 16 and 64 MiB, ``--rounds`` times with the
-   defaults and with the tuning file, alternating: per size the median over rounds of
-   busbw / MPI busbw, the MPI library's own MPI_Allreduce measured in the same run.
-3. ``hpcdl train`` of the small CNN at 1 and 2 ranks, defaults and tuned alternating: the median
-   throughput of each and their ratio.
+1. ``hpcdl tune`` for the small CNN's gradient tensors (2 ranks) writes ``--tuning-file``; with
+   ``--knobs`` including ``backend`` (the default here) hpcdl's own exchanges are candidates too.
+2. ``hpcdl bench allreduce`` at 4, 16 and 64 MiB, ``--rounds`` times with the defaults (Horovod,
+   as training runs without a tuning file) and with the tuning file (the backend its pick names,
+   as training runs with it), alternating: per size the median over rounds of busbw / MPI
+   busbw, the MPI library's own MPI_Allreduce measured in the same run.
+3. ``hpcdl train`` of the small CNN at 1 and 2 ranks, defaults and tuned alternating (no
+   ``--backend``: the tuned run takes the pick's): the median throughput of each and their ratio.
 
     python benchmarks/tune_local.py > results/tune-local.txt
 """
@@ -30,20 +32,20 @@ WORKLOAD = ["--workload", "cnn", "--model", "small", "--image-size", "32", "--nu
 SIZES = (4 << 20, 16 << 20, 64 << 20)
 
 
-def _tune(path: Path, budget: float) -> str:
+def _tune(path: Path, budget: float, knobs: str) -> str:
     argv = local.hpcdl_command(["tune", *WORKLOAD, "--np", "2", "--budget", str(budget),
-                                "--out", str(path)])
+                                "--knobs", knobs, "--out", str(path)])
     res = local.run(argv, timeout=1800)
     if res.returncode != 0 or res.timed_out:
         raise SystemExit(f"hpcdl tune failed: {res.stdout[-2000:]} {res.stderr[-2000:]}")
     return res.stdout
 
 
-def _bench(tuning: str, scratch: Path) -> dict:
+def _bench(tuning: str, backend: str, scratch: Path) -> dict:
     """busbw / MPI busbw per size of one bench run."""
     out = scratch / "bench.jsonl"
     argv = local.mpirun_command(2, local.hpcdl_command([
-        "bench", "allreduce", "--backend", "horovod", "--compression", "none", "-b", "4M",
+        "bench", "allreduce", "--backend", backend, "--compression", "none", "-b", "4M",
         "-e", "64M", "-f", "4", "-n", "10", "-w", "3", "--check", "0", "--results", str(out),
         "--tuning", tuning]))
     _, rec = bench_record(argv, out, 900, None, f"bench ({tuning})")
@@ -65,17 +67,23 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget", type=float, default=300.0, help="hpcdl tune's --budget")
     ap.add_argument("--tuning-file", default="results/tuning/local-1n-2r.json")
+    ap.add_argument("--knobs", default="algorithm,cycle,fusion,hierarchical,backend",
+                    help="hpcdl tune's --knobs")
     o = ap.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     print(f"# command: python benchmarks/tune_local.py --rounds {o.rounds} --budget {o.budget:g} "
-          f"--tuning-file {o.tuning_file}")
+          f"--tuning-file {o.tuning_file} --knobs {o.knobs}")
     print(f"# commit: {commit}; processor: {records.cpu_identity()}")
     path = Path(o.tuning_file)
     print("## hpcdl tune\n")
-    print(_tune(path, o.budget))
+    print(_tune(path, o.budget, o.knobs))
     pick = json.loads(path.read_text())["picks"]["none"]
-    print(f"pick: {pick['name']}, {pick['gain']:.2f}x the default's exchange\n")
+    backend = pick.get("backend", "horovod")
+    print(f"pick: {pick['name']}"
+          + (f", {pick['flat_gain']:.2f}x Horovod's pick ({pick['horovod_pick']})"
+             if backend != "horovod" else f", {pick['gain']:.2f}x the default's exchange")
+          + f"; training with the file runs {backend}\n")
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         ratios = {"default": {s: [] for s in SIZES}, "tuned": {s: [] for s in SIZES}}
@@ -83,14 +91,16 @@ def main(argv=None) -> int:
         for k in range(o.rounds):
             order = ("default", "tuned") if k % 2 == 0 else ("tuned", "default")
             for t in order:
-                for s, v in _bench("default" if t == "default" else str(path), scratch).items():
+                for s, v in (_bench("default", "horovod", scratch) if t == "default" else
+                             _bench(str(path), backend, scratch)).items():
                     ratios[t][s].append(v)
             for ranks in (1, 2):
                 for t in order:
                     thr[(ranks, t)].append(_train(ranks, "default" if t == "default" else str(path),
                                                   scratch))
     print("## the training path's busbw over MPI_Allreduce's, same run (medians of "
-          f"{o.rounds} alternating rounds; target tuned >= 0.9)\n")
+          f"{o.rounds} alternating rounds; default: horovod, tuned: {backend} with the file's "
+          "settings; target tuned >= 0.9)\n")
     print("| size | default | tuned |\n|---:|---:|---:|")
     for s in SIZES:
         print(f"| {s >> 20} MiB | {statistics.median(ratios['default'][s]):.2f} | "

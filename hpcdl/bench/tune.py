@@ -36,6 +36,14 @@ median over ``--iters`` exchanges.
   Launches of different kinds are not compared with each other: on two local ranks the same
   setting took 3.8-5.7 ms a step restarted for each round and 6.8-7.8 ms timed within one start.
 
+- **hpcdl's own exchanges** (``--knobs backend``, not searched by default): the ring and mpi
+  backends, the flat step exchange training runs with them (:func:`hpcdl.train.replica.
+  flat_exchange`: the gradients gathered into one buffer, averaged, cut back), timed in the
+  confirming launches beside each launch's Horovod (started and idle, as in training). One that
+  is ``--margin`` faster than Horovod's pick, by exchange + the compute beside it, becomes the
+  pick: its backend is what ``hpcdl train`` runs where no ``--backend`` is given. Horovod
+  overlaps its exchange with the backward pass in a step, which these timings do not credit.
+
 A candidate's figure is the median of its rounds. The table gives each candidate's step exchange
 time, its bus bandwidth, and references measured in the same launches: the MPI library's own
 ``MPI_Allreduce`` of one buffer of the same bytes, and on the cluster box the link's limit.
@@ -43,8 +51,10 @@ time, its bus bandwidth, and references measured in the same launches: the MPI l
 search follows the first compression asked for; every launch times each compression asked for,
 and each takes the search's result where it is faster for it.
 
-A little over 400 lines: the launch (the ranks' side) and the search over launches (the
-driver's) are one protocol, a JSON line after :data:`MARKER`, kept in one place.
+This module is the driver; a launch's ranks run :mod:`.tune_launch`, which prints its figures as
+one JSON line the driver reads. Over 400 lines: the search, its confirmation, the picks, the
+table and the tuning file all read one :class:`Search`'s figures and names, which a split would
+pass back and forth.
 
 Not tried: Horovod over Gloo. Its controller needs horovodrun's rendezvous; with the MPI
 controller, Horovod 0.28 crashes when its CPU operations are switched to Gloo.
@@ -54,23 +64,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from .allreduce import timed
+from . import tune_launch
+from .tune_launch import MARKER, PRUNE
 from .. import box, cluster, records
 from ..costmodel import HOROVOD_DEFAULTS, setting_name
 from ..comm import tuning
 from ..errors import UserError
 
 MIB = 1 << 20
-MARKER = "hpcdl-tune-result "
 KNOBS = {"cycle": ("HOROVOD_CYCLE_TIME", ("1", "0.2", "5")),
          "fusion": ("HOROVOD_FUSION_THRESHOLD", (str(128 * MIB), str(32 * MIB), str(8 * MIB))),
          "hierarchical": ("HOROVOD_HIERARCHICAL_ALLREDUCE", ("0", "1"))}
 # Open MPI allreduce algorithms tried, as (number, segment bytes); 0 is the library's choice
 ALGORITHMS = ((0, 0), (4, 0), (5, MIB), (6, 0), (3, 0))
+# hpcdl's flat backends, candidates beside Horovod with --knobs backend
+FLAT = ("ring", "mpi")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,7 +101,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "each gets its own pick")
     t.add_argument("--knobs", default="algorithm,cycle,fusion,hierarchical",
                    help="what to tune, a comma list of algorithm, cycle, fusion, hierarchical "
-                        "(all; what cannot apply here is skipped with the reason)")
+                        "(these four by default; what cannot apply here is skipped with the "
+                        "reason) and backend (hpcdl's ring and mpi exchanges as candidates "
+                        "beside Horovod; hpcdl train runs the pick's backend where no --backend "
+                        "is given)")
     t.add_argument("--budget", type=float, default=300.0,
                    help="seconds of launches, after each candidate has had one (300)")
     t.add_argument("--rounds", type=int, default=2, help="rounds of launches per Horovod knob (2)")
@@ -103,229 +119,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
 
 
-# --- one launch: the ranks ------------------------------------------------------------------------
-
-@dataclass
-class Worker:
-    """A launch's MPI world, the workload's tensors, and its times."""
-
-    opts: object
-    tensors: list
-    layout: object
-    world: object
-    tf: object
-    workload: dict
-    grads: object = None            # the workload's forward and backward pass on one batch
-    started: bool = False           # Horovod started once (its settings now fixed)
-    fns: dict = field(default_factory=dict)    # compression -> the step's exchange, traced once
-
-    @property
-    def root(self) -> bool:
-        return self.world.Get_rank() == 0
-
-    def session(self, algorithm: Tuple[int, int], compressions: List[str], rounds: int,
-                compute: bool = False) -> Tuple[Dict[str, List[float]], List[float]]:
-        """Horovod started once on a communicator that runs ``algorithm``; per compression,
-        ``rounds`` rounds' times of a step's exchange (each the slowest rank's median), and with
-        ``compute`` each round's time of the forward and backward pass while Horovod's
-        background thread runs beside it (what its cycle costs the step's compute)."""
-        import horovod.tensorflow as hvd
-        import numpy as np
-        from ..comm import mpit
-        from ..comm.horovod import HorovodBackend
-        if self.started:           # Horovod keeps its first start's settings; naming them again crashes it
-            for name in HOROVOD_DEFAULTS:
-                os.environ.pop(name, None)
-        if algorithm[0] or mpit.read(mpit.ALGORITHM):
-            if not (mpit.write(mpit.ALGORITHM, algorithm[0]) and mpit.write(mpit.SEGMENT, algorithm[1])):
-                raise UserError("the MPI library refused an allreduce algorithm through MPI_T")
-        comm = self.world.Dup()
-        hvd.init(comm=comm)
-        self.started = True
-        out: Dict[str, List[float]] = {c: [] for c in compressions}
-        comp_times: List[float] = []
-        compute = compute and self.grads is not None
-        try:
-            fns = self.fns      # traced in the first session, run again on each new start (their
-            for comp in compressions:           # ops find the Horovod of the moment when they run)
-                if comp not in fns:
-                    be = HorovodBackend(comp)
-                    fns[comp] = self.tf.function(lambda ts, be=be: be.average(ts))
-                fns[comp](self.tensors)                          # negotiation, fusion buffer
-            for r in range(rounds):
-                for comp in compressions:
-                    times, _ = timed(self.world, lambda: fns[comp](self.tensors), self.opts.iters, 0)
-                    out[comp].append(float(np.median(times)))
-                if compute:
-                    times, _ = timed(self.world, lambda: self.grads()[-1].numpy(),
-                                     self.opts.iters, 0 if r else 1)
-                    comp_times.append(float(np.median(times)))
-        finally:
-            hvd.shutdown()
-            comm.Free()
-        return out, comp_times
-
-    def native(self, nbytes: int) -> float:
-        """The MPI library's MPI_Allreduce (its own algorithm choice) of one buffer of ``nbytes``."""
-        import numpy as np
-        from ..comm import mpit
-        if mpit.read(mpit.ALGORITHM):
-            mpit.write(mpit.ALGORITHM, 0)
-        comm = self.world.Dup()
-        src = np.full(nbytes // 4, 0.5, dtype=np.float32)
-        dst = np.empty_like(src)
-        times, _ = timed(comm, lambda: comm.Allreduce(src, dst), self.opts.iters, 1)
-        comm.Free()
-        return float(np.median(times))
-
-
-def _train_opts(opts):
-    """``hpcdl train``'s options for the workload: a study file's first point, or the flags."""
-    from ..train import options as train_options
-    if opts.study:
-        from .. import study as study_mod
-        argv = study_mod.load(opts.study).points()[0].train_args("-")
-    else:
-        argv = ["--workload", opts.workload]
-        for flag, value in (("--model", opts.model), ("--image-size", opts.image_size),
-                            ("--num-classes", opts.num_classes)):
-            if value is not None:
-                argv += [flag, str(value)]
-    parser = argparse.ArgumentParser(prog="hpcdl train")
-    train_options.add_arguments(parser)
-    return parser.parse_args(argv)
-
-
-def _start_worker(opts, setting: dict) -> Worker:
-    """The launch's Horovod settings and rank defaults as training sets them, Open MPI's dynamic
-    rules on (an algorithm can then be forced per communicator), TensorFlow, the tensors."""
-    os.environ.update(setting["env"])
-    layout = cluster.discover()
-    threads = cluster.configure_threads(layout)
-    cluster.apply_rank_defaults()
-    if any(a[0] for a in setting["algorithms"]):
-        os.environ["OMPI_MCA_coll_tuned_use_dynamic_rules"] = "1"
-    targs = _train_opts(opts)
-    import tensorflow as tf
-    cluster.apply_tf_threads(tf, threads)
-    from mpi4py import MPI
-    from .. import workloads
-    wl = workloads.load(targs.workload, targs)
-    tensors = [tf.random.stateless_normal(v.shape, seed=[i, 7], stddev=0.01)
-               for i, v in enumerate(wl.model.trainable_variables)]
-    return Worker(opts, tensors, layout, MPI.COMM_WORLD.Dup(), tf,
-                  {"workload": targs.workload, **(wl.info or {})},
-                  _grads_fn(tf, wl, targs.batch_size))
-
-
-def _grads_fn(tf, wl, batch_size: Optional[int]):
-    """The workload's forward and backward pass on one per-rank batch (its synthetic batch, else
-    the first of its data), as a training step computes it; None without a batch."""
-    batch = wl.synthetic
-    if batch is None and isinstance(wl.train, tuple):
-        n = batch_size or wl.batch_size
-        batch = (tf.constant(wl.train[0][:n]), tf.constant(wl.train[1][:n]))
-    if batch is None:
-        return None
-    x, y = batch
-    variables = wl.model.trainable_variables
-
-    @tf.function
-    def grads():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(wl.loss(y, wl.model(x, training=True)))
-        return tape.gradient(loss, variables)
-    return grads
-
-
-def _worker(opts) -> int:
-    """One launch: every algorithm of the setting, alternating over ``--worker-rounds`` rounds;
-    rank 0 prints the times as one JSON line after :data:`MARKER`."""
-    from ..comm import mpit
-    setting = json.loads(opts.worker)
-    wk = _start_worker(opts, setting)
-    algs = [tuple(a) for a in setting["algorithms"]]
-    skipped = []
-    if len(algs) > 1 and mpit.read(mpit.ALGORITHM) is None:
-        algs = [(0, 0)]
-        skipped.append("algorithm: the MPI library has no coll_tuned_allreduce_algorithm control "
-                       "variable (not Open MPI, or its tuned collectives are off)")
-    comps = setting["compressions"]
-    nbytes = sum(int(t.shape.num_elements()) * 4 for t in wk.tensors)
-    if len(algs) > 1 and all(n in os.environ for n in ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD")):
-        raise UserError("a launch that fixes both Horovod's cycle time and fusion threshold can "
-                        "start Horovod only once, so it can time only one algorithm")
-    times = {f"{a[0]}/{a[1]}": {c: [] for c in comps} for a in algs}
-    compute: Dict[str, List[float]] = {}
-    native = [wk.native(nbytes)]
-    if len(algs) == 1:             # one start of Horovod, the rounds inside it: a Horovod setting
-        key = f"{algs[0][0]}/{algs[0][1]}"     # whose thread's cost on compute is measured too
-        times[key], compute[key] = wk.session(algs[0], comps, opts.worker_rounds, compute=True)
-        native.append(wk.native(nbytes))
-    dropped: List[str] = []
-    for r in range(opts.worker_rounds if len(algs) > 1 else 0):
-        if r:
-            native.append(wk.native(nbytes))
-        k = r % len(algs)
-        for a in algs[k:] + algs[:k]:
-            for comp, ts in wk.session(a, comps, 1)[0].items():
-                times[f"{a[0]}/{a[1]}"][comp] += ts
-        if r == 0:
-            algs, out = _prune(algs, times, comps)
-            dropped += out
-    limit = _link_limit(wk.layout.host, wk.world.Get_size(), nbytes)
-    copy = None if limit else _memcpy(wk.world, nbytes, opts.iters)
-    if wk.root:
-        lay = wk.layout
-        print(MARKER + json.dumps({
-            "env": setting["env"], "times": times, "compute": compute, "native": native,
-            "bytes": nbytes,
-            "tensors": len(wk.tensors), "workload": wk.workload, "ranks": wk.world.Get_size(),
-            "nodes": lay.num_nodes, "ranks_per_node": lay.local_size, "host": lay.host,
-            "skipped": skipped, "dropped": dropped, "link_limit_s": limit,
-            "memcpy_s": copy}), flush=True)
-    wk.world.Barrier()
-    return 0
-
-
-PRUNE = 1.5     # after a launch's first round, an algorithm this much slower than the fastest
-#                 for every compression is not timed again (the library's own choice always is)
-
-
-def _prune(algs: List[Tuple[int, int]], times: dict, comps: List[str]):
-    """(the algorithms to time in the next rounds, the keys of those dropped)."""
-    best = {c: min(min(times[f"{a[0]}/{a[1]}"][c]) for a in algs) for c in comps}
-    keep = [a for a in algs if a == (0, 0) or any(
-        min(times[f"{a[0]}/{a[1]}"][c]) <= PRUNE * best[c] for c in comps)]
-    return keep, [f"{a[0]}/{a[1]}" for a in algs if a not in keep]
-
-
-def _memcpy(world, nbytes: int, iters: int) -> float:
-    """Where ranks share memory, the limit's yardstick: a copy of ``nbytes`` on every rank at
-    once, as the allreduce bench's reference (the median of the slowest rank's times)."""
-    import numpy as np
-    src = np.full(nbytes // 4, 0.5, dtype=np.float32)
-    dst = np.zeros_like(src)
-    times, _ = timed(world, lambda: np.copyto(dst, src), max(3, iters), 1)
-    return float(np.median(times))
-
-
-def _link_limit(host: str, p: int, nbytes: int) -> Optional[float]:
-    """On the cluster box, a ring's bytes over the shaped link: 2(p-1)/p x bytes / rate."""
-    facts = box.node_facts(host) if box.load() else None
-    if not facts or not facts.get("link_bits_per_s") or p < 2:
-        return None
-    from ..costmodel import busbw_factor
-    return busbw_factor(p) * nbytes / (float(facts["link_bits_per_s"]) / 8)
-
+# --- the search: launches, the table, the tuning file ----------------------------------------------
 
 def _box_of(host: str) -> Optional[dict]:
     """The cluster box's settings a run's exchange depends on, where ``host`` is a box node."""
     facts = box.node_facts(host)
     return {k: facts.get(k) for k in ("box",) + tuning.BOX_KEYS} if facts else None
 
-
-# --- the search: launches, the table, the tuning file ----------------------------------------------
 
 @dataclass
 class Search:
@@ -340,6 +140,7 @@ class Search:
     runs: Dict[str, List[dict]] = field(default_factory=dict)
     skipped: List[str] = field(default_factory=list)
     launches: int = 0
+    backends: List[str] = field(default_factory=list)   # hpcdl's flat backends, as candidates
 
     def effective(self, env: dict) -> Dict[str, str]:
         """The Horovod settings a launch with overrides ``env`` ran with."""
@@ -351,14 +152,17 @@ class Search:
 
     def median(self, env: dict, alg: Tuple[int, int], comp: str) -> float:
         """The median of every round measured for the setting and algorithm (inf: none)."""
-        import statistics
         ts = self.times(env, f"{alg[0]}/{alg[1]}", comp)
         return statistics.median(ts) if ts else float("inf")
+
+    def flat_times(self, env: dict, backend: str, comp: str) -> List[float]:
+        """The rounds of ``backend``'s flat exchange timed in the launches of the setting."""
+        return [t for run in self.runs.get(_key(self.effective(env)), [])
+                for t in (run.get("flat") or {}).get(backend, {}).get(comp, [])]
 
     def compute(self, env: dict, alg: str) -> Optional[float]:
         """The median forward and backward pass measured while the setting's Horovod ran
         beside it (launches of one algorithm measure it; None: not measured)."""
-        import statistics
         ts = [t for run in self.runs.get(_key(self.effective(env)), [])
               for t in (run.get("compute") or {}).get(alg, [])]
         return statistics.median(ts) if ts else None
@@ -388,11 +192,12 @@ def _workload_args(opts) -> List[str]:
     return out
 
 
-def _launch(se: Search, env: dict, algorithms: List[Tuple[int, int]]) -> dict:
-    """One launch of the ranks with the Horovod overrides ``env`` timing ``algorithms``; its
-    result, kept."""
+def _launch(se: Search, env: dict, algorithms: List[Tuple[int, int]], flat: bool = False) -> dict:
+    """One launch of the ranks with the Horovod overrides ``env`` timing ``algorithms`` (and
+    with ``flat`` the search's flat backends beside Horovod); its result, kept."""
     from ..launch.local import hpcdl_command, mpirun_command, run
-    setting = {"env": env, "algorithms": algorithms, "compressions": se.comps}
+    setting = {"env": env, "algorithms": algorithms, "compressions": se.comps,
+               "backends": se.backends if flat else []}
     o = se.opts
     cmd = hpcdl_command(["tune", "--worker", json.dumps(setting), "--iters", str(o.iters),
                                "--worker-rounds", str(o.worker_rounds), *_workload_args(o)])
@@ -411,7 +216,10 @@ def _launch(se: Search, env: dict, algorithms: List[Tuple[int, int]]) -> dict:
     se.runs.setdefault(_key(se.effective(env)), []).append(result)
     se.launches += 1
     print(f"# launch {se.launches} ({res.elapsed:.0f} s): {_name(se.effective(env))}: "
-          + ", ".join(f"{c} {se.score(env, c) * 1e3:.2f} ms" for c in se.comps), flush=True)
+          + ", ".join(f"{c} {se.score(env, c) * 1e3:.2f} ms" for c in se.comps)
+          + "".join(f"; {b} {c} {statistics.median(ts) * 1e3:.2f} ms"
+                    for b, by in (result.get("flat") or {}).items() for c, ts in by.items() if ts),
+          flush=True)
     return result
 
 
@@ -464,6 +272,8 @@ def _confirm(se: Search, base: dict, alg: Tuple[int, int]) -> Dict[str, Dict[str
     two that the tuning file chooses between, the same way."""
     default_env = _key(se.effective(base)) == _key(se.effective({}))
     same = default_env and alg == (0, 0)
+    if se.backends:
+        return _confirm_with_flat(se, base, alg, same)
     if same or (default_env and not se.knobs):
         # the search kept the default, or searched only the algorithm (which ran beside the
         # default in the same launches, alternating, restarted alike): nothing to confirm
@@ -484,7 +294,32 @@ def _confirm(se: Search, base: dict, alg: Tuple[int, int]) -> Dict[str, Dict[str
     return out
 
 
-def _rounds(se: Search, cands, stop: float) -> None:
+def _confirm_with_flat(se: Search, base: dict, alg: Tuple[int, int], same: bool) -> dict:
+    """:func:`_confirm` where hpcdl's flat backends are candidates too: the default and the
+    search's result launched alike and alternating (the default alone when the search kept it),
+    each launch timing the flat backends beside its Horovod (which idles there as in training),
+    so every candidate the file chooses between is measured in the same launches."""
+    kept, se.runs = se.runs, {}
+    sides = [("default", {}, (0, 0))] + ([] if same else [("pick", base, alg)])
+    try:
+        _rounds(se, [(env, [a]) for _, env, a in sides], float("inf"), flat=True)
+        out = {side: {c: se.times(env, f"{a[0]}/{a[1]}", c) for c in se.comps}
+               for side, env, a in sides}
+        out.setdefault("pick", out["default"])
+        # per Horovod setting once (an algorithm-only pick shares the default's launches' setting)
+        envs = {_key(se.effective(env)): (side, env) for side, env, _ in reversed(sides)}
+        out["flat"] = {side: {b: {c: se.flat_times(env, b, c) for c in se.comps}
+                              for b in se.backends} for side, env in envs.values()}
+        comp = {side: se.compute(env, f"{a[0]}/{a[1]}") for side, env, a in sides}
+        comp.setdefault("pick", comp["default"])
+        if None not in comp.values():
+            out["compute"] = comp
+    finally:
+        se.runs = kept
+    return out
+
+
+def _rounds(se: Search, cands, stop: float, flat: bool = False) -> None:
     """``--rounds`` rounds of launches of ``cands`` ((overrides, algorithms) each), the order
     rotating every round; no new round once ``stop`` has passed."""
     for r in range(se.opts.rounds):
@@ -492,7 +327,7 @@ def _rounds(se: Search, cands, stop: float) -> None:
             break
         k = r % len(cands)
         for env, algs in cands[k:] + cands[:k]:
-            _launch(se, env, algs)
+            _launch(se, env, algs, flat)
 
 
 def _name(effective: dict, alg: Optional[str] = None) -> str:
@@ -507,7 +342,6 @@ def _name(effective: dict, alg: Optional[str] = None) -> str:
 
 def _rows(se: Search, comp: str) -> List[Tuple[float, str, str, List[float]]]:
     """(median, setting key, algorithm, times) of every candidate measured for ``comp``, fastest first."""
-    import statistics
     out = []
     for key, runs in se.runs.items():
         env = dict(json.loads(key))
@@ -521,11 +355,10 @@ def _rows(se: Search, comp: str) -> List[Tuple[float, str, str, List[float]]]:
 def _picks(se: Search, base: dict, alg: Tuple[int, int], confirm: dict) -> Dict[str, dict]:
     """Per compression the search's result, unless the confirmation found the default (the job's
     environment, the library's own algorithm) within ``--margin`` of it."""
-    import statistics
     picks = {}
     for comp in se.comps:
         found = alg
-        if not se.knobs and len(se.algorithms) > 1:
+        if not se.knobs and len(se.algorithms) > 1 and not se.backends:
             # only the algorithm was searched: every algorithm ran beside the default in the same
             # launches for every compression, so each compression takes its own fastest
             found = min(se.algorithms, key=lambda a: se.median({}, a, comp))
@@ -549,11 +382,48 @@ def _picks(se: Search, base: dict, alg: Tuple[int, int], confirm: dict) -> Dict[
                            "searched_compute_s": ct,
                            "step_gain": (d + cd) / (t + ct) if chosen else 1.0} if both else {}),
                        "confirm_times_s": {k: confirm[k][comp] for k in ("default", "pick")}}
+        if confirm.get("flat"):
+            _flat_pick(se, picks[comp], comp, confirm, {"default": {}, "pick": base})
     return picks
 
 
+def _flat_name(backend: str, effective: dict) -> str:
+    """A flat backend's candidate name: the backend, and the Horovod that idles beside it."""
+    return f"hpcdl {backend} (Horovod idle beside it: {_name(effective)})"
+
+
+def _flat_pick(se: Search, pick: dict, comp: str, confirm: dict, envs: Dict[str, dict]) -> None:
+    """Make ``pick`` (Horovod's, for ``comp``) a flat backend's where one was ``--margin`` faster
+    in the same launches: by exchange + the compute beside it where both were measured (the
+    Horovod setting of the launch decides how often its idle thread wakes), else by exchange.
+    Horovod's exchange overlaps the backward pass in a step, which these timings do not credit:
+    ``benchmarks/tune_local.py`` checks the pick by training."""
+    computed = confirm.get("compute") or {}
+    both = "compute_s" in pick
+    horovod = pick["exchange_s"] + (pick["compute_s"] if both else 0.0)
+    cands = [{"backend": b, "side": side, "name": _flat_name(b, se.effective(envs[side])),
+              "times_s": by[comp], "compute_s": computed.get(side)}
+             for side, v in confirm["flat"].items() for b, by in v.items() if by.get(comp)]
+    pick["flat_candidates"] = cands
+    best = min(cands, default=None, key=lambda fc: statistics.median(fc["times_s"])
+               + ((fc["compute_s"] or 0.0) if both else 0.0))
+    if best is None:
+        return
+    t = statistics.median(best["times_s"])
+    c = best["compute_s"] if both else None
+    step = t + (c or 0.0)
+    if not step < (1 - se.opts.margin) * horovod:
+        return
+    backend, effective = best["backend"], se.effective(envs[best["side"]])
+    pick.update({"backend": backend, "name": best["name"],
+                 "env": {**effective, "OMPI_MCA_coll_tuned_use_dynamic_rules": "0",
+                         "OMPI_MCA_coll_tuned_allreduce_algorithm": "0",
+                         "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": "0"},
+                 "horovod_pick": pick["name"], "exchange_s": t, "flat_gain": horovod / step,
+                 **({"compute_s": c} if c is not None else {})})
+
+
 def _table(se: Search, picks: dict, first: dict) -> List[str]:
-    import statistics
     from ..costmodel import busbw_factor, wire_bytes
     nbytes, limit = first["bytes"], first.get("link_limit_s")
     copy = None if limit else first.get("memcpy_s")
@@ -573,6 +443,16 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
             c = se.compute(dict(json.loads(key)), alg) if computed else None
             out.append(f"{comp:>5} {mark}{_name(dict(json.loads(key)), alg):<66} {len(ts):>3} "
                        f"{t * 1e3:>12.2f} "
+                       + ((f"{c * 1e3:>11.1f} " if c is not None else f"{'-':>11} ")
+                          if computed else "")
+                       + f"{nbytes / t / 1e9 * bus:>11.3f} {native / t:>6.2f} "
+                       f"{base / t:>10.2f}" + (f"  {lim / t:>7.2f}" if limit else
+                                               f" {copy / t:>10.2f}" if copy else ""))
+        for fc in sorted(picks[comp].get("flat_candidates") or [],
+                         key=lambda fc: statistics.median(fc["times_s"])):
+            t, c = statistics.median(fc["times_s"]), fc["compute_s"]
+            mark = "*" if fc["name"] == picks[comp]["name"] else " "
+            out.append(f"{comp:>5} {mark}{fc['name']:<66} {len(fc['times_s']):>3} {t * 1e3:>12.2f} "
                        + ((f"{c * 1e3:>11.1f} " if c is not None else f"{'-':>11} ")
                           if computed else "")
                        + f"{nbytes / t / 1e9 * bus:>11.3f} {native / t:>6.2f} "
@@ -607,11 +487,17 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
                    + ", so the file takes "
                    + (f"it ({pk['step_gain' if step else 'gain']:.2f}x)" if pk["chosen"]
                       else "the default"))
+        if pk.get("flat_candidates"):
+            out.append(f"# {comp}: hpcdl's flat backends, timed in those launches beside their "
+                       "Horovod (which training starts too, idle for them): "
+                       + (f"{pk['name']} is {pk['flat_gain']:.2f}x Horovod's pick "
+                          f"({pk['horovod_pick']}), so the file takes it; hpcdl train runs it "
+                          "where no --backend is given" if pk.get("backend", "horovod") != "horovod"
+                          else f"none was {se.opts.margin:.0%} faster than Horovod's pick"))
     return out
 
 
 def _document(se: Search, picks: dict, first: dict, skipped: List[str]) -> dict:
-    import statistics
     import sys
     return {
         "schema": tuning.SCHEMA, "time": records.now_iso(),
@@ -626,28 +512,33 @@ def _document(se: Search, picks: dict, first: dict, skipped: List[str]) -> dict:
             "link_limit_s": first.get("link_limit_s"), "memcpy_s": first.get("memcpy_s")},
         "skipped": skipped, "launches": se.launches, "picks": picks,
         "candidates": [{"compression": comp, "name": _name(dict(json.loads(key)), alg),
-                        "times_s": ts} for comp in se.comps for _, key, alg, ts in _rows(se, comp)],
+                        "times_s": ts} for comp in se.comps for _, key, alg, ts in _rows(se, comp)]
+        + [{"compression": comp, "name": fc["name"], "backend": fc["backend"],
+            "times_s": fc["times_s"]}
+           for comp in se.comps for fc in picks[comp].get("flat_candidates") or []],
     }
 
 
 def main(opts) -> int:
     if opts.worker:
-        return _worker(opts)
+        return tune_launch.run(opts)
     comps = [c.strip() for c in opts.compression.split(",") if c.strip()]
     knobs = [k.strip() for k in opts.knobs.split(",") if k.strip()]
-    bad = [k for k in knobs if k not in KNOBS and k != "algorithm"]
+    bad = [k for k in knobs if k not in KNOBS and k not in ("algorithm", "backend")]
     if not comps or set(comps) - {"none", "fp16"}:
         raise UserError(f"--compression {opts.compression}: tune none, fp16 or both")
     if bad:
-        raise UserError(f"--knobs: unknown {', '.join(bad)}; choose from algorithm, {', '.join(KNOBS)}")
+        raise UserError(f"--knobs: unknown {', '.join(bad)}; choose from algorithm, "
+                        f"{', '.join(KNOBS)}, backend")
     if opts.budget < 0 or min(opts.rounds, opts.worker_rounds, opts.iters, opts.np) < 1 \
             or not 0 <= opts.margin < 1:
         raise UserError("--budget must be >= 0, --rounds, --worker-rounds, --iters and --np at "
                         "least 1, --margin in [0, 1)")
     if cluster.discover().size > 1:
         raise UserError("run hpcdl tune itself, not under mpirun or srun: it launches the ranks")
-    se = Search(opts, comps, [k for k in knobs if k != "algorithm"],
-                list(ALGORITHMS) if "algorithm" in knobs else [(0, 0)])
+    se = Search(opts, comps, [k for k in knobs if k not in ("algorithm", "backend")],
+                list(ALGORITHMS) if "algorithm" in knobs else [(0, 0)],
+                backends=list(FLAT) if "backend" in knobs else [])
     started = time.monotonic()
     se.deadline = started + opts.budget
     base, alg = _search(se)

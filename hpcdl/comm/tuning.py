@@ -4,8 +4,9 @@ takes them.
 A tuning file (JSON, schema ``hpcdl.tuning/1``) names where it was measured (cluster, nodes,
 ranks, ranks per node, the processor, the MPI library) and, for each gradient compression it
 tuned, the pick: environment settings of Horovod and Open MPI (:data:`SETTINGS`), which must be
-in the process environment before MPI and Horovod start. It also keeps every candidate's
-figures, so the choice can be checked later.
+in the process environment before MPI and Horovod start, and, where ``hpcdl tune --knobs
+backend`` searched it, the backend (:data:`PICKABLE`) whose exchange was fastest. It also keeps
+every candidate's figures, so the choice can be checked later.
 
 A run takes a tuning file from ``--tuning`` (``hpcdl train``, ``hpcdl bench allreduce``), else
 from ``HPCDL_TUNING`` (which a study's ``[run] tuning`` sets for its points); ``default`` (or
@@ -13,6 +14,9 @@ from ``HPCDL_TUNING`` (which a study's ``[run] tuning`` sets for its points); ``
 job scripts export a fusion threshold, which would otherwise win), and the run's record carries
 the section :func:`apply` returns: the file, its hash, the settings, what they replaced, and
 where the file was made.
+
+A pick's backend is what ``hpcdl train`` runs when no ``--backend`` is given
+(:func:`backend_of`); a ``--backend`` given wins, and the file's settings apply to it all the same.
 """
 from __future__ import annotations
 
@@ -31,6 +35,8 @@ SETTINGS = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_HIERARCHI
             "OMPI_MCA_coll_tuned_use_dynamic_rules", "OMPI_MCA_coll_tuned_allreduce_algorithm",
             "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize")
 OFF = ("default", "none")
+# What a pick's backend may be: Horovod, or one of hpcdl's flat exchanges over mpi4py
+PICKABLE = ("horovod", "mpi", "ring")
 
 
 def path_of(flag: Optional[str], env: Optional[Mapping[str, str]] = None) -> Optional[str]:
@@ -68,6 +74,10 @@ def _read(path) -> Tuple[dict, bytes]:
         if bad:
             raise UserError(f"tuning file {path}: {', '.join(bad)} is not a setting a tuning "
                             f"file may hold ({', '.join(SETTINGS)})")
+        if pick.get("backend", "horovod") not in PICKABLE:
+            raise UserError(f"tuning file {path}: the {comp} pick's backend "
+                            f"'{pick.get('backend')}' is not one a tuning file may pick "
+                            f"({', '.join(PICKABLE)})")
     return doc, raw
 
 
@@ -92,7 +102,20 @@ def apply(path, compression: str, environ: Optional[MutableMapping[str, str]] = 
     made = doc.get("made_for") or {}
     return {"file": str(path), "sha256": hashlib.sha256(raw).hexdigest(),
             "compression": compression, "settings": chosen, "replaced": replaced,
-            "made_for": made, "pick": doc["picks"][compression].get("name")}
+            "made_for": made, "pick": doc["picks"][compression].get("name"),
+            "backend": doc["picks"][compression].get("backend", "horovod")}
+
+
+def backend_of(flag: Optional[str], compression: str,
+               environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The backend the pick for ``compression`` of the tuning file a run takes
+    (:func:`path_of`) names; None without a file."""
+    path = path_of(flag, environ)
+    if path is None:
+        return None
+    doc = load(path)
+    settings(doc, compression, path)             # a compression it was not tuned for: refused
+    return doc["picks"][compression].get("backend", "horovod")
 
 
 def take(flag: Optional[str], compression: str,

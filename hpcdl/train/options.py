@@ -6,7 +6,7 @@ from pathlib import Path
 
 from . import args, modes
 from .. import cluster
-from ..comm import COMPRESSIONS
+from ..comm import COMPRESSIONS, tuning
 from ..errors import UserError
 from ..workloads import resolve
 
@@ -47,8 +47,10 @@ def _training(p, t) -> None:
     t.add_argument("--lr-warmup-steps", type=args.nonneg_int, default=0,
                    help="ramp the lr linearly from its unscaled value over this many steps")
     t.add_argument("--seed", type=int, default=0, help="seed of the model and the data order")
-    t.add_argument("--backend", default="horovod",
-                   help=f"gradient exchange: {', '.join(modes.TRAIN_BACKENDS)} "
+    t.add_argument("--backend", default=None,
+                   help=f"gradient exchange: {', '.join(modes.TRAIN_BACKENDS)} (default: the "
+                        "--tuning file's pick where 'hpcdl tune --knobs backend' chose one, else "
+                        "horovod); "
                         + "; ".join(f"{m.backend}: {m.help}" for m in modes.MODES if m.backend))
     t.add_argument("--compression", default="none", help=f"gradient compression: {', '.join(COMPRESSIONS)}")
     t.add_argument("--tuning", default=None, metavar="FILE",
@@ -117,10 +119,24 @@ def _records(r) -> None:
                         "time limit); short steps agree about once a second (10)")
 
 
+def resolve_backend(opts) -> None:
+    """``opts.backend`` as given; else, on more than one rank, the backend the tuning file's pick
+    names (:func:`hpcdl.comm.tuning.backend_of`); else horovod. ``opts.backend_from`` says which
+    (``--backend``, the tuning file, ``default``)."""
+    if getattr(opts, "backend", None):
+        opts.backend_from = "--backend"
+        return
+    picked = (tuning.backend_of(opts.tuning, opts.compression)
+              if cluster.discover().size > 1 else None)
+    opts.backend = picked or "horovod"
+    opts.backend_from = "the tuning file" if picked else "default"
+
+
 def validate(opts):
     """Check the options that need no TensorFlow; the mode they choose. Raise UserError naming
     what to fix."""
     resolve(opts.workload)
+    resolve_backend(opts)
     mode = modes.select(opts)
     if opts.resume and not opts.checkpoint_dir and opts.resume == "latest":
         raise UserError("--resume needs --checkpoint-dir (or the path of a checkpoint file)")

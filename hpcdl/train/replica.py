@@ -14,6 +14,29 @@ from .runtime import Plan, Runtime
 from ..errors import UserError
 
 
+# --- the flat exchange's buffers -------------------------------------------------------------------
+
+def gather(np, grads):
+    """The gradients as one float32 buffer, as a flat backend's ``allreduce_mean`` takes them."""
+    return np.concatenate([g.numpy().ravel() for g in grads])
+
+
+def scatter(np, tf, avg, variables) -> list:
+    """The averaged buffer cut back into one tensor per variable."""
+    out, off = [], 0
+    for v in variables:
+        n = int(np.prod(v.shape))
+        out.append(tf.constant(avg[off:off + n].reshape(v.shape), dtype=v.dtype))
+        off += n
+    return out
+
+
+def flat_exchange(np, tf, exchange, grads, variables) -> list:
+    """What a step of a flat backend does between its compute and its update: :func:`gather`,
+    ``exchange.allreduce_mean``, :func:`scatter` (``hpcdl tune`` times this)."""
+    return scatter(np, tf, exchange.allreduce_mean(gather(np, grads)), variables)
+
+
 # --- the replica ----------------------------------------------------------------------------------
 
 class Probe(NamedTuple):
@@ -91,16 +114,11 @@ class Replica:
         np, tf = self.np, self.rt.tf
         t0 = time.perf_counter()
         loss, grads = self.compute_grads(x, y)
-        flat = np.concatenate([g.numpy().ravel() for g in grads])
+        flat = gather(np, grads)
         t1 = time.perf_counter()
         avg = self.exchange.allreduce_mean(flat)
         t2 = time.perf_counter()
-        out, off = [], 0
-        for v in self.variables:
-            n = int(np.prod(v.shape))
-            out.append(tf.constant(avg[off:off + n].reshape(v.shape), dtype=v.dtype))
-            off += n
-        self._apply(out)
+        self._apply(scatter(np, tf, avg, self.variables))
         return loss, t1 - t0, t2 - t1
 
     def probe(self, x, y, slow: float = 0.0) -> "Probe":

@@ -177,7 +177,7 @@ def _record(rep, opts, mode, f, found) -> dict:
         resumed_from=found.as_record() if found else None,
         box=box.record_section(f["hosts"], f["net"], opts.backend, opts.compression,
                                rep.gradient_bytes() // 4, rt.size),
-        tuning=rt.tuning)
+        tuning=dict(rt.tuning or {}, backend_from=getattr(opts, "backend_from", "--backend")))
 
 
 def _slow_label(slow) -> "str | None":

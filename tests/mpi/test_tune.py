@@ -80,3 +80,29 @@ def test_a_forced_algorithm_from_the_environments_tuning_file_is_what_the_librar
     rec = read_records(one)[-1]
     assert rec["tuning"]["source"] == "default" and "one rank" in rec["tuning"]["ignored"]
     assert rec["tuning"]["in_force"]["algorithm"] == 0
+
+
+def test_tune_with_the_backend_knob_times_hpcdls_exchanges_and_training_runs_its_pick(tmp_path):
+    out = tmp_path / "tuning.json"
+    argv = local.hpcdl_command(["tune", *WORKLOAD, "--np", "2", "--knobs", "backend",
+                                "--rounds", "1", "--worker-rounds", "2", "--iters", "2",
+                                "--budget", "0", "--out", str(out)])
+    res = check(local.run(argv, timeout=400, env=dict(os.environ, PYTHONPATH=str(ROOT))))
+    lines = res.stdout.splitlines()
+    # the default's launch for the search, then the confirming launch timing the flat backends
+    assert sum(1 for ln in lines if ln.startswith("# launch ")) == 2
+    flat = [ln for ln in lines if ln.startswith(" none") and "hpcdl " in ln]
+    assert len(flat) == 2 and any("hpcdl ring" in r for r in flat) and any("hpcdl mpi" in r for r in flat)
+    assert any(ln.startswith("# none: hpcdl's flat backends") for ln in lines)
+    doc = json.loads(out.read_text())
+    pick = doc["picks"]["none"]
+    backend = pick.get("backend", "horovod")
+    assert {c.get("backend") for c in doc["candidates"]} >= {"ring", "mpi"}
+    assert sum(1 for ln in lines if ln.startswith(" none *")) == 1
+    # training without --backend runs the pick's backend, with --backend the one given
+    rec = _train(tmp_path, "picked", "--tuning", str(out))
+    assert rec["params"]["backend"] == backend and rec["tuning"]["backend"] == backend
+    assert rec["tuning"]["backend_from"] == "the tuning file"
+    assert rec["tuning"]["settings"] == pick["env"] and rec["replicas_identical"]
+    rec = _train(tmp_path, "given", "--tuning", str(out), "--backend", "mpi")
+    assert rec["params"]["backend"] == "mpi" and rec["tuning"]["backend_from"] == "--backend"

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from hpcdl.bench import tune
+from hpcdl.bench import tune, tune_launch
 from hpcdl.comm import tuning
 from hpcdl.errors import UserError
 
@@ -225,9 +225,9 @@ def test_an_algorithm_far_slower_for_every_compression_after_the_first_round_is_
     # the ring in fp32 but 1.4x in fp16; the library's own choice is always timed again
     times = {"0/0": {"none": [0.71], "fp16": [0.37]}, "4/0": {"none": [0.41], "fp16": [0.32]},
              "6/0": {"none": [0.71], "fp16": [0.36]}, "3/0": {"none": [1.24], "fp16": [0.69]}}
-    keep, dropped = tune._prune([(0, 0), (4, 0), (6, 0), (3, 0)], times, ["none", "fp16"])
+    keep, dropped = tune_launch.prune([(0, 0), (4, 0), (6, 0), (3, 0)], times, ["none", "fp16"])
     assert keep == [(0, 0), (4, 0), (6, 0)] and dropped == ["3/0"]
-    keep, dropped = tune._prune([(0, 0), (4, 0), (6, 0), (3, 0)], times, ["none"])
+    keep, dropped = tune_launch.prune([(0, 0), (4, 0), (6, 0), (3, 0)], times, ["none"])
     assert keep == [(0, 0), (4, 0)] and dropped == ["6/0", "3/0"]
 
 
@@ -247,3 +247,100 @@ def test_a_run_on_a_box_with_other_settings_than_the_tuned_one_is_named(tmp_path
     assert tuning.mismatch(section, 2, 2, None) is None
     del section["made_for"]["box"]
     assert tuning.mismatch(section, 2, 2, {**then, "cpu_period_us": 5000}) is None
+
+
+# --- a backend as the pick (hpcdl tune --knobs backend) ----------------------------------------
+
+def test_a_pick_may_name_a_backend_and_a_run_without_backend_takes_it(tmp_path):
+    path = _file(tmp_path, picks={"none": {"name": "hpcdl ring", "env": PICK, "backend": "ring"},
+                                  "fp16": {"name": "h", "env": PICK}})
+    assert tuning.backend_of(str(path), "none", {}) == "ring"
+    assert tuning.backend_of(str(path), "fp16", {}) == "horovod"     # a pick without: Horovod's
+    assert tuning.backend_of(None, "none", {}) is None
+    assert tuning.backend_of(None, "none", {"HPCDL_TUNING": str(path)}) == "ring"
+    assert tuning.take(str(path), "none", {})["backend"] == "ring"
+    with pytest.raises(UserError, match="tuned for fp16, none gradients, not int8"):
+        tuning.backend_of(str(path), "int8", {})
+
+
+def test_a_pick_naming_a_backend_no_tune_picks_is_refused(tmp_path):
+    path = _file(tmp_path, picks={"none": {"name": "x", "env": PICK, "backend": "ps"}})
+    with pytest.raises(UserError, match="backend 'ps' is not one a tuning file may pick"):
+        tuning.take(str(path), "none", {})
+
+
+def _train_opts(argv, monkeypatch, size):
+    import argparse
+    from hpcdl.train import options
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", str(size))
+    p = argparse.ArgumentParser()
+    options.add_arguments(p)
+    opts = p.parse_args(argv)
+    options.resolve_backend(opts)
+    return opts
+
+
+def test_training_runs_the_picks_backend_unless_one_is_given_or_one_rank_runs(tmp_path, monkeypatch):
+    monkeypatch.delenv("HPCDL_TUNING", raising=False)
+    path = str(_file(tmp_path, picks={"none": {"name": "r", "env": PICK, "backend": "ring"}}))
+    opts = _train_opts(["--tuning", path], monkeypatch, 2)
+    assert (opts.backend, opts.backend_from) == ("ring", "the tuning file")
+    opts = _train_opts(["--tuning", path, "--backend", "horovod"], monkeypatch, 2)
+    assert (opts.backend, opts.backend_from) == ("horovod", "--backend")
+    # one rank exchanges nothing and takes no tuning file (hpcdl.train.runtime)
+    opts = _train_opts(["--tuning", path], monkeypatch, 1)
+    assert (opts.backend, opts.backend_from) == ("horovod", "default")
+    opts = _train_opts([], monkeypatch, 2)
+    assert (opts.backend, opts.backend_from) == ("horovod", "default")
+
+
+def _flat_confirm(ring, mpi, compute=None):
+    confirm = {"default": {"none": [0.010] * 3}, "pick": {"none": [0.008] * 3},
+               "flat": {"default": {"ring": {"none": ring}, "mpi": {"none": mpi}},
+                        "pick": {"ring": {"none": ring}, "mpi": {"none": mpi}}}}
+    if compute:
+        confirm["compute"] = compute
+    return confirm
+
+
+def test_a_flat_backend_faster_than_horovods_pick_by_the_margin_becomes_the_pick(monkeypatch):
+    for k in tune.HOROVOD_DEFAULTS:
+        monkeypatch.delenv(k, raising=False)
+    se = _search()
+    five = {"HOROVOD_CYCLE_TIME": "5"}
+    pick = tune._picks(se, five, (4, 0), _flat_confirm([0.004] * 3, [0.009] * 3))["none"]
+    assert pick["backend"] == "ring" and pick["exchange_s"] == 0.004
+    assert pick["horovod_pick"] == "ring, cycle 5 ms, fusion 128 MiB"
+    assert pick["flat_gain"] == pytest.approx(0.008 / 0.004)
+    # the flat backend runs the library's own allreduce, as it was timed
+    assert pick["env"]["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "0"
+    assert pick["env"]["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "0"
+    assert set(pick["env"]) == set(tuning.SETTINGS)
+    assert len(pick["flat_candidates"]) == 4
+    # within the margin of Horovod's pick: Horovod stays
+    pick = tune._picks(se, five, (4, 0), _flat_confirm([0.0079] * 3, [0.009] * 3))["none"]
+    assert "backend" not in pick and pick["name"] == "ring, cycle 5 ms, fusion 128 MiB"
+
+
+def test_a_flat_backend_goes_by_the_step_with_the_compute_beside_its_launchs_horovod(monkeypatch):
+    for k in tune.HOROVOD_DEFAULTS:
+        monkeypatch.delenv(k, raising=False)
+    se = _search()
+    five = {"HOROVOD_CYCLE_TIME": "5"}
+    # the ring's exchange is faster in both launches, but beside the default's 1 ms cycle its
+    # compute is slower than Horovod's pick's step; beside the 5 ms cycle it wins
+    confirm = _flat_confirm([0.004] * 3, [0.020] * 3, {"default": 0.100, "pick": 0.080})
+    pick = tune._picks(se, five, (4, 0), confirm)["none"]
+    assert pick["backend"] == "ring" and pick["env"]["HOROVOD_CYCLE_TIME"] == "5"
+    assert pick["compute_s"] == 0.080
+    assert pick["flat_gain"] == pytest.approx((0.008 + 0.080) / (0.004 + 0.080))
+    assert pick["name"] == "hpcdl ring (Horovod idle beside it: cycle 5 ms, fusion 128 MiB)"
+    facts = {"native": [0.003], "bytes": 4 << 20, "ranks": 2, "nodes": 1, "tensors": 10,
+             "memcpy_s": 0.001}
+    se.runs[tune._key(se.effective(five))] = [
+        {"times": {"4/0": {"none": [0.008]}}, "compute": {"4/0": [0.080]}, **facts}]
+    table = tune._table(se, {"none": pick}, facts)
+    rows = [ln for ln in table if ln.startswith(" none") and "hpcdl " in ln]
+    assert len(rows) == 4 and sum(r.startswith(" none *hpcdl ring") for r in rows) == 1
+    assert "so the file takes it; hpcdl train runs it where no --backend is given" in table[-1]
