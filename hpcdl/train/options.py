@@ -120,14 +120,14 @@ def _records(r) -> None:
 
 
 def resolve_backend(opts) -> None:
-    """``opts.backend`` as given; else, on more than one rank, the backend the tuning file's pick
-    names (:func:`hpcdl.comm.tuning.backend_of`); else horovod. ``opts.backend_from`` says which
-    (``--backend``, the tuning file, ``default``)."""
+    """``opts.backend`` as given; else, for data parallelism on more than one rank, the backend
+    the tuning file's pick names (:func:`hpcdl.comm.tuning.backend_of`); else horovod.
+    ``opts.backend_from`` says which (``--backend``, the tuning file, ``default``)."""
     if getattr(opts, "backend", None):
         opts.backend_from = "--backend"
         return
     picked = (tuning.backend_of(opts.tuning, opts.compression)
-              if cluster.discover().size > 1 else None)
+              if opts.parallel == "data" and cluster.discover().size > 1 else None)
     opts.backend = picked or "horovod"
     opts.backend_from = "the tuning file" if picked else "default"
 

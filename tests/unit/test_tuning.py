@@ -293,6 +293,9 @@ def test_training_runs_the_picks_backend_unless_one_is_given_or_one_rank_runs(tm
     assert (opts.backend, opts.backend_from) == ("horovod", "default")
     opts = _train_opts([], monkeypatch, 2)
     assert (opts.backend, opts.backend_from) == ("horovod", "default")
+    # a pipeline moves activations itself: the pick's exchange is not its backend
+    opts = _train_opts(["--tuning", path, "--parallel", "pipeline"], monkeypatch, 2)
+    assert (opts.backend, opts.backend_from) == ("horovod", "default")
 
 
 def _flat_confirm(ring, mpi, compute=None):
