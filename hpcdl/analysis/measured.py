@@ -121,7 +121,8 @@ def _none(x: float) -> Optional[float]:
 
 class Runs:
     """A point's runs as they are read, a column each (NaN where a run has no exchange), its
-    ranks' spread in one array (with where each run's begins). Indexing or iterating gives each run as an :class:`Entry`, made when asked."""
+    ranks' spread in one array (with where each run's begins). Indexing or iterating gives each
+    run as an :class:`Entry`, made when asked."""
 
     _COLS = ("compute", "center", "step", "exchange", "batch", "wire", "rate")
 

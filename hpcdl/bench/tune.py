@@ -371,10 +371,8 @@ def _picks(se: Search, base: dict, alg: Tuple[int, int], confirm: dict) -> Dict[
         chosen = t + ct < (1 - se.opts.margin) * (d + cd) if both else t < (1 - se.opts.margin) * d
         env_, alg_ = (base, found) if chosen else ({}, (0, 0))
         effective = se.effective(env_)
-        env = {**effective, "OMPI_MCA_coll_tuned_use_dynamic_rules": "1" if alg_[0] else "0",
-               "OMPI_MCA_coll_tuned_allreduce_algorithm": str(alg_[0]),
-               "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": str(alg_[1])}
-        picks[comp] = {"name": _name(effective, f"{alg_[0]}/{alg_[1]}"), "env": env,
+        picks[comp] = {"name": _name(effective, f"{alg_[0]}/{alg_[1]}"),
+                       "env": _pick_env(effective, alg_),
                        "exchange_s": t if chosen else d, "default_s": d,
                        "searched": _name(se.effective(base), f"{found[0]}/{found[1]}"),
                        "searched_s": t, "gain": d / t if chosen else 1.0, "chosen": chosen,
@@ -385,6 +383,14 @@ def _picks(se: Search, base: dict, alg: Tuple[int, int], confirm: dict) -> Dict[
         if confirm.get("flat"):
             _flat_pick(se, picks[comp], comp, confirm, {"default": {}, "pick": base})
     return picks
+
+
+def _pick_env(effective: dict, alg: Tuple[int, int]) -> Dict[str, str]:
+    """A pick's full settings: Horovod's ``effective`` ones and Open MPI's allreduce algorithm
+    ``alg`` (dynamic rules on only where one is forced)."""
+    return {**effective, "OMPI_MCA_coll_tuned_use_dynamic_rules": "1" if alg[0] else "0",
+            "OMPI_MCA_coll_tuned_allreduce_algorithm": str(alg[0]),
+            "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": str(alg[1])}
 
 
 def _flat_name(backend: str, effective: dict) -> str:
@@ -416,9 +422,7 @@ def _flat_pick(se: Search, pick: dict, comp: str, confirm: dict, envs: Dict[str,
         return
     backend, effective = best["backend"], se.effective(envs[best["side"]])
     pick.update({"backend": backend, "name": best["name"],
-                 "env": {**effective, "OMPI_MCA_coll_tuned_use_dynamic_rules": "0",
-                         "OMPI_MCA_coll_tuned_allreduce_algorithm": "0",
-                         "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": "0"},
+                 "env": _pick_env(effective, (0, 0)),    # as it was timed: the library's choice
                  "horovod_pick": pick["name"], "exchange_s": t, "flat_gain": horovod / step,
                  **({"compute_s": c} if c is not None else {})})
 
@@ -438,26 +442,22 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
         base = se.median({}, (0, 0), comp)
         # the link carries the compressed bytes: fp16's limit is half fp32's
         lim = limit and limit * wire_bytes(nbytes // 4, comp) / wire_bytes(nbytes // 4, "none")
+
+        def row(name: str, n: int, t: float, c: Optional[float]) -> str:
+            mark = "*" if name == picks[comp]["name"] else " "
+            return (f"{comp:>5} {mark}{name:<66} {n:>3} {t * 1e3:>12.2f} "
+                    + ((f"{c * 1e3:>11.1f} " if c is not None else f"{'-':>11} ")
+                       if computed else "")
+                    + f"{nbytes / t / 1e9 * bus:>11.3f} {native / t:>6.2f} "
+                    f"{base / t:>10.2f}" + (f"  {lim / t:>7.2f}" if limit else
+                                            f" {copy / t:>10.2f}" if copy else ""))
         for t, key, alg, ts in _rows(se, comp):
-            mark = "*" if _name(dict(json.loads(key)), alg) == picks[comp]["name"] else " "
-            c = se.compute(dict(json.loads(key)), alg) if computed else None
-            out.append(f"{comp:>5} {mark}{_name(dict(json.loads(key)), alg):<66} {len(ts):>3} "
-                       f"{t * 1e3:>12.2f} "
-                       + ((f"{c * 1e3:>11.1f} " if c is not None else f"{'-':>11} ")
-                          if computed else "")
-                       + f"{nbytes / t / 1e9 * bus:>11.3f} {native / t:>6.2f} "
-                       f"{base / t:>10.2f}" + (f"  {lim / t:>7.2f}" if limit else
-                                               f" {copy / t:>10.2f}" if copy else ""))
+            out.append(row(_name(dict(json.loads(key)), alg), len(ts), t,
+                           se.compute(dict(json.loads(key)), alg) if computed else None))
         for fc in sorted(picks[comp].get("flat_candidates") or [],
                          key=lambda fc: statistics.median(fc["times_s"])):
-            t, c = statistics.median(fc["times_s"]), fc["compute_s"]
-            mark = "*" if fc["name"] == picks[comp]["name"] else " "
-            out.append(f"{comp:>5} {mark}{fc['name']:<66} {len(fc['times_s']):>3} {t * 1e3:>12.2f} "
-                       + ((f"{c * 1e3:>11.1f} " if c is not None else f"{'-':>11} ")
-                          if computed else "")
-                       + f"{nbytes / t / 1e9 * bus:>11.3f} {native / t:>6.2f} "
-                       f"{base / t:>10.2f}" + (f"  {lim / t:>7.2f}" if limit else
-                                               f" {copy / t:>10.2f}" if copy else ""))
+            out.append(row(fc["name"], len(fc["times_s"]), statistics.median(fc["times_s"]),
+                           fc["compute_s"]))
     out.append(f"# {first['tensors']} gradient tensors, {nbytes / MIB:.2f} MiB a step, {first['ranks']} "
                f"ranks on {first['nodes']} node(s); n: rounds measured (each the median of --iters)"
                + (f"; timed once, being over {PRUNE:g}x the fastest for every compression in the "
