@@ -6,7 +6,9 @@ wrote; nothing is recomputed) and prints, per study and pooled over all of them,
 how many held-out points, the mean signed error (bias) and the mean absolute error of the
 predicted compute, exchange and step, how many steps are within 10% and how many points have
 both parts within 15%, and the mean absolute step error of the two baselines the report prints
-beside the model (one beta from the largest calibrated point's excess; efficiency stays).
+beside the model (one beta from the largest calibrated point's excess; efficiency stays); then,
+pooled over every study, per node count, the mean signed errors and the sign test each report
+applies to its own points (a bias at a node count that one study's few points cannot show).
 
 A bias near zero with a large absolute error is noise; a step bias near zero whose parts carry
 opposite biases is cancellation, which the per-part columns show.
@@ -19,6 +21,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 from statistics import mean
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hpcdl.analysis import baselines  # noqa: E402
 
 PARTS = ("compute", "exchange", "step")
 
@@ -109,6 +114,15 @@ def main(argv=None) -> int:
     for backend, pts in sorted(by_backend.items()):
         print(line("all", backend, summary(pts)))
     print(line("all", "all", summary([pt for _, _, pt in rows])))
+    print()
+    print("# by node count, all studies and backends: the mean signed errors and whether the step"
+          " errors lean one way more than chance gives (two-sided sign test, as each report "
+          "tests its own points)")
+    for b in baselines.bias_by_nodes([pt for _, _, pt in rows]):
+        print(f"{b['nodes']:>3d} nodes: {b['points']:3d} points, step {_pct(b['step'], True)}, "
+              f"compute {_pct(b['compute'], True)}, exchange {_pct(b['exchange'], True)}; "
+              f"{b['under']} under, {b['over']} over, sign test p = {b['sign_p']:.3f}"
+              + (" (a bias)" if b["biased"] else ""))
     return 0
 
 

@@ -1,8 +1,9 @@
 """The yardsticks a prediction is held to: two baselines fitted to the same calibration points
 (the naive one, efficiency stays; the one-parameter one, one β from the largest calibrated
 point's excess over one node), the split-conformal quantile that makes a band from out-of-sample
-errors, the scores of a set of held-out points, and the measurement's own error (how far the
-repeats of one point lie apart). numpy only."""
+errors, the scores of a set of held-out points (with a sign test per node count: do its errors
+lean one way), and the measurement's own error (how far the repeats of one point lie apart).
+numpy only."""
 from __future__ import annotations
 
 import math
@@ -62,7 +63,45 @@ def scores(held: List[dict]) -> dict:
                                    if all(p["error"][k] is not None and abs(p["error"][k]) <= 0.15
                                           for k in ("compute", "exchange"))),
             "coverage": (sum(inside) / len(inside)) if inside else None,
-            "covered": sum(inside), "banded": len(inside)}
+            "covered": sum(inside), "banded": len(inside),
+            "by_nodes": bias_by_nodes(held)}
+
+
+SIGN_LEVEL = 0.05        # a node count's errors all one way: the sign test's two-sided level
+
+
+def sign_test(errors: Sequence[float]) -> float:
+    """Two-sided sign test: how likely errors that are as often positive as negative would fall
+    at least this unevenly (zeros left out); 1.0 without errors."""
+    x = [e for e in errors if e]
+    n = len(x)
+    if not n:
+        return 1.0
+    k = min(sum(e > 0 for e in x), sum(e < 0 for e in x))
+    return min(1.0, 2.0 * sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n)
+
+
+def bias_by_nodes(held: List[dict]) -> List[dict]:
+    """Per node count of the held-out points: how many, the mean signed step, compute and
+    exchange error, and the sign test of the step errors; ``biased`` where that test says the
+    errors lean one way beyond what chance gives (:data:`SIGN_LEVEL`), a bias the model does not
+    capture at that node count, which an extrapolation beyond it carries."""
+    out = []
+    for p in sorted({pt["nodes"] for pt in held}):
+        pts = [pt for pt in held if pt["nodes"] == p and pt["error"]["step"] is not None]
+        if not pts:
+            continue
+
+        def mean(key):
+            v = [pt["error"][key] for pt in pts if pt["error"][key] is not None]
+            return float(np.mean(v)) if v else None
+        steps = [pt["error"]["step"] for pt in pts]
+        test = sign_test(steps)
+        out.append({"nodes": p, "points": len(pts), "step": mean("step"),
+                    "compute": mean("compute"), "exchange": mean("exchange"),
+                    "under": sum(e < 0 for e in steps), "over": sum(e > 0 for e in steps),
+                    "sign_p": test, "biased": test < SIGN_LEVEL})
+    return out
 
 
 def noise(out_axes: List[dict]) -> dict:

@@ -904,6 +904,7 @@ def _prediction_markdown(pred, by_name) -> List[str]:
                   f"{_f(h['mae_naive'], pct=True)}, one-β {_f(h['mae_one_parameter'], pct=True)} "
                   f"(compute {_f(h['mae_compute'], pct=True)}, exchange "
                   f"{_f(h['mae_exchange'], pct=True)})." + verdict]
+        lines += _bias_words(h.get("by_nodes") or [])
         lines.append(_noise_words(pred.get("noise")))
         if pred["band_halfwidth"] is None:
             lines.append(f"No band: {pred['band_residuals']} out-of-sample residual(s) are too "
@@ -925,6 +926,25 @@ def _prediction_markdown(pred, by_name) -> List[str]:
     if pred["remedies"]:
         lines += _remedies_markdown(pred, by_name)
     return lines + [""]
+
+
+def _bias_words(by_nodes) -> List[str]:
+    """Where the held-out errors at one node count lean one way (a sign test), what leans."""
+    out = []
+    for b in by_nodes:
+        if not b["biased"]:
+            continue
+        way = "under" if b["under"] > b["over"] else "over"
+        parts = ", ".join(f"{k} {b[k] * 100:+.1f}%" for k in ("compute", "exchange")
+                          if b[k] is not None)
+        out.append(f"**Bias at {b['nodes']} nodes**: {max(b['under'], b['over'])} of "
+                   f"{b['points']} held-out steps are {way}-predicted (mean "
+                   f"{b['step'] * 100:+.1f}%; {parts}; sign test p = "
+                   f"{b['sign_p']:.3f}), more one way than chance gives: the model misses "
+                   f"something that grows with the node count there, and its extrapolation "
+                   f"beyond {b['nodes']} nodes is likely {way}stated in step time "
+                   f"({'optimistic' if way == 'under' else 'pessimistic'} in efficiency).")
+    return out
 
 
 def _remedies_markdown(pred, by_name) -> List[str]:

@@ -635,3 +635,32 @@ def test_a_declared_loop_file_is_read_beside_the_bench_and_the_subset(tmp_path):
     assert res.calibration.endswith(f"their compute after the share of a node Horovod's loop "
                                     f"takes in {path}")
     assert res.prediction["heldout"]["mae_model"] == pytest.approx(0.0, abs=1e-9)
+
+
+# --- a bias at one node count: the sign test ------------------------------------------------------
+
+def test_the_sign_test_of_errors_leaning_one_way():
+    assert baselines.sign_test([-0.1] * 6) == pytest.approx(2 / 64)
+    assert baselines.sign_test([-0.1, -0.2, 0.1]) == 1.0
+    assert baselines.sign_test([-0.1] * 4 + [0.1]) == pytest.approx(2 * 6 / 32)
+    assert baselines.sign_test([0.0, 0.0]) == 1.0 and baselines.sign_test([]) == 1.0
+
+
+def test_every_point_at_a_node_count_under_predicted_is_said_to_be_a_bias():
+    # six axes whose compute grows with the loop's share beyond 2 nodes, predicted without it
+    recs = (study(loop=LOOP, rates=(RATE, 500e6), compressions=("none", "fp16"))
+            + study(loop=LOOP, backend="ps", rates=(RATE, 500e6)))
+    res = _run(recs)
+    by = {b["nodes"]: b for b in res["heldout"]["by_nodes"]}
+    assert sorted(by) == [4, 8]
+    for p in (4, 8):
+        assert by[p]["points"] == 6 and by[p]["under"] == 6 and by[p]["biased"]
+        assert by[p]["sign_p"] == pytest.approx(2 / 64)
+        assert by[p]["compute"] == pytest.approx((1 - LOOP[p]) / (1 - LOOP[2]) - 1, rel=1e-9)
+    words = "\n".join(sections._bias_words(res["heldout"]["by_nodes"]))
+    assert "**Bias at 8 nodes**: 6 of 6 held-out steps are under-predicted" in words
+    assert "optimistic in efficiency" in words and "p = 0.031" in words
+    # an unbiased study: no node count flagged, no words
+    plain = _run(study(rates=(RATE, 500e6), compressions=("none", "fp16")))
+    assert not any(b["biased"] for b in plain["heldout"]["by_nodes"])
+    assert sections._bias_words(plain["heldout"]["by_nodes"]) == []
