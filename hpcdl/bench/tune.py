@@ -39,10 +39,11 @@ median over ``--iters`` exchanges.
 - **hpcdl's own exchanges** (``--knobs backend``, not searched by default): the ring and mpi
   backends, the flat step exchange training runs with them (:func:`hpcdl.train.replica.
   flat_exchange`: the gradients gathered into one buffer, averaged, cut back), timed in the
-  confirming launches beside each launch's Horovod (started and idle, as in training). One that
-  is ``--margin`` faster than Horovod's pick, by exchange + the compute beside it, becomes the
-  pick: its backend is what ``hpcdl train`` runs where no ``--backend`` is given. Horovod
-  overlaps its exchange with the backward pass in a step, which these timings do not credit.
+  confirming launches before each launch's Horovod starts, with the forward and backward pass
+  beside nothing: training starts no Horovod for them (:mod:`hpcdl.train.collectives`). One that
+  is ``--margin`` faster than Horovod's pick, by exchange + compute, becomes the pick: its
+  backend is what ``hpcdl train`` runs where no ``--backend`` is given. Horovod overlaps its
+  exchange with the backward pass in a step, which these timings do not credit.
 
 A candidate's figure is the median of its rounds. The table gives each candidate's step exchange
 time, its bus bandwidth, and references measured in the same launches: the MPI library's own
@@ -82,7 +83,7 @@ KNOBS = {"cycle": ("HOROVOD_CYCLE_TIME", ("1", "0.2", "5")),
          "hierarchical": ("HOROVOD_HIERARCHICAL_ALLREDUCE", ("0", "1"))}
 # Open MPI allreduce algorithms tried, as (number, segment bytes); 0 is the library's choice
 ALGORITHMS = ((0, 0), (4, 0), (5, MIB), (6, 0), (3, 0))
-# hpcdl's flat backends, candidates beside Horovod with --knobs backend
+# hpcdl's flat backends, candidates with --knobs backend
 FLAT = ("ring", "mpi")
 
 
@@ -159,6 +160,13 @@ class Search:
         """The rounds of ``backend``'s flat exchange timed in the launches of the setting."""
         return [t for run in self.runs.get(_key(self.effective(env)), [])
                 for t in (run.get("flat") or {}).get(backend, {}).get(comp, [])]
+
+    def flat_compute(self, env: dict) -> Optional[float]:
+        """The median forward and backward pass measured in the setting's launches before their
+        Horovod started (as beside a flat backend in training; None: not measured)."""
+        ts = [t for run in self.runs.get(_key(self.effective(env)), [])
+              for t in run.get("flat_compute") or []]
+        return statistics.median(ts) if ts else None
 
     def compute(self, env: dict, alg: str) -> Optional[float]:
         """The median forward and backward pass measured while the setting's Horovod ran
@@ -297,8 +305,8 @@ def _confirm(se: Search, base: dict, alg: Tuple[int, int]) -> Dict[str, Dict[str
 def _confirm_with_flat(se: Search, base: dict, alg: Tuple[int, int], same: bool) -> dict:
     """:func:`_confirm` where hpcdl's flat backends are candidates too: the default and the
     search's result launched alike and alternating (the default alone when the search kept it),
-    each launch timing the flat backends beside its Horovod (which idles there as in training),
-    so every candidate the file chooses between is measured in the same launches."""
+    each launch timing the flat backends before its Horovod starts (training starts none for
+    them), so every candidate the file chooses between is measured in the same launches."""
     kept, se.runs = se.runs, {}
     sides = [("default", {}, (0, 0))] + ([] if same else [("pick", base, alg)])
     try:
@@ -310,6 +318,7 @@ def _confirm_with_flat(se: Search, base: dict, alg: Tuple[int, int], same: bool)
         envs = {_key(se.effective(env)): (side, env) for side, env, _ in reversed(sides)}
         out["flat"] = {side: {b: {c: se.flat_times(env, b, c) for c in se.comps}
                               for b in se.backends} for side, env in envs.values()}
+        out["flat_compute"] = {side: se.flat_compute(env) for side, env in envs.values()}
         comp = {side: se.compute(env, f"{a[0]}/{a[1]}") for side, env, a in sides}
         comp.setdefault("pick", comp["default"])
         if None not in comp.values():
@@ -393,21 +402,21 @@ def _pick_env(effective: dict, alg: Tuple[int, int]) -> Dict[str, str]:
             "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": str(alg[1])}
 
 
-def _flat_name(backend: str, effective: dict) -> str:
-    """A flat backend's candidate name: the backend, and the Horovod that idles beside it."""
-    return f"hpcdl {backend} (Horovod idle beside it: {_name(effective)})"
+def _flat_name(backend: str, side: str) -> str:
+    """A flat backend's candidate name: the backend, and whose launches timed it."""
+    return f"hpcdl {backend}, no Horovod (in the {side}'s launches)"
 
 
 def _flat_pick(se: Search, pick: dict, comp: str, confirm: dict, envs: Dict[str, dict]) -> None:
     """Make ``pick`` (Horovod's, for ``comp``) a flat backend's where one was ``--margin`` faster
-    in the same launches: by exchange + the compute beside it where both were measured (the
-    Horovod setting of the launch decides how often its idle thread wakes), else by exchange.
+    in the same launches: by exchange + compute where both were measured (Horovod's compute with
+    its thread beside it, the flat backend's with none, as each trains), else by exchange.
     Horovod's exchange overlaps the backward pass in a step, which these timings do not credit:
     ``benchmarks/tune_local.py`` checks the pick by training."""
-    computed = confirm.get("compute") or {}
-    both = "compute_s" in pick
+    computed = confirm.get("flat_compute") or {}
+    both = "compute_s" in pick and None not in computed.values()
     horovod = pick["exchange_s"] + (pick["compute_s"] if both else 0.0)
-    cands = [{"backend": b, "side": side, "name": _flat_name(b, se.effective(envs[side])),
+    cands = [{"backend": b, "side": side, "name": _flat_name(b, side),
               "times_s": by[comp], "compute_s": computed.get(side)}
              for side, v in confirm["flat"].items() for b, by in v.items() if by.get(comp)]
     pick["flat_candidates"] = cands
@@ -473,7 +482,8 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
                "(above 1: the candidate is faster)"
                + ("; compute: the forward and backward pass on one batch while the setting's "
                   "Horovod ran beside it (measured in launches of one algorithm; a Horovod knob "
-                  "goes by exchange + compute)" if computed else "")
+                  "goes by exchange + compute), for hpcdl's flat backends with no Horovod beside "
+                  "it" if computed else "")
                + ("; fp16: busbw and vs MPI over the float32 bytes the step averages, vs link over "
                   "the half as many bytes on the wire" if "fp16" in se.comps else ""))
     for comp, pk in picks.items():
@@ -488,8 +498,8 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
                    + (f"it ({pk['step_gain' if step else 'gain']:.2f}x)" if pk["chosen"]
                       else "the default"))
         if pk.get("flat_candidates"):
-            out.append(f"# {comp}: hpcdl's flat backends, timed in those launches beside their "
-                       "Horovod (which training starts too, idle for them): "
+            out.append(f"# {comp}: hpcdl's flat backends, timed in those launches before their "
+                       "Horovod started (training starts none for them): "
                        + (f"{pk['name']} is {pk['flat_gain']:.2f}x Horovod's pick "
                           f"({pk['horovod_pick']}), so the file takes it; hpcdl train runs it "
                           "where no --backend is given" if pk.get("backend", "horovod") != "horovod"

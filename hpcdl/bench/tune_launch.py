@@ -7,8 +7,11 @@ the times as one JSON line after :data:`MARKER`, which the driver reads.
   communicator whose allreduce algorithm is forced through MPI_T, one or more algorithms per
   launch, Horovod started again for each (:meth:`Worker.session`);
 - in launches of one algorithm, the forward and backward pass on one batch while that Horovod
-  runs beside it, and, where the driver asks, hpcdl's flat backends' step exchange
-  (:meth:`Worker.flat_exchange`) in the same rounds;
+  runs beside it;
+- where the driver asks, before Horovod first starts in the launch, hpcdl's flat backends' step
+  exchange (:meth:`Worker.flat_exchange`) and the forward and backward pass with no Horovod
+  beside them, as training runs them (it starts no Horovod for them:
+  :mod:`hpcdl.train.collectives`);
 - references: the MPI library's own ``MPI_Allreduce`` of one buffer of the same bytes, and the
   limit (the box link's, or a memcpy where the ranks share memory).
 """
@@ -48,15 +51,11 @@ class Worker:
         return self.world.Get_rank() == 0
 
     def session(self, algorithm: Tuple[int, int], compressions: List[str], rounds: int,
-                compute: bool = False, flat: Optional[dict] = None
-                ) -> Tuple[Dict[str, List[float]], List[float]]:
+                compute: bool = False) -> Tuple[Dict[str, List[float]], List[float]]:
         """Horovod started once on a communicator that runs ``algorithm``; per compression,
         ``rounds`` rounds' times of a step's exchange (each the slowest rank's median), and with
         ``compute`` each round's time of the forward and backward pass while Horovod's
-        background thread runs beside it (what its cycle costs the step's compute). ``flat``
-        ({backend: {compression: []}}) gets each round's time of hpcdl's flat backends' step
-        exchange, timed in the same rounds while this Horovod idles beside them, as it does in
-        training (every rank starts Horovod)."""
+        background thread runs beside it (what its cycle costs the step's compute)."""
         import horovod.tensorflow as hvd
         import numpy as np
         from ..comm import mpit
@@ -88,15 +87,31 @@ class Worker:
                     times, _ = timed(self.world, lambda: self.grads()[-1].numpy(),
                                      self.opts.iters, 0 if r else 1)
                     comp_times.append(float(np.median(times)))
-                for name, by_comp in (flat or {}).items():
-                    for comp in compressions:
-                        fn = self.flat_exchange(name, comp)
-                        times, _ = timed(self.world, fn, self.opts.iters, 0 if r else 1)
-                        by_comp[comp].append(float(np.median(times)))
         finally:
             hvd.shutdown()
             comm.Free()
         return out, comp_times
+
+    def flat_rounds(self, flat: dict, compressions: List[str], rounds: int) -> List[float]:
+        """Before Horovod starts in this launch (training starts none for these backends):
+        ``flat`` ({backend: {compression: []}}) gets each round's time of hpcdl's flat backends'
+        step exchange; the return is each round's forward and backward pass with nothing beside
+        it."""
+        import numpy as np
+        if self.started:
+            raise RuntimeError("flat backends are timed before Horovod starts in a launch")
+        comp_times: List[float] = []
+        for r in range(rounds):
+            for name, by_comp in flat.items():
+                for comp in compressions:
+                    times, _ = timed(self.world, self.flat_exchange(name, comp), self.opts.iters,
+                                     0 if r else 1)
+                    by_comp[comp].append(float(np.median(times)))
+            if self.grads is not None:
+                times, _ = timed(self.world, lambda: self.grads()[-1].numpy(), self.opts.iters,
+                                 0 if r else 1)
+                comp_times.append(float(np.median(times)))
+        return comp_times
 
     def flat_exchange(self, backend: str, compression: str):
         """A flat backend's exchange as a training step runs it on these tensors
@@ -208,10 +223,10 @@ def run(opts) -> int:
     compute: Dict[str, List[float]] = {}
     native = [wk.native(nbytes)]
     flat = {b: {c: [] for c in comps} for b in setting.get("backends") or []}
+    flat_compute = wk.flat_rounds(flat, comps, opts.worker_rounds) if flat else []
     if len(algs) == 1:             # one start of Horovod, the rounds inside it: a Horovod setting
-        key = f"{algs[0][0]}/{algs[0][1]}"     # whose thread's cost on compute is measured too,
-        times[key], compute[key] = wk.session(algs[0], comps, opts.worker_rounds, compute=True,
-                                              flat=flat)     # and hpcdl's flat backends beside
+        key = f"{algs[0][0]}/{algs[0][1]}"     # whose thread's cost on compute is measured too
+        times[key], compute[key] = wk.session(algs[0], comps, opts.worker_rounds, compute=True)
         native.append(wk.native(nbytes))
     dropped: List[str] = []
     for r in range(opts.worker_rounds if len(algs) > 1 else 0):
@@ -231,6 +246,7 @@ def run(opts) -> int:
         print(MARKER + json.dumps({
             "env": setting["env"], "times": times, "compute": compute, "native": native,
             "flat": {b: v for b, v in flat.items() if any(v.values())},
+            "flat_compute": flat_compute,
             "bytes": nbytes,
             "tensors": len(wk.tensors), "workload": wk.workload, "ranks": wk.world.Get_size(),
             "nodes": lay.num_nodes, "ranks_per_node": lay.local_size, "host": lay.host,

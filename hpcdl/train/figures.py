@@ -67,21 +67,18 @@ def rank_phases(rank: int, host: str, loop) -> dict:
             "exchange_probes_s": [float(t) for t in loop.probe_exch_times]}
 
 
-def slowest_rank_iterations(hvd, tf, iters) -> list:
+def slowest_rank_iterations(coll, iters) -> list:
     """The iteration times of the rank whose timed iterations took longest in all, the first n
-    of each rank's (n: the fewest any rank timed). A collective: every rank calls it, with
-    Horovod's TensorFlow module; hpcdl's loop and the Keras ScalingRecorder both do."""
-    n = int(hvd.allreduce(tf.constant([float(len(iters))], tf.float64), op=hvd.Min,
-                          name="hpcdl.nit").numpy()[0])
+    of each rank's (n: the fewest any rank timed). A collective: every rank calls it, with the
+    run's :mod:`.collectives`; hpcdl's loop and the Keras ScalingRecorder both do."""
+    n = int(coll.allreduce([float(len(iters))], "min", "hpcdl.nit")[0])
     if not n:
         return []
-    totals = [0.0] * hvd.size()
-    totals[hvd.rank()] = float(sum(iters[:n]))
-    totals = hvd.allreduce(tf.constant(totals, tf.float64), op=hvd.Sum,
-                           name="hpcdl.iter_totals").numpy().tolist()
+    totals = [0.0] * coll.size
+    totals[coll.rank] = float(sum(iters[:n]))
+    totals = coll.allreduce(totals, "sum", "hpcdl.iter_totals").tolist()
     slow = max(range(len(totals)), key=totals.__getitem__)
-    return hvd.broadcast(tf.constant([float(t) for t in iters[:n]], tf.float64), root_rank=slow,
-                         name="hpcdl.iters").numpy().tolist()
+    return coll.broadcast_array([float(t) for t in iters[:n]], slow, "hpcdl.iters").tolist()
 
 
 def step_split(size: int, step: Optional[float], method: str, compute: float,

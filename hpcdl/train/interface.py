@@ -61,6 +61,10 @@ class Mode:
         """Raise UserError when this mode's own options are given and another mode was chosen."""
 
     # --- the run ------------------------------------------------------------------------------
+    def needs_horovod(self, opts) -> bool:
+        """Whether the run starts Horovod (:mod:`.collectives`); the modes built on it do."""
+        return True
+
     def trainers(self, opts, size: int) -> List[int]:
         """The ranks that do a step's work (every rank but a dedicated server)."""
         return list(range(size))
@@ -144,8 +148,8 @@ def find_checkpoint(rt, opts, ckpt_dir, mode: Mode, plan=None) -> Optional[Found
                          f"{'; '.join(differs)}: its data order and learning rate would not "
                          "continue; resume with the settings it was written with, or give "
                          "--resume-mismatch to continue anyway (the record says so)")
-    where = rt.hvd.broadcast_object((error, (str(found[0]), found[1]["step"]) if found else None),
-                                    root_rank=0, name="hpcdl.resume")
+    where = rt.coll.broadcast_object((error, (str(found[0]), found[1]["step"]) if found else None),
+                                     0, "hpcdl.resume")
     if where[0]:
         raise UserError(where[0])
     if where[1] is None:

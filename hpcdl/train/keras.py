@@ -34,6 +34,7 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
+from .collectives import HorovodCollectives
 from .figures import iteration_rates, slowest_rank_iterations, step_split, summarize_values
 from .. import checks, cluster, records
 
@@ -160,7 +161,7 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
         iters = [sum(self.batch_times[i:i + self.per_iter])
                  for i in range(0, len(self.batch_times) - self.per_iter + 1, self.per_iter)]
         if hvd:
-            iters = slowest_rank_iterations(hvd, tf, iters)
+            iters = slowest_rank_iterations(HorovodCollectives(hvd, tf), iters)
         own = summarize_values(self.batch_times)
         keys = ("mean", "std", "ci95", "min", "median", "p99", "max")
         step = dict(zip(keys, slowest([float(own.get(k, 0.0)) for k in keys])))

@@ -137,8 +137,7 @@ class Replica:
         t1, c1 = time.perf_counter(), time.process_time()
         if self.rt.size == 1:
             return Probe(t1 - t0, None, None, t1 - t0, c1 - c0, None)
-        hvd, tf = self.rt.hvd, self.rt.tf
-        hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="hpcdl.probe.barrier")
+        self.rt.coll.barrier("hpcdl.probe.barrier")
         t2, c2 = time.perf_counter(), time.process_time()
         out = self._exchange_only(grads)
         _ = out[-1].numpy()
@@ -166,9 +165,9 @@ class Replica:
             self.it = iter(self.dataset.skip(step))
 
     def broadcast_state(self) -> None:
-        hvd = self.rt.hvd
-        hvd.broadcast_variables(self.model.variables, root_rank=0)
-        hvd.broadcast_variables(_opt_variables(self.opt), root_rank=0)
+        coll = self.rt.coll
+        coll.broadcast_variables(self.model.variables, 0, "hpcdl.bcast.model")
+        coll.broadcast_variables(_opt_variables(self.opt), 0, "hpcdl.bcast.opt")
 
     def arrays(self) -> dict:
         out = {f"model/{i}": v.numpy() for i, v in enumerate(self.model.variables)}
@@ -199,7 +198,7 @@ class Replica:
 
     def evaluate(self) -> dict:
         """Held-out loss (and accuracy) over the test set, sharded across the ranks (collective)."""
-        wl, tf, np, hvd = self.wl, self.rt.tf, self.np, self.rt.hvd
+        wl, tf, np = self.wl, self.rt.tf, self.np
         if wl.test is None:
             return {}
         xt, yt = wl.test
@@ -208,7 +207,7 @@ class Replica:
         sums = [float(tf.reduce_mean(wl.loss(yt[sl], pred))) * len(xt[sl]), float(len(xt[sl]))]
         if wl.accuracy:
             sums.append(float(np.sum(np.argmax(pred.numpy(), axis=1) == yt[sl])))
-        tot = hvd.allreduce(tf.constant(sums, tf.float64), op=hvd.Sum, name="hpcdl.eval").numpy()
+        tot = self.rt.coll.allreduce(sums, "sum", "hpcdl.eval")
         out = {"test_loss": tot[0] / tot[1]}
         if wl.accuracy:
             out["test_accuracy"] = tot[2] / tot[1]

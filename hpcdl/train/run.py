@@ -35,7 +35,7 @@ def run(opts) -> int:
         if opts.checkpoint_dir:
             checks.check_writable_dir(opts.checkpoint_dir, "--checkpoint-dir")
     rt = runtime.start(timeline=bool(opts.timeline), tuning=opts.tuning,
-                       compression=opts.compression)
+                       compression=opts.compression, horovod=mode.needs_horovod(opts))
     rt.tf.keras.utils.set_random_seed(opts.seed)
     wl = workloads.load(opts.workload, opts)
     _check_evaluation(wl, opts)
@@ -152,7 +152,6 @@ def _record(rep, opts, mode, f, found) -> dict:
     metrics = {k: v for k, v in f.items() if k not in ("digests", "hosts", "net")}
     metrics["throughput"] = {**f["throughput"], "unit": f"{wl.unit}/s"}
     metrics["throughput_per_rank"] = {**f["throughput_per_rank"], "unit": f"{wl.unit}/s"}
-    hvd = rt.hvd
     return records.build(
         source="train", study=opts.study, point=opts.point, declared=opts.declared,
         tag=opts.tag,
@@ -167,10 +166,7 @@ def _record(rep, opts, mode, f, found) -> dict:
                 "threads_per_rank": rt.threads, **_workload_params(wl, opts)},
         layout=records.layout_section(rt.layout, f["hosts"]),
         metrics=metrics,
-        manifest=records.manifest(rt.layout, hosts=f["hosts"], extra={"horovod_build": {
-            "tensorflow": True, "mpi": bool(hvd.mpi_built()), "gloo": bool(hvd.gloo_built()),
-            "nccl": bool(hvd.nccl_built()), "mpi_enabled": bool(hvd.mpi_enabled()),
-            "gloo_enabled": bool(hvd.gloo_enabled())}}),
+        manifest=records.manifest(rt.layout, hosts=f["hosts"], extra=_started(rt.hvd)),
         gradient_bytes=rep.gradient_bytes(),
         replicas_identical=len(set(f["digests"])) == 1 if mode.replicas() else None,
         weights_digest=f["digests"][0],
@@ -178,6 +174,17 @@ def _record(rep, opts, mode, f, found) -> dict:
         box=box.record_section(f["hosts"], f["net"], opts.backend, opts.compression,
                                rep.gradient_bytes() // 4, rt.size),
         tuning=dict(rt.tuning or {}, backend_from=getattr(opts, "backend_from", "--backend")))
+
+
+def _started(hvd) -> dict:
+    """The manifest's word on Horovod: what it was built with where the run started it; a run
+    with nothing of Horovod's in it did not (its collectives went through mpi4py)."""
+    if hvd is None:
+        return {"horovod_started": False}
+    return {"horovod_started": True, "horovod_build": {
+        "tensorflow": True, "mpi": bool(hvd.mpi_built()), "gloo": bool(hvd.gloo_built()),
+        "nccl": bool(hvd.nccl_built()), "mpi_enabled": bool(hvd.mpi_enabled()),
+        "gloo_enabled": bool(hvd.gloo_enabled())}}
 
 
 def _slow_label(slow) -> "str | None":

@@ -1,7 +1,8 @@
 """Start one rank in Horovod's order, and plan its run.
 
-:func:`start` sets threads and rank defaults, starts TensorFlow and ``hvd.init()`` and pins the
-GPU; :func:`make_plan` turns the options into batch sizes, step counts and the learning rate.
+:func:`start` sets threads and rank defaults, starts TensorFlow and ``hvd.init()`` (or, for a
+run with nothing of Horovod's in it, MPI alone: :mod:`.collectives`) and pins the GPU;
+:func:`make_plan` turns the options into batch sizes, step counts and the learning rate.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from ..errors import UserError
 
 @dataclass
 class Runtime:
-    """TensorFlow, Horovod and where this rank sits."""
+    """TensorFlow, Horovod (None where the run did not start it), where this rank sits, and the
+    collectives beside the exchange (:mod:`.collectives`)."""
 
     tf: object
     hvd: object
@@ -27,6 +29,7 @@ class Runtime:
     gpu: Optional[int]
     tuning: Optional[dict] = None       # the record's tuning section: the exchange settings run
     node: Optional[dict] = None         # on the cluster box, this node's facts (box.node_facts)
+    coll: object = None                 # Collectives: Horovod's, or mpi4py's without Horovod
 
     @property
     def rank(self) -> int:
@@ -46,11 +49,13 @@ class Runtime:
             print(msg, flush=True)
 
 
-def start(timeline: bool = False, tuning: Optional[str] = None, compression: str = "none") -> Runtime:
+def start(timeline: bool = False, tuning: Optional[str] = None, compression: str = "none",
+          horovod: bool = True) -> Runtime:
     """The tuning file's settings, threads and rank defaults before anything starts, then
-    TensorFlow, ``hvd.init()``, the GPU. ``timeline``: Horovod may record its timeline (started
-    and stopped around the timed steps). ``tuning``: ``--tuning`` (else ``HPCDL_TUNING``), whose
-    pick for ``compression`` replaces those settings in the environment."""
+    TensorFlow, ``hvd.init()`` (``horovod``; else MPI through mpi4py alone), the GPU.
+    ``timeline``: Horovod may record its timeline (started and stopped around the timed steps).
+    ``tuning``: ``--tuning`` (else ``HPCDL_TUNING``), whose pick for ``compression`` replaces
+    those settings in the environment."""
     layout = cluster.discover()
     threads = cluster.configure_threads(layout)
     path = tuning_file.path_of(tuning)
@@ -61,9 +66,47 @@ def start(timeline: bool = False, tuning: Optional[str] = None, compression: str
     else:
         tuned = tuning_file.take(tuning, compression)
     cluster.apply_rank_defaults(timeline=timeline)
-    check_horovod()
+    if horovod:
+        check_horovod()
     import tensorflow as tf
     cluster.apply_tf_threads(tf, threads)
+    from . import collectives
+    if horovod:
+        hvd = _init_horovod(tf)
+        layout = cluster.refine_with_horovod(layout, hvd)
+        coll = collectives.HorovodCollectives(hvd, tf)
+    else:
+        hvd, coll = None, collectives.MpiCollectives()
+        layout = _refine_with_mpi(layout, coll.MPI)
+    from ..comm import mpit
+    tuned["in_force"] = mpit.in_force()      # what the MPI library's allreduce runs with
+    rt = Runtime(tf, hvd, layout, threads, cluster.pin_gpu(tf, layout), tuned,
+                 box.node_facts(layout.host), coll)
+    note = tuning_file.mismatch(tuned, layout.num_nodes, layout.size, rt.node)
+    if note:
+        rt.say(f"hpcdl: {note}")
+    return rt
+
+
+def _refine_with_mpi(layout: cluster.Layout, MPI) -> cluster.Layout:
+    """Rank/size/local/cross from MPI as Horovod counts them (the ranks sharing a node, the
+    node's index among the nodes), for a run that starts no Horovod."""
+    from dataclasses import replace
+    world = MPI.COMM_WORLD
+    local = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.Get_rank())
+    cross = world.Split(color=local.Get_rank(), key=world.Get_rank())
+    try:
+        return replace(layout, rank=world.Get_rank(), size=world.Get_size(),
+                       local_rank=local.Get_rank(), local_size=local.Get_size(),
+                       node=cross.Get_rank(), num_nodes=cross.Get_size(),
+                       launcher=layout.launcher if layout.launcher != "none" else "mpi")
+    finally:
+        local.Free()
+        cross.Free()
+
+
+def _init_horovod(tf):
+    """``horovod.tensorflow``, started."""
     try:
         import horovod.tensorflow as hvd
     except (ImportError, OSError, tf.errors.NotFoundError) as exc:
@@ -73,15 +116,7 @@ def start(timeline: bool = False, tuning: Optional[str] = None, compression: str
                         "library Horovod was built with (module load openmpi, or LD_LIBRARY_PATH), "
                         "or rebuild Horovod with scripts/setup.sh") from exc
     hvd.init()
-    layout = cluster.refine_with_horovod(layout, hvd)
-    from ..comm import mpit
-    tuned["in_force"] = mpit.in_force()      # what the MPI library's allreduce runs with
-    rt = Runtime(tf, hvd, layout, threads, cluster.pin_gpu(tf, layout), tuned,
-                 box.node_facts(layout.host))
-    note = tuning_file.mismatch(tuned, layout.num_nodes, layout.size, rt.node)
-    if note:
-        rt.say(f"hpcdl: {note}")
-    return rt
+    return hvd
 
 
 def check_horovod() -> None:

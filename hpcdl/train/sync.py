@@ -139,7 +139,7 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     """Train from ``start_step``. After warm-up, time each step call, and each iteration of
     ``per_iter`` steps whole: input, steps and their bookkeeping (the loss curve, the ranks' stop
     agreement), without the measurement probes and checkpoints."""
-    rt, plan, hvd, tf = rep.rt, rep.plan, rep.rt.hvd, rep.rt.tf
+    rt, plan, coll = rep.rt, rep.plan, rep.rt.coll
     first_timed = max(plan.warmup, start_step + (1 if resumed else 0))
     probes = probe_steps(plan, first_timed, opts.probes if rep.in_graph else 0)
     fault = fault_from_env(rt.rank)
@@ -179,7 +179,7 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
                 res.comp_times.append(c)
                 res.exch_times.append(e)
         if step % opts.log_every == 0 or step == plan.steps:
-            avg = float(hvd.allreduce(tf.constant(float(loss)), op=hvd.Average, name="hpcdl.loss"))
+            avg = float(coll.allreduce([float(loss)], "mean", "hpcdl.loss")[0])
             res.curve.append([step, avg])
             rt.say(f"Step {step}/{plan.steps}: loss {avg:.6g} ({time.perf_counter() - t_run:.1f} s)")
         if evals.due(step):
@@ -189,9 +189,7 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
             now = time.perf_counter()
             mine = next_interval(every, step - last_check[0], now - last_check[1],
                                  opts.stop_check_every) if rt.root else 0
-            stop, every = hvd.allreduce(tf.constant([float(watch.code()), float(mine)],
-                                                    tf.float64), op=hvd.Max,
-                                        name="hpcdl.stop").numpy()
+            stop, every = coll.allreduce([float(watch.code()), float(mine)], "max", "hpcdl.stop")
             if stop > 0:
                 res.stopped = watch.agreed(stop)
                 break
@@ -222,26 +220,24 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
     Never a maximum taken per step or per iteration: the ranks wait for each other at different
     moments, and such a maximum adds every rank's jitter together.
     """
-    rt, plan, np, tf, hvd = rep.rt, rep.plan, rep.np, rep.rt.tf, rep.rt.hvd
+    rt, plan, coll = rep.rt, rep.plan, rep.rt.coll
 
-    def slowest(values, op=hvd.Max, name="hpcdl.max"):
-        return hvd.allreduce(tf.constant(np.asarray(values, dtype=np.float64)), op=op,
-                             name=name).numpy()
+    def slowest(values, op="max", name="hpcdl.max"):
+        return coll.allreduce(values, op, name)
 
     iters, per_iter = loop.iter_times, plan.per_iter
     if not iters and loop.step_times:          # fewer timed steps than one iteration
         iters, per_iter = [float(sum(loop.step_times))], len(loop.step_times)
-    times = slowest_rank_iterations(hvd, tf, iters)
+    times = slowest_rank_iterations(coll, iters)
     rate = iteration_rates(plan.batch * per_iter, times)
     total = {k: (v * rt.size if k != "n" else v) for k, v in rate.items()}
     own = summarize_values(loop.step_times)
     keys = ("mean", "std", "ci95", "min", "median", "p99", "max")
     step = dict(zip(keys, slowest([own.get(k, 0.0) for k in keys], name="hpcdl.steps").tolist()))
-    step["n"] = int(slowest([own["n"]], hvd.Min, "hpcdl.nsteps")[0])
+    step["n"] = int(slowest([own["n"]], "min", "hpcdl.nsteps")[0])
     out = {"throughput": total, "throughput_per_rank": rate, "step_time": step,
            "split": _split(rep, loop, step.get("median"), slowest),
-           "final_loss": float(hvd.allreduce(tf.constant(float(loop.last_loss)), op=hvd.Average,
-                                             name="hpcdl.final")),
+           "final_loss": float(coll.allreduce([float(loop.last_loss)], "mean", "hpcdl.final")[0]),
            "first_loss": loop.first_loss, "loss_curve": loop.curve, "wall_time_s": loop.wall}
     if loop.evals and loop.evals[-1]["step"] == loop.step:
         out.update({k: v for k, v in loop.evals[-1].items() if k.startswith("test_")})
@@ -251,14 +247,14 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
         out["evals"] = loop.evals
     if loop.target:
         out["target"] = loop.target
-    out["ranks"] = hvd.allgather_object(rank_phases(rt.rank, rt.layout.host, loop))
+    out["ranks"] = coll.allgather_object(rank_phases(rt.rank, rt.layout.host, loop), "hpcdl.ranks")
     if loop.timeline and rt.root:
         time.sleep(0.5)                  # Horovod's writer thread flushes the stopped timeline
         tl = timeline.summarize(loop.timeline, len(loop.step_times))
         out["timeline"] = tl or {"file": str(loop.timeline), "why": "no readable timeline"}
-    out["digests"] = hvd.allgather_object(rep.digest())
-    out["hosts"] = hvd.allgather_object(rt.layout.host)
-    out["net"] = hvd.allgather_object(loop.net)
+    out["digests"] = coll.allgather_object(rep.digest(), "hpcdl.digests")
+    out["hosts"] = coll.allgather_object(rt.layout.host, "hpcdl.hosts")
+    out["net"] = coll.allgather_object(loop.net, "hpcdl.net")
     return out
 
 
@@ -301,8 +297,8 @@ def restore(rep: Replica, found) -> int:
     rt = rep.rt
     if rt.root:
         rep.restore(found.arrays, found.header)
-    rng = rt.hvd.broadcast_object(found.meta.get("rng") if rt.root else None, root_rank=0,
-                                  name="hpcdl.sync.rng")
+    rng = rt.coll.broadcast_object(found.meta.get("rng") if rt.root else None, 0,
+                                   "hpcdl.sync.rng")
     if (rng or {}).get("tf_global") is not None:
         # Every rank continues the random stream where the checkpointed run left it.
         rt.tf.random.get_global_generator().reset(rep.np.asarray(rng["tf_global"],
@@ -321,8 +317,7 @@ def stop(rep: Replica, loop: LoopResult, ckpt_dir, opts) -> Optional[str]:
         checkpoint.mark_interrupted(ckpt_dir, loop.step, loop.stopped)
     # Every rank waits for rank 0's checkpoint: a launcher that ends the job when the first
     # rank exits (mpirun, srun --kill-on-bad-exit) must not kill rank 0 in mid-write.
-    return rep.rt.hvd.broadcast_object(None if path is None else str(path), root_rank=0,
-                                       name="hpcdl.ckpt")
+    return rep.rt.coll.broadcast_object(None if path is None else str(path), 0, "hpcdl.ckpt")
 
 
 # --- the mode -----------------------------------------------------------------------------------------
@@ -335,6 +330,11 @@ class Sync(Mode):
 
     def chosen(self, opts) -> bool:
         return opts.parallel == "data" and opts.backend in comm.BACKENDS
+
+    def needs_horovod(self, opts) -> bool:
+        """Only Horovod's exchange and its timeline: hpcdl's own exchanges run over mpi4py, and
+        an idle Horovod beside them would only take CPU from the step (:mod:`.collectives`)."""
+        return opts.backend == "horovod" or bool(opts.timeline)
 
     def validate(self, opts) -> None:
         if opts.compression not in comm.COMPRESSIONS:

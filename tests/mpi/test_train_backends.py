@@ -34,6 +34,9 @@ def test_every_backend_trains_to_the_horovod_model(tmp_path, reference, backend)
     for a, b in zip(got, ref):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     assert rec["metrics"]["split"]["method"] == "timed"     # exchange timed around the backend
+    # hpcdl's own exchanges train with no Horovod started beside them; Horovod's run starts it
+    assert rec["manifest"]["horovod_started"] is False
+    assert reference[1]["manifest"]["horovod_started"] is True
 
 
 @pytest.mark.parametrize("backend,compression", [("ring", "fp16"), ("horovod", "int8"),
