@@ -1,0 +1,138 @@
+#!/usr/bin/env python
+"""Does a box node compute more slowly when the other nodes compute too? On the cluster box all
+nodes share one host, so a study's compute could grow with the node count for that reason alone.
+Here k independent one-node trainings (``hpcdl train``, one rank each, no exchange between them:
+a study file's workload, its first point's flags) run at once on nodes n1..nk, for k in
+``--nodes``, the order alternating over ``--rounds``; per run, each rank's probes of compute
+alone (first left out) as training records them.
+
+Per k: the median over rounds of the ranks' median probe, its ratio to k = 1's, and the CPU
+seconds a probe took (the process's, all threads). Nothing exchanges, so what changes with k is
+the host: its other nodes' load, not the training's own peers.
+
+    scripts/cluster-box.sh up 8 --link 200mbit --cpus-per-node 0.2 && scripts/cluster-box.sh check
+    python benchmarks/box_contention.py --study jobs/box-cnn-weak5.toml --rounds 3 \\
+        > results/box-contention.txt
+
+The runs are plain ``srun`` steps beside each other (the box's licence would queue them one after
+another), so the script refuses to start while a job is queued or running on the box.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hpcdl import box, records, study  # noqa: E402
+from hpcdl.bench.boxcheck import job_env  # noqa: E402
+
+
+def _one(k: int, args, env, scratch: Path, timeout: float) -> list:
+    """k one-node trainings at once on n1..nk; per rank (median probe, median CPU a probe)."""
+    procs, outs = [], []
+    for n in range(1, k + 1):
+        out = scratch / f"k{k}-n{n}-{time.monotonic_ns()}.jsonl"
+        outs.append(out)
+        procs.append(subprocess.Popen(
+            ["srun", "--quiet", f"--time={int(timeout // 60) + 1}", "-N1", "-n1", "-w", f"n{n}",
+             "--cpus-per-task=1", "--mpi=pmix", "--chdir", str(ROOT), sys.executable, "-m",
+             "hpcdl", "train", *args, "--results", str(out)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    fails = []
+    for n, p in enumerate(procs, 1):
+        try:
+            _, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        if p.returncode != 0:
+            fails.append(f"n{n}: exit {p.returncode}: {err.strip()[-500:]}")
+    if fails:
+        raise SystemExit(f"{k} node(s): " + "; ".join(fails))
+    out = []
+    for path in outs:
+        rank = records.read(path)[-1]["metrics"]["ranks"][0]
+        probes = rank["compute_probes_s"][1:]          # the first traces the graph
+        if not probes:
+            raise SystemExit(f"{path}: no probes past the first (give the study's runs probes)")
+        out.append((statistics.median(probes), rank["compute_cpu_s"]))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--study", required=True, help="the study file whose workload is trained")
+    ap.add_argument("--nodes", default="1,2,4,8")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=600.0, help="s per run")
+    opts = ap.parse_args()
+    b = box.load()
+    if not b:
+        raise SystemExit("the cluster box is not up (scripts/cluster-box.sh up 8 ...)")
+    queued = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip()
+    if queued:
+        raise SystemExit(f"jobs are queued or running on the box; this runs beside none:\n{queued}")
+    nodes = [int(n) for n in opts.nodes.split(",")]
+    point = study.load(opts.study).points()[0]
+    args = [a for a in point.train_args("-") if a != "--results" and a != "-"]
+    args = _without(args, ("--study", "--point", "--declared", "--checkpoint-dir"))
+    env = dict(job_env(b), TF_CPP_MIN_LOG_LEVEL="2")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    print(f"# command: python benchmarks/box_contention.py --study {opts.study} --nodes "
+          f"{opts.nodes} --rounds {opts.rounds}")
+    print(f"# commit: {commit}; processor: {records.cpu_identity()}; box: {b['nodes_count']} "
+          f"nodes, {b['cpus_per_node']} cores each, links {b['link_rate']}")
+    print(f"# hpcdl train {' '.join(args)}")
+    got = {k: [] for k in nodes}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(opts.rounds):
+            order = nodes if r % 2 == 0 else nodes[::-1]
+            for k in order:
+                t0 = time.monotonic()
+                ranks = _one(k, args, env, Path(tmp), opts.timeout)
+                got[k].append(ranks)
+                print(f"# round {r + 1}, {k} node(s) at once ({time.monotonic() - t0:.0f} s): "
+                      "median probe per node " + " ".join(f"{c:.3f}" for c, _ in ranks) + " s",
+                      flush=True)
+    _table(got, nodes)
+    return 0
+
+
+def _without(args, flags):
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in flags:
+            skip = True
+            continue
+        out.append(a)
+    return out
+
+
+def _table(got: dict, nodes) -> None:
+    def center(k, i):         # per round: the median node's median probe (i 0) or CPU (i 1)
+        return statistics.median(statistics.median(x[i] for x in ranks) for ranks in got[k])
+    base = center(nodes[0], 0)
+    print(f"{'nodes at once':>13} {'compute(s)':>10} {'vs ' + str(nodes[0]):>6} "
+          f"{'slowest/median':>14} {'CPU/probe(s)':>12} {'rounds':>6}")
+    for k in nodes:
+        slow = statistics.median(max(x[0] for x in ranks) / statistics.median(x[0] for x in ranks)
+                                 for ranks in got[k])
+        print(f"{k:>13} {center(k, 0):>10.3f} {center(k, 0) / base:>6.3f} {slow:>14.3f} "
+              f"{center(k, 1):>12.3f} {len(got[k]):>6}")
+    print("# compute: per round the median node's median probe (compute alone, first probe left "
+          "out), then the median over rounds; slowest/median: the slowest node's over the median "
+          "node's, median over rounds; CPU/probe: the process's CPU seconds in a probe")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
