@@ -80,8 +80,8 @@ def main() -> int:
         raise SystemExit(f"jobs are queued or running on the box; this runs beside none:\n{queued}")
     nodes = [int(n) for n in opts.nodes.split(",")]
     point = study.load(opts.study).points()[0]
-    args = [a for a in point.train_args("-") if a != "--results" and a != "-"]
-    args = _without(args, ("--study", "--point", "--declared", "--checkpoint-dir"))
+    args = _without(point.train_args("-"),
+                    ("--results", "--study", "--point", "--declared", "--checkpoint-dir"))
     env = dict(job_env(b), TF_CPP_MIN_LOG_LEVEL="2")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()

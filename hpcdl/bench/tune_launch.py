@@ -84,9 +84,7 @@ class Worker:
                     times, _ = timed(self.world, lambda: fns[comp](self.tensors), self.opts.iters, 0)
                     out[comp].append(float(np.median(times)))
                 if compute:
-                    times, _ = timed(self.world, lambda: self.grads()[-1].numpy(),
-                                     self.opts.iters, 0 if r else 1)
-                    comp_times.append(float(np.median(times)))
+                    comp_times.append(self.compute_round(r))
         finally:
             hvd.shutdown()
             comm.Free()
@@ -108,10 +106,16 @@ class Worker:
                                      0 if r else 1)
                     by_comp[comp].append(float(np.median(times)))
             if self.grads is not None:
-                times, _ = timed(self.world, lambda: self.grads()[-1].numpy(), self.opts.iters,
-                                 0 if r else 1)
-                comp_times.append(float(np.median(times)))
+                comp_times.append(self.compute_round(r))
         return comp_times
+
+    def compute_round(self, r: int) -> float:
+        """Round ``r``'s median time of the forward and backward pass on one batch (the first
+        round warms it up once)."""
+        import numpy as np
+        times, _ = timed(self.world, lambda: self.grads()[-1].numpy(), self.opts.iters,
+                         0 if r else 1)
+        return float(np.median(times))
 
     def flat_exchange(self, backend: str, compression: str):
         """A flat backend's exchange as a training step runs it on these tensors

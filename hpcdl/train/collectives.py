@@ -25,7 +25,6 @@ class Collectives:
     """The interface: ``rank``, ``size``, and collective calls every rank makes in the same
     order. ``name`` labels the call where the transport wants one (Horovod matches by it)."""
 
-    kind = "base"
     rank = 0
     size = 1
 
@@ -60,8 +59,6 @@ def _check(op: str) -> None:
 class HorovodCollectives(Collectives):
     """Through Horovod's TensorFlow ops (a started ``horovod.tensorflow``)."""
 
-    kind = "horovod"
-
     def __init__(self, hvd, tf):
         self.hvd, self.tf = hvd, tf
         self.rank, self.size = hvd.rank(), hvd.size()
@@ -93,8 +90,6 @@ class HorovodCollectives(Collectives):
 class MpiCollectives(Collectives):
     """Through mpi4py, on a private duplicate of COMM_WORLD (nothing meets the exchange's
     messages, which run on their own duplicate)."""
-
-    kind = "mpi4py"
 
     def __init__(self, comm=None):
         from mpi4py import MPI

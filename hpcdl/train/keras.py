@@ -151,24 +151,25 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
         """Every rank takes part (a collective under Horovod); rank 0 gets the record."""
         hvd = _horovod()
         size, rank = (hvd.size(), hvd.rank()) if hvd else (1, 0)
+        coll = HorovodCollectives(hvd, tf) if hvd else None
 
         def slowest(values):
-            if not hvd:
+            if coll is None:
                 return list(values)
-            return hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Max,
-                                 name="hpcdl.train.keras.max").numpy().tolist()
+            return coll.allreduce(values, "max", "hpcdl.train.keras.max").tolist()
 
         iters = [sum(self.batch_times[i:i + self.per_iter])
                  for i in range(0, len(self.batch_times) - self.per_iter + 1, self.per_iter)]
-        if hvd:
-            iters = slowest_rank_iterations(HorovodCollectives(hvd, tf), iters)
+        if coll:
+            iters = slowest_rank_iterations(coll, iters)
         own = summarize_values(self.batch_times)
         keys = ("mean", "std", "ci95", "min", "median", "p99", "max")
         step = dict(zip(keys, slowest([float(own.get(k, 0.0)) for k in keys])))
         step["n"] = own["n"]
         comp, exch, why_not = self.probe(hvd)
         layout = cluster.discover()
-        hosts = hvd.allgather_object(layout.host) if hvd else [layout.host]
+        hosts = (coll.allgather_object(layout.host, "hpcdl.train.keras.hosts") if coll
+                 else [layout.host])
         if comp:
             c, e = slowest([statistics.median(comp), statistics.median(exch) if exch else 0.0])
             split = step_split(size, step.get("median"), "probe", float(c))
