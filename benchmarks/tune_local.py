@@ -9,7 +9,10 @@ nothing? Two ranks on this machine, alternating default and tuned runs, medians.
    as training runs with it), alternating: per size the median over rounds of busbw / MPI
    busbw, the MPI library's own MPI_Allreduce measured in the same run.
 3. ``hpcdl train`` of the small CNN at 1 and 2 ranks, defaults and tuned alternating (no
-   ``--backend``: the tuned run takes the pick's): the median throughput of each and their ratio.
+   ``--backend``: the tuned run takes the pick's), ``--train-rounds`` pairs: the median
+   throughput of each, and the median of each round's tuned/default ratio (the two runs of a
+   round are neighbours in time, so the host's drift between rounds cancels in it) with the
+   range of those ratios.
 
     python benchmarks/tune_local.py > results/tune-local.txt
 """
@@ -65,15 +68,19 @@ def _train(ranks: int, tuning: str, scratch: Path) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--train-rounds", type=int, default=None,
+                    help="pairs of hpcdl train runs per rank count (default: --rounds)")
     ap.add_argument("--budget", type=float, default=300.0, help="hpcdl tune's --budget")
     ap.add_argument("--tuning-file", default="results/tuning/local-1n-2r.json")
     ap.add_argument("--knobs", default="algorithm,cycle,fusion,hierarchical,backend",
                     help="hpcdl tune's --knobs")
     o = ap.parse_args(argv)
+    o.train_rounds = o.train_rounds or o.rounds
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
-    print(f"# command: python benchmarks/tune_local.py --rounds {o.rounds} --budget {o.budget:g} "
-          f"--tuning-file {o.tuning_file} --knobs {o.knobs}")
+    print(f"# command: python benchmarks/tune_local.py --rounds {o.rounds} "
+          f"--train-rounds {o.train_rounds} --budget {o.budget:g} --tuning-file {o.tuning_file} "
+          f"--knobs {o.knobs}")
     print(f"# commit: {commit}; processor: {records.cpu_identity()}")
     path = Path(o.tuning_file)
     print("## hpcdl tune\n")
@@ -88,13 +95,13 @@ def main(argv=None) -> int:
         scratch = Path(tmp)
         ratios = {"default": {s: [] for s in SIZES}, "tuned": {s: [] for s in SIZES}}
         thr = {(r, t): [] for r in (1, 2) for t in ("default", "tuned")}
-        for k in range(o.rounds):
+        for k in range(max(o.rounds, o.train_rounds)):
             order = ("default", "tuned") if k % 2 == 0 else ("tuned", "default")
-            for t in order:
+            for t in order if k < o.rounds else ():
                 for s, v in (_bench("default", "horovod", scratch) if t == "default" else
                              _bench(str(path), backend, scratch)).items():
                     ratios[t][s].append(v)
-            for ranks in (1, 2):
+            for ranks in (1, 2) if k < o.train_rounds else ():
                 for t in order:
                     thr[(ranks, t)].append(_train(ranks, "default" if t == "default" else str(path),
                                                   scratch))
@@ -105,12 +112,16 @@ def main(argv=None) -> int:
     for s in SIZES:
         print(f"| {s >> 20} MiB | {statistics.median(ratios['default'][s]):.2f} | "
               f"{statistics.median(ratios['tuned'][s]):.2f} |")
-    print(f"\n## hpcdl train, small CNN (img/s, medians of {o.rounds} alternating rounds; "
+    print(f"\n## hpcdl train, small CNN (img/s, medians of {o.train_rounds} alternating rounds; "
           "target tuned/default >= 0.98)\n")
-    print("| ranks | default | tuned | tuned/default |\n|---:|---:|---:|---:|")
+    print("| ranks | default | tuned | tuned/default, medians | tuned/default, median of the "
+          "rounds' ratios | their range |\n|---:|---:|---:|---:|---:|---:|")
     for ranks in (1, 2):
-        d, t = statistics.median(thr[(ranks, "default")]), statistics.median(thr[(ranks, "tuned")])
-        print(f"| {ranks} | {d:.1f} | {t:.1f} | {t / d:.3f} |")
+        ds, ts = thr[(ranks, "default")], thr[(ranks, "tuned")]
+        d, t = statistics.median(ds), statistics.median(ts)
+        pairs = [b / a for a, b in zip(ds, ts)]
+        print(f"| {ranks} | {d:.1f} | {t:.1f} | {t / d:.3f} | {statistics.median(pairs):.3f} | "
+              f"{min(pairs):.3f}–{max(pairs):.3f} |")
     return 0
 
 
