@@ -14,6 +14,13 @@ the host: its other nodes' load, not the training's own peers.
     python benchmarks/box_contention.py --study jobs/box-cnn-weak5.toml --rounds 3 \\
         > results/box-contention.txt
 
+With ``--json PATH`` it also writes the nodes' spread as a spread file (``hpcdl.host-spread/1``):
+per k and round, each node's median probe over the round's center (the median of all its
+nodes' probes, as a record's ranks are centred), and the machine setting it measured. ``hpcdl
+study report --spread-bench PATH`` (or a study's ``calibrate = { spread = ... }``) predicts a
+held-out point's slowest rank from the spread measured at its node count
+(:mod:`hpcdl.analysis.host_spread`).
+
 The runs are plain ``srun`` steps beside each other (the box's licence would queue them one after
 another), so the script refuses to start while a job is queued or running on the box.
 """
@@ -24,12 +31,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcdl import box, records, study  # noqa: E402
+from hpcdl.analysis import host_spread, provenance  # noqa: E402
 from hpcdl.bench.boxcheck import job_env  # noqa: E402
 
 
@@ -61,7 +70,7 @@ def _one(k: int, args, env, scratch: Path, timeout: float) -> list:
         probes = rank["compute_probes_s"][1:]          # the first traces the graph
         if not probes:
             raise SystemExit(f"{path}: no probes past the first (give the study's runs probes)")
-        out.append((statistics.median(probes), rank["compute_cpu_s"]))
+        out.append((statistics.median(probes), rank["compute_cpu_s"], probes))
     return out
 
 
@@ -71,6 +80,8 @@ def main() -> int:
     ap.add_argument("--nodes", default="1,2,4,8")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=600.0, help="s per run")
+    ap.add_argument("--json", default="", metavar="PATH",
+                    help="also write the nodes' spread as a spread file here")
     opts = ap.parse_args()
     b = box.load()
     if not b:
@@ -85,8 +96,9 @@ def main() -> int:
     env = dict(job_env(b), TF_CPP_MIN_LOG_LEVEL="2")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
-    print(f"# command: python benchmarks/box_contention.py --study {opts.study} --nodes "
-          f"{opts.nodes} --rounds {opts.rounds}")
+    command = (f"python benchmarks/box_contention.py --study {opts.study} --nodes {opts.nodes} "
+               f"--rounds {opts.rounds}" + (f" --json {opts.json}" if opts.json else ""))
+    print(f"# command: {command}")
     print(f"# commit: {commit}; processor: {records.cpu_identity()}; box: {b['nodes_count']} "
           f"nodes, {b['cpus_per_node']} cores each, links {b['link_rate']}")
     print(f"# hpcdl train {' '.join(args)}")
@@ -99,10 +111,29 @@ def main() -> int:
                 ranks = _one(k, args, env, Path(tmp), opts.timeout)
                 got[k].append(ranks)
                 print(f"# round {r + 1}, {k} node(s) at once ({time.monotonic() - t0:.0f} s): "
-                      "median probe per node " + " ".join(f"{c:.3f}" for c, _ in ranks) + " s",
+                      "median probe per node " + " ".join(f"{x[0]:.3f}" for x in ranks) + " s",
                       flush=True)
     _table(got, nodes)
+    if opts.json:
+        _write(Path(opts.json), command, b, args, got, opts.rounds)
     return 0
+
+
+def _write(path: Path, command: str, b: dict, args, got: dict, rounds: int) -> None:
+    """The spread file: per k, each round's nodes' median probe over the round's center."""
+    facts = box.node_facts(sorted(b["nodes"])[0])
+    machine = provenance.machine_setting({"manifest": {"cpu": records.cpu_identity()},
+                                          "box": facts})
+    spread = {str(k): [host_spread.deviations([x[2] for x in ranks]) for ranks in runs]
+              for k, runs in got.items()}
+    doc = {"schema": host_spread.SCHEMA, "command": command,
+           "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "made_for": {"machine": machine, "link_rate": b["link_rate"], "rounds": rounds,
+                        "train": list(args)},
+           "spread": spread}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"# wrote {path}")
 
 
 def _without(args, flags):

@@ -28,8 +28,12 @@ from .. import costmodel
 SCHEMA = "hpcdl.loop-cpu/1"
 
 
-class LoopShare:
-    """The loop's share of a computing rank's CPU, by cycle time and node count."""
+class MachineFile:
+    """A short benchmark's JSON file of ``schema``, made for one machine (processor and box
+    settings, ``made_for.machine``): ``doc`` only where the records ran on that machine, else
+    None and a miss that says why."""
+
+    schema, kind = SCHEMA, "loop file"
 
     def __init__(self, path: str, machine: Optional[str]):
         self.path = path
@@ -43,8 +47,8 @@ class LoopShare:
         except (OSError, ValueError) as exc:
             self._miss(f"{path}: unreadable ({exc})")
             return
-        if doc.get("schema") != SCHEMA:
-            self._miss(f"{path}: not a loop file ({SCHEMA})")
+        if doc.get("schema") != self.schema:
+            self._miss(f"{path}: not a {self.kind} ({self.schema})")
             return
         made = (doc.get("made_for") or {}).get("machine")
         if machine is None:
@@ -59,7 +63,7 @@ class LoopShare:
         self._misses[why] = None
 
     def misses(self) -> List[str]:
-        """Why axes kept the compute without the loop's growth (each reason once)."""
+        """Why the file was not used, or not for every axis (each reason once)."""
         return list(self._misses)
 
     @property
@@ -67,6 +71,10 @@ class LoopShare:
         made = (self.doc or {}).get("made_for") or {}
         return (f"{self.path} ({made.get('rounds', '?')} round(s), links "
                 f"{made.get('link_rate', '?')}, made {str((self.doc or {}).get('time', '?'))[:16]})")
+
+
+class LoopShare(MachineFile):
+    """The loop's share of a computing rank's CPU, by cycle time and node count."""
 
     def shares(self, setting: str) -> Optional[Dict[int, float]]:
         """{nodes: the median rank's share} at the cycle time of ``setting`` (a name

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -76,11 +76,16 @@ def measured(rec: dict) -> Optional[Figures]:
                        split.get("exchange_s"), [])
     if not comp or step is None:
         return None
-    center = _median([v for c in comp for v in c])
-    medians = [_median(c) for c in comp]
+    center, medians = centred(comp)
     exch = [_median(e) for e in (_probes(r, "exchange") for r in ranks) if e]
     return Figures(max(medians), center, float(step), max(exch) if exch else None,
                    [m / center for m in medians] if len(medians) > 1 else [])
+
+
+def centred(comp: Sequence[Sequence[float]]) -> Tuple[float, List[float]]:
+    """(center, the ranks' medians) of the ranks' compute probes: the center is the median of
+    every rank's probes together."""
+    return _median([v for c in comp for v in c]), [_median(c) for c in comp]
 
 
 _ALGORITHMS: Dict[str, str] = {}    # each algorithm's and setting's name, kept once
