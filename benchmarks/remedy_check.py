@@ -8,10 +8,13 @@ predicts as run. The measured gain comes from the same study's fp16 axis (same b
 and from a second study of the same workload with the remedy applied (twice the batch).
 
     python benchmarks/remedy_check.py results/box-cnn-weak results/box-cnn-b256-weak \\
-        --loop-bench results/tuning/box-loop-cpu.json > results/remedy-check.txt
+        --loop-bench results/tuning/box-loop-cpu.json --spread-bench results/tuning/box-spread.json \
+        > results/remedy-check.txt
 
 With ``--loop-bench FILE`` the model's compute beyond the calibration follows the share of a node
-Horovod's loop takes (:mod:`hpcdl.analysis.loop_share`), as the report's does with the same flag.
+Horovod's loop takes (:mod:`hpcdl.analysis.loop_share`), and with ``--spread-bench FILE`` its
+slowest rank is drawn from the nodes' spread (:mod:`hpcdl.analysis.host_spread`), as the report's
+are with the same flags.
 """
 import argparse
 import sys
@@ -22,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from hpcdl import records  # noqa: E402
 from hpcdl.analysis import declared_nodes_max, predict, provenance  # noqa: E402
+from hpcdl.analysis.host_spread import HostSpread  # noqa: E402
 from hpcdl.analysis.loop_share import LoopShare  # noqa: E402
 from hpcdl.analysis.reading import row_key as _row_key  # noqa: E402
 
@@ -38,18 +42,27 @@ def main(argv=None) -> int:
                     help="results folders of the same workload run with a remedy applied")
     ap.add_argument("--loop-bench", default=None, metavar="FILE",
                     help="a loop file (benchmarks/cycle_cpu.py --json) the compute follows")
+    ap.add_argument("--spread-bench", default=None, metavar="FILE",
+                    help="a spread file (benchmarks/box_contention.py --json) the slowest rank "
+                         "is drawn from")
     a = ap.parse_args(argv)
     recs = load(a.study)
     others = [r for f in a.remedied for r in load(f)]
     machines = {provenance.machine_setting(r) for r in recs + others}
-    loop = (LoopShare(a.loop_bench, machines.pop() if len(machines) == 1 else None)
-            if a.loop_bench else None)
-    res = predict.analyse(recs, _row_key, declared_nodes_max(recs) or 2, "weak", others, loop=loop)
+    machine = machines.pop() if len(machines) == 1 else None
+    loop = LoopShare(a.loop_bench, machine) if a.loop_bench else None
+    spread = HostSpread(a.spread_bench, machine) if a.spread_bench else None
+    res = predict.analyse(recs, _row_key, declared_nodes_max(recs) or 2, "weak", others, loop=loop,
+                          spread=spread)
     print(f"# python benchmarks/remedy_check.py {a.study} {' '.join(map(str, a.remedied))}"
-          + (f" --loop-bench {a.loop_bench}" if a.loop_bench else ""))
+          + (f" --loop-bench {a.loop_bench}" if a.loop_bench else "")
+          + (f" --spread-bench {a.spread_bench}" if a.spread_bench else ""))
     if loop is not None:
         print(f"# compute beyond the calibration after {loop.source}"
               + "".join(f"; not taken: {why}" for why in loop.misses()))
+    if spread is not None:
+        print(f"# the slowest rank beyond the calibration from {spread.source}"
+              + "".join(f"; not taken: {why}" for why in spread.misses()))
     print("# model: calibrated on each axis's runs with at most "
           f"{res.get('nodes_max')} node(s); efficiency = 1-node step / p-node step")
     print(f"{'axis':24s} {'nodes':>5s}  {'remedy':26s} {'E model':>8s} {'gain model':>10s} "

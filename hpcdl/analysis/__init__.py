@@ -25,6 +25,7 @@ import numpy as np
 from . import budget, predict, provenance
 from .reading import NONE, Digest, Repeats, Systems, axis_name
 from .exchange_bench import Bench
+from .host_spread import HostSpread
 from .loop_share import LoopShare
 from .. import costmodel
 from ..costmodel import Network, PRESETS, StepModel
@@ -340,6 +341,12 @@ def declared_loop(recs: Iterable[dict]) -> Optional[str]:
     return _parts(_declared(recs)).get("loop")
 
 
+def declared_spread(recs: Iterable[dict]) -> Optional[str]:
+    """The spread file a study's ``[model] calibrate = {spread = ...}`` names (declared as
+    "...;spread:PATH"), else None."""
+    return _parts(_declared(recs)).get("spread")
+
+
 def _declared(recs: Iterable[dict]) -> str:
     """The first calibration the records declare that names a subset or a fit, else ""."""
     if isinstance(recs, Digest):
@@ -352,10 +359,10 @@ def _declared(recs: Iterable[dict]) -> str:
 
 
 def _parts(cal: str) -> Dict[str, str]:
-    """A declared calibration's parts by name: "runs:nodes<=N;fit:PATH;bench:PATTERN;loop:PATH"
-    (each part optional) gives {"runs": "nodes<=N", "fit": PATH, ...}."""
+    """A declared calibration's parts by name: "runs:nodes<=N;fit:PATH;bench:PATTERN;loop:PATH;
+    spread:PATH" (each part optional) gives {"runs": "nodes<=N", "fit": PATH, ...}."""
     out = {}
-    for part in re.split(r";(?=(?:runs|fit|bench|loop):)", cal):       # a path may hold ";"
+    for part in re.split(r";(?=(?:runs|fit|bench|loop|spread):)", cal):       # a path may hold ";"
         name, sep, value = part.partition(":")
         if sep:
             out.setdefault(name, value)
@@ -610,11 +617,13 @@ def declared_scaling(recs: Iterable[dict], given: Optional[str] = None):
 def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] = None,
             fit_label: Optional[str] = None, scaling: Optional[str] = None,
             algorithm: Optional[str] = None, max_ranks: int = 1024, allow_mixed: bool = False,
-            exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None) -> StudyAnalysis:
+            exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
+            spread_bench: Optional[str] = None) -> StudyAnalysis:
     """The analysis of one study's records, or of what :class:`.reading.Digest` kept of them
     as they were read (raises ValueError on what cannot be analysed, and
     :class:`provenance.MixedRecords` on records of different code, study files, processors or box
-    settings unless ``allow_mixed``). ``exchange_bench`` and ``loop_bench``: see :func:`_predicted`."""
+    settings unless ``allow_mixed``). ``exchange_bench``, ``loop_bench`` and ``spread_bench``:
+    see :func:`_predicted`."""
     recs = recs if isinstance(recs, Digest) else Digest.of(recs)
     origin = recs.origin.result(allow_mixed)
     rows = rows_of(recs.runs)
@@ -665,12 +674,13 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
         extra, flat = _network_effect(extra)
     spent = budget.of_points(recs.budget, rows)
     pattern, loop = exchange_bench or declared_bench(recs), loop_bench or declared_loop(recs)
-    ahead = _predicted(recs, origin, nodes_max, kind, fit_for, pattern, loop)
+    spread = spread_bench or declared_spread(recs)
+    ahead = _predicted(recs, origin, nodes_max, kind, fit_for, pattern, loop, spread)
     _heldout_from(ahead, rows)
     return StudyAnalysis(
         study=name, workload=recs.workload, scaling=kind,
         scaling_source=source, calibration=_calibration_text(fit_label if fit_doc else None,
-                                                             nodes_max, pattern, loop),
+                                                             nodes_max, pattern, loop, spread),
         records=recs.records, rows=rows, models=models, extrapolation=extra,
         extrapolation_axis=first, extrapolation_batch=batch,
         extrapolation_bytes=base[0].wire_bytes, cores=cores,
@@ -687,21 +697,27 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
 
 
 def _predicted(recs: Digest, origin, nodes_max: int, kind: str, fit_for, pattern: Optional[str],
-               loop_bench: Optional[str]) -> dict:
+               loop_bench: Optional[str], spread_bench: Optional[str] = None) -> dict:
     """:func:`predict.of_points` of the records: the held-out exchange from the tuning files
     ``pattern`` names (a path pattern; else the study's declared one, if any), a Horovod axis's
     compute beyond its calibration after the loop file ``loop_bench`` (:mod:`.loop_share`; used
-    only when every record ran on the machine it measured)."""
+    only when every record ran on the machine it measured), every axis's slowest rank there
+    drawn from the spread file ``spread_bench`` (:mod:`.host_spread`, likewise)."""
     machines = {key[2] for key in origin.groups}
     machine = machines.pop() if len(machines) == 1 else None
     loop = LoopShare(loop_bench, machine) if loop_bench and nodes_max else None
+    spread = HostSpread(spread_bench, machine) if spread_bench and nodes_max else None
     return predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for,
                              bench=Bench(pattern, machine=machine) if pattern and nodes_max else None,
-                             loop=loop)
+                             loop=loop, spread=spread)
 
 
 def _calibration_text(fit_label: Optional[str], nodes_max: int,
-                      bench: Optional[str] = None, loop: Optional[str] = None) -> str:
+                      bench: Optional[str] = None, loop: Optional[str] = None,
+                      spread: Optional[str] = None) -> str:
+    if spread and nodes_max:
+        return (_calibration_text(fit_label, nodes_max, bench, loop)
+                + f"; their slowest rank from the nodes' spread in {spread}")
     if loop and nodes_max:
         return (_calibration_text(fit_label, nodes_max, bench)
                 + f"; their compute after the share of a node Horovod's loop takes in {loop}")

@@ -35,7 +35,7 @@ def of_axes(axes: List[dict], nodes_max: int, folds: Callable, fit: Callable) ->
     """``axes``: :func:`.predict.of_points`'s axes while they still hold ``_by_p`` (each node
     count's runs), ``_model`` and ``_bench`` (a benchmark's exchange by node count, which the
     folds share); ``folds(repeats)`` deals repeats into folds, ``fit(cal, backend, bench_fit,
-    loop_shares)`` calibrates a model. Empty when no axis has two folds of repeats at its
+    loop_shares, spreads)`` calibrates a model. Empty when no axis has two folds of repeats at its
     calibration points."""
     rows, mae_model, mae_one = [], {}, {}
     for ax in axes:
@@ -48,7 +48,8 @@ def of_axes(axes: List[dict], nodes_max: int, folds: Callable, fit: Callable) ->
             kept = {p: v.take(lambda rep: fold[rep] == k) for p, v in cal.items()}
             if any(not len(v) for v in kept.values()):
                 continue
-            model = fit(kept, ax["backend"], ax["_model"].fit, ax["_model"].loop)
+            model = fit(kept, ax["backend"], ax["_model"].fit, ax["_model"].loop,
+                        ax["_model"].spreads)
             cal_rows = [summary(v) for _, v in sorted(kept.items())]
             for p, s in held.items():
                 m = model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"],

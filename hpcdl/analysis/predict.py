@@ -16,7 +16,11 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   rank: the slowest rank's median probe, the figure records carry, is ``center × E[max of p
   draws]`` of the ranks' medians relative to their run's center (the spread measured at the
   calibration points, first probe of each rank left out: it traces the graph), and that is also
-  the compute the step pays. Measured on the five box CNN studies' Horovod points, the step
+  the compute the step pays. Beyond the calibration, where a short benchmark on the allocation
+  measured how far its nodes lie apart computing at once (a spread file, :mod:`.host_spread`),
+  the p ranks are drawn from the spread it measured at the largest node count <= p instead: two
+  ranks about their own mean show less of the nodes' spread than eight nodes of a shared host
+  do. Measured on the five box CNN studies' Horovod points, the step
   beyond its exchange timed alone is 1.02, 1.00 and 1.02 × that compute at 2, 4 and 8 nodes; the
   expected maximum of p single probes, the form used before, grows faster with p and put the
   8-node step 3% of the step too high once the compute itself was right.
@@ -38,7 +42,11 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
 - **step** = compute + fixed + exchange − min(exchange, window × compute): fixed is
   the 1-node step beyond its compute, window the share of the compute the exchange hid behind
   at the calibration points (0 for the parameter server, whose exchange follows the backward
-  pass).
+  pass). An allreduce starts when its slowest rank is ready, so the step pays the slowest rank's
+  compute; the parameter server takes each worker's push as it comes, the others' pushes on its
+  link while the slowest still computes, so its step pays the ranks' center (on the box CNN
+  studies' 4- and 8-node ps points the step beyond its exchange timed alone is 0.86–0.91 × the
+  slowest worker's compute, about the center).
 
 Baselines, on the same calibration points: *naive*, efficiency stays at its largest calibrated
 point's; *one-parameter*, the 1-node step plus one β (α = 0) from the largest calibrated point's
@@ -55,8 +63,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import floor, loop_share, transfer
+from . import floor, host_spread, loop_share, transfer
 from .exchange_bench import Bench
+from .host_spread import HostSpread
 from .loop_share import LoopShare
 from .allreduce import link_bytes, on_link, pairwise
 from .baselines import conformal_quantile, naive, noise, one_parameter, scores
@@ -93,9 +102,12 @@ class PartModel:
     ``nodes_max`` nodes (see the module's docstring)."""
 
     def __init__(self, cal: Sequence[dict], backend: str, fit: Optional[dict] = None,
-                 loop: Optional[Dict[int, float]] = None):
+                 loop: Optional[Dict[int, float]] = None,
+                 spreads: Optional[Dict[int, np.ndarray]] = None):
         self.fit = fit
         self.loop = loop
+        self.spreads = spreads
+        self.backend = backend
         one = [c for c in cal if c["ranks"] == 1]
         if not one:
             raise ValueError("no 1-node run among the calibration points")
@@ -149,10 +161,16 @@ class PartModel:
         return (self.per_sample * b * (1.0 + self.k * (p > 1))
                 * loop_share.factor(self.loop, p, self.p_cal))
 
+    def _draws(self, p: int) -> np.ndarray:
+        """The spread p ranks are drawn from: the spread file's at the largest node count <= p
+        beyond the calibration, where one measured it; else the calibration runs'."""
+        measured = host_spread.at(self.spreads, p) if p > self.p_cal else None
+        return self.rank_dev if measured is None else measured
+
     def _expected_max(self, p: int) -> float:
         """:func:`expected_max` of the ranks' spread, once per p."""
         if p not in self._max:
-            self._max[p] = expected_max(self.rank_dev, p)
+            self._max[p] = expected_max(self._draws(p), p)
         return self._max[p]
 
     def compute(self, p: int, b: float) -> float:
@@ -177,7 +195,7 @@ class PartModel:
         e = self.exchange(p, algorithm, wire, rate) if exchange is None else exchange
         if e is None:
             return None
-        c = self.compute(p, b)
+        c = self.center(p, b) if self.backend == "ps" else self.compute(p, b)
         return c + self.fixed + e - min(e, self.window * c)
 
     @property
@@ -196,13 +214,17 @@ class PartModel:
                 "seconds_per_link_byte": self.seconds_per_byte,
                 "rank_draws": len(self.rank_dev),
                 "rank_max_factor_2": self._expected_max(2),
-                "loop_shares": self.loop}
+                "loop_shares": self.loop,
+                "host_spread": None if not self.spreads else {
+                    str(k): {"draws": len(v), "max_factor": self._expected_max(k)}
+                    for k, v in sorted(self.spreads.items()) if k > self.p_cal}}
 
 
 # --- the study ----------------------------------------------------------------------------------
 
 def _fit(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = None,
-         loop: Optional[Dict[int, float]] = None) -> PartModel:
+         loop: Optional[Dict[int, float]] = None,
+         spreads: Optional[Dict[int, np.ndarray]] = None) -> PartModel:
     """The model from the calibration runs: each run's own figures, the medians where pooled."""
     pooled = []
     for p, runs in sorted(cal.items()):
@@ -210,11 +232,12 @@ def _fit(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = None,
         m = {"center": _med(runs, "center"), "step": s["step"], "exchange": s["exchange"],
              "rank_dev": runs.devs()}
         pooled.append({**s, "m": m})
-    return PartModel(pooled, backend, fit, loop)
+    return PartModel(pooled, backend, fit, loop, spreads)
 
 
 def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict],
-              loop: Optional[Dict[int, float]] = None) -> List[float]:
+              loop: Optional[Dict[int, float]] = None,
+              spreads: Optional[Dict[int, np.ndarray]] = None) -> List[float]:
     """Leave one repeat out (one fold of repeats beyond :data:`FOLDS` of them): the relative
     error of predicting each multi-node calibration run from the runs not in its fold."""
     fold = folds({rep for v in cal.values() for rep in v.repeat})
@@ -223,7 +246,7 @@ def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict],
         kept = {p: v.take(lambda rep: fold[rep] != k) for p, v in cal.items()}
         if any(not len(v) for v in kept.values()):
             continue
-        m = _fit(kept, backend, fit, loop)
+        m = _fit(kept, backend, fit, loop, spreads)
         for r in (r for p, v in cal.items() if p > 1 for r in v.take(lambda rep: fold[rep] == k)):
             pred = m.step(r["ranks"], r["batch"], r["algorithm"], r["wire"], r["rate"])
             if pred is not None:
@@ -234,10 +257,11 @@ def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict],
 def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
             remedied: Sequence[dict] = (),
             exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None,
-            bench: Optional[Bench] = None, loop: Optional[LoopShare] = None) -> dict:
+            bench: Optional[Bench] = None, loop: Optional[LoopShare] = None,
+            spread: Optional[HostSpread] = None) -> dict:
     """:func:`of_points` of records, grouped by ``row_key``."""
     return of_points(_points(recs, row_key), nodes_max, kind, _points(remedied, row_key),
-                     exchange_fit, bench, loop)
+                     exchange_fit, bench, loop, spread)
 
 
 def _benched(axis: str, backend: str, by_p: Dict[int, Runs], nodes_max: int,
@@ -282,7 +306,8 @@ def _point(model: PartModel, p: int, runs: Runs, fitted: bool, benched: tuple,
 def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
               remedied: Optional[Dict[tuple, Runs]] = None,
               exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None,
-              bench: Optional[Bench] = None, loop: Optional[LoopShare] = None) -> dict:
+              bench: Optional[Bench] = None, loop: Optional[LoopShare] = None,
+              spread: Optional[HostSpread] = None) -> dict:
     """Per axis, the model's and the baselines' predictions of every point; the errors at the
     held-out points, the band and its coverage; the remedies' predicted gains, measured where
     the study (fp16) or ``remedied`` (the runs of the same workload with a remedy applied, e.g.
@@ -292,12 +317,15 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     exchange measured by a short benchmark at their node count (:mod:`.exchange_bench`), where
     one did; the model's own exchange stays beside it. ``loop``: what Horovod's loop takes from
     compute by node count (:mod:`.loop_share`), which a Horovod axis's compute then follows
-    beyond its calibration. Empty when the study declares no
+    beyond its calibration. ``spread``: how far the allocation's nodes lie apart computing at
+    once, by node count (:mod:`.host_spread`), which every axis's slowest rank beyond its
+    calibration is drawn from. Empty when the study declares no
     calibration subset or its records carry no probes."""
     if not nodes_max:
         return {}
     axes = sorted({k[0] for k in pts})
     out_axes, loro = [], []
+    spreads = spread.spreads() if spread is not None else None
     for axis in axes:
         by_p = {k[1]: v for k, v in pts.items() if k[0] == axis}
         cal = {p: v for p, v in by_p.items() if p <= nodes_max}
@@ -311,9 +339,9 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
                    "gamma_s_per_byte": 0.0, **fit}
         shares = (loop.shares(first["setting"])
                   if loop is not None and backend == "horovod" else None)
-        model = _fit(cal, backend, fit, shares)
+        model = _fit(cal, backend, fit, shares, spreads)
         cal_rows = [_summary(v) for _, v in sorted(cal.items())]
-        loro += _left_out(cal, backend, fit, shares)
+        loro += _left_out(cal, backend, fit, shares, spreads)
         benched = _benched(axis, backend, by_p, nodes_max, bench)
         points = [_point(model, p, runs, p <= nodes_max, benched.get(p, (None, None)),
                          cal_rows, kind, backend) for p, runs in sorted(by_p.items())]
@@ -345,12 +373,21 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     for ax in out_axes:
         del ax["_model"], ax["_by_p"], ax["_bench"]
     return {"nodes_max": nodes_max, "nominal": NOMINAL, "band_halfwidth": q,
-            "exchange_bench": None if bench is None else {
+            **_benches(bench, loop, spread, out_axes, held),
+            "band_residuals": len(loro), "axes": out_axes,
+            "heldout": scores(held), "noise": noise(out_axes), "floor": lowest,
+            "cross_rate": cross, "remedies": fixes}
+
+
+def _benches(bench: Optional[Bench], loop: Optional[LoopShare], spread: Optional[HostSpread],
+             out_axes: List[dict], held: List[dict]) -> dict:
+    """What each short benchmark on the allocation gave the prediction, and why not more."""
+    return {"exchange_bench": None if bench is None else {
                 "pattern": bench.pattern, "misses": bench.misses(),
                 "points": sum(1 for pt in held if pt["exchange_from"])},
             "loop_bench": None if loop is None else {
                 "source": loop.source, "misses": loop.misses(),
                 "axes": [ax["axis"] for ax in out_axes if ax["model"]["loop_shares"]]},
-            "band_residuals": len(loro), "axes": out_axes,
-            "heldout": scores(held), "noise": noise(out_axes), "floor": lowest,
-            "cross_rate": cross, "remedies": fixes}
+            "spread_bench": None if spread is None else {
+                "source": spread.source, "misses": spread.misses(),
+                "axes": [ax["axis"] for ax in out_axes if ax["model"]["host_spread"]]}}

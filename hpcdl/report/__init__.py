@@ -128,11 +128,13 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
                  algorithm: Optional[str] = None, max_ranks: int = 1024,
                  plots: bool = True, scaling: Optional[str] = None,
                  allow_mixed: bool = False, workers: Optional[int] = None,
-                 exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None) -> Dict:
+                 exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
+                 spread_bench: Optional[str] = None) -> Dict:
     """Analyse the records in ``src`` and render the report; return {'report', 'json', 'files'}.
     ``workers``: processes that read the records (see :func:`_workers`); ``exchange_bench``: the
     tuning files (a path pattern) whose exchange the held-out points take; ``loop_bench``: the
-    loop file whose shares the held-out points' compute follows."""
+    loop file whose shares the held-out points' compute follows; ``spread_bench``: the spread
+    file their slowest rank is drawn from."""
     runs = _resolve(src)
     if not runs.exists():
         raise UserError(f"{runs}: no such results file (run the study first: hpcdl study run)")
@@ -149,7 +151,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     try:
         res = analysis.analyse(recs, recs.study or runs.parent.name, fit_doc,
                                str(fit_path) if fit_path else None, scaling, algorithm, max_ranks,
-                               allow_mixed, exchange_bench, loop_bench)
+                               allow_mixed, exchange_bench, loop_bench, spread_bench)
     except ValueError as exc:
         raise UserError(f"{runs}: {exc}") from None
     if fit_doc and not any(m.source.startswith("bench fit") for m in res.models.values()):
@@ -157,7 +159,8 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
                         f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")
     pngs = draw_plots(res, out) if plots else []
     tables, lines, extra = sections.render(sections.Context(res, recs.about, runs, pngs))
-    command = _command(recs.about, runs, res.provenance.mixed, exchange_bench, loop_bench)
+    command = _command(recs.about, runs, res.provenance.mixed, exchange_bench, loop_bench,
+                       spread_bench)
     files: List[Path] = []
     for t in tables:
         path = out / f"{t.name}.csv"
@@ -187,7 +190,7 @@ def _write_json(path: Path, doc: dict) -> None:
 
 
 def _command(about, runs, mixed: bool = False, bench: Optional[str] = None,
-             loop: Optional[str] = None) -> str:
+             loop: Optional[str] = None, spread: Optional[str] = None) -> str:
     """The commands that regenerate this report: the study's runs (when a study made them: on
     this machine, through Slurm, or on the cluster box at each link rate it recorded) into the
     results root the records are in, named explicitly (points already recorded there are
@@ -196,7 +199,8 @@ def _command(about, runs, mixed: bool = False, bench: Optional[str] = None,
     study_file = about.study_file
     report = (f"hpcdl study report {_shown(runs.parent)}" + (" --allow-mixed" if mixed else "")
               + (f" --exchange-bench '{bench}'" if bench else "")
-              + (f" --loop-bench {loop}" if loop else ""))
+              + (f" --loop-bench {loop}" if loop else "")
+              + (f" --spread-bench {spread}" if spread else ""))
     if not study_file:
         return report
     root = f"--results-root {_shown(runs.parent.parent)}"

@@ -827,18 +827,31 @@ def _bench_words(pred) -> List[str]:
     return out + [""]
 
 
+def _file_words(entry: Optional[dict], words: Callable[[dict], str]) -> List[str]:
+    """A short benchmark's file the prediction took (``entry``, what it gave): what it did, in
+    ``words(entry)``, and why it was not taken where it was not."""
+    if not entry:
+        return []
+    return [words(entry)] + [f"- not taken: {why}" for why in entry.get("misses") or []] + [""]
+
+
 def _loop_words(pred) -> List[str]:
     """Where the held-out Horovod points' compute followed a loop file's shares."""
-    loop = pred.get("loop_bench")
-    if not loop:
-        return []
-    out = [f"Compute beyond the calibration, on {len(loop['axes'])} Horovod axis(es): also × "
-           "(1 − s(calibrated p)) / (1 − s(p)), s the median rank's share of its CPU that "
-           "Horovod's loop took from its compute at p nodes and the axis's cycle time, measured "
-           f"by a short benchmark on the allocation: {loop['source']}; between the node counts it "
-           "measured, s is interpolated in log p, beyond the largest held at its value."]
-    out += [f"- not taken: {why}" for why in loop.get("misses") or []]
-    return out + [""]
+    return _file_words(pred.get("loop_bench"), lambda loop: (
+        f"Compute beyond the calibration, on {len(loop['axes'])} Horovod axis(es): also × "
+        "(1 − s(calibrated p)) / (1 − s(p)), s the median rank's share of its CPU that "
+        "Horovod's loop took from its compute at p nodes and the axis's cycle time, measured "
+        f"by a short benchmark on the allocation: {loop['source']}; between the node counts it "
+        "measured, s is interpolated in log p, beyond the largest held at its value."))
+
+
+def _spread_words(pred) -> List[str]:
+    """Where the held-out points' slowest rank was drawn from a spread file."""
+    return _file_words(pred.get("spread_bench"), lambda spread: (
+        f"The slowest rank beyond the calibration, on {len(spread['axes'])} axis(es): the "
+        "expected maximum over p ranks drawn from how far the allocation's nodes lay apart "
+        "computing the workload at once (each node alone, nothing exchanged), measured by a "
+        f"short benchmark on it at the largest node count <= p: {spread['source']}."))
 
 
 def _axis_words(ax) -> str:
@@ -849,7 +862,10 @@ def _axis_words(ax) -> str:
             f"rank, ×{1 + m['k']:.2f} beyond one rank"
             + (", the loop's share " + "/".join(f"{v * 100:.0f}" for _, v in loop) + "% at "
                + "/".join(str(n) for n, _ in loop) + " nodes" if loop else "")
-            + f"; spread from {m['rank_draws']} rank medians; "
+            + f"; spread from {m['rank_draws']} rank medians"
+            + "".join(f", at {n} nodes ×{v['max_factor']:.3f} from {v['draws']} node medians "
+                      f"of {n} at once" for n, v in (m.get("host_spread") or {}).items())
+            + "; "
             f"fixed {m['fixed_s'] * 1e3:.1f} ms; window {m['window'] * 100:.0f}%; "
             + (f"exchange from the {m['exchange_source']}"
                if m["exchange_source"].startswith("bench fit") else
@@ -881,11 +897,15 @@ def _prediction_markdown(pred, by_name) -> List[str]:
              "calibration runs spent beyond that: where the algorithm sends and receives over "
              "one connection at once (recursive halving and doubling, a ring of two), a share of "
              "the other direction's bytes (on a shaped link each direction's data queues with "
-             "the other's acknowledgements), else a fixed time per exchange. Step: compute + fixed + exchange − the part hidden behind the measured "
-             "window of compute (none for the parameter server). Beside it, two baselines: "
+             "the other's acknowledgements), else a fixed time per exchange. Step: compute + "
+             "fixed + exchange − the part hidden behind the measured window of compute (none "
+             "for the parameter server, whose step pays the ranks' center compute rather than "
+             "the slowest's: it takes the other workers' pushes while the slowest computes). "
+             "Beside it, two baselines: "
              "**naive** (efficiency stays at the largest calibrated point's) and **one-β** (the "
              "1-node step plus one β, α = 0, from the largest calibrated point's excess).", "",
-             by_name["prediction-vs-measured"].markdown(), ""] + _bench_words(pred) + _loop_words(pred)
+             by_name["prediction-vs-measured"].markdown(), ""]
+    lines += _bench_words(pred) + _loop_words(pred) + _spread_words(pred)
     lines += [_axis_words(ax) for ax in pred["axes"]]
     if h["points"]:
         mae = h["mae_model"]

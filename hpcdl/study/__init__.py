@@ -306,6 +306,8 @@ class Study:
                                      # whose exchange the predicted points take
     calibrate_loop: str = ""         # [model] calibrate.loop: a loop file (cycle_cpu.py --json)
                                      # whose shares the predicted points' compute follows
+    calibrate_spread: str = ""       # [model] calibrate.spread: a spread file (box_contention.py
+                                     # --json) their slowest rank is drawn from
     target: str = ""                 # [target]: "accuracy:0.91"; each repeat is then a seed
     command: List[str] = field(default_factory=list)   # [workload] command: the user's script
     scrape: Dict[str, str] = field(default_factory=dict)  # [scrape]: figure name -> pattern
@@ -323,7 +325,8 @@ class Study:
                    ([f"runs:nodes<={self.calibrate_nodes_max}"] if self.calibrate_nodes_max else [])
                    + ([f"fit:{self.fit}"] if self.fit else [])
                    + ([f"bench:{self.calibrate_exchange}"] if self.calibrate_exchange else [])
-                   + ([f"loop:{self.calibrate_loop}"] if self.calibrate_loop else []))
+                   + ([f"loop:{self.calibrate_loop}"] if self.calibrate_loop else [])
+                   + ([f"spread:{self.calibrate_spread}"] if self.calibrate_spread else []))
                or "runs"}
         if self.target:
             out["target"] = self.target
@@ -495,7 +498,7 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  exchanges=exchanges, slurm=slurm, timeout=timeout, env=env,
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
                  fit=fit, calibrate_nodes_max=calibrate[0], calibrate_exchange=calibrate[1],
-                 calibrate_loop=calibrate[2],
+                 calibrate_loop=calibrate[2], calibrate_spread=calibrate[3],
                  target=target, command=command,
                  scrape=scrape, timeline=timeline, variants=variants, tunings=tunings,
                  tuning_file=tuning_file, raw=raw)
@@ -512,21 +515,23 @@ def _fit_key(v, model) -> str:
     return fit
 
 
-def _calibrate_key(v, model) -> Tuple[int, str, str]:
-    """[model] calibrate = {nodes_max = N, exchange = PATH, loop = FILE}: N (0 without it), the
-    'hpcdl tune' files (one per node count and link rate, placeholders as run.tuning's) whose
-    exchange the points beyond N take, and the loop file (benchmarks/cycle_cpu.py --json) whose
-    shares their compute follows ("" without either)."""
+def _calibrate_key(v, model) -> Tuple[int, str, str, str]:
+    """[model] calibrate = {nodes_max = N, exchange = PATH, loop = FILE, spread = FILE}: N (0
+    without it), the 'hpcdl tune' files (one per node count and link rate, placeholders as
+    run.tuning's) whose exchange the points beyond N take, the loop file
+    (benchmarks/cycle_cpu.py --json) whose shares their compute follows, and the spread file
+    (benchmarks/box_contention.py --json) their slowest rank is drawn from ("" without them)."""
     cal = v.get(model, "model.calibrate", dict, default={})
-    v.only(cal, "model.calibrate", ("nodes_max", "exchange", "loop"))
+    v.only(cal, "model.calibrate", ("nodes_max", "exchange", "loop", "spread"))
     if not cal:
-        return 0, "", ""
+        return 0, "", "", ""
     n = v.get(cal, "model.calibrate.nodes_max", int, required=True, minimum=1)
     path = _tuning_path(v, cal, "model.calibrate.exchange")
     if path and "{nodes}" not in path and "{ranks}" not in path:
         v.fail("model.calibrate.exchange", "needs {nodes} or {ranks}: one tuning file per node "
                                            "count, made by 'hpcdl tune' on that allocation")
-    return n, path, v.get(cal, "model.calibrate.loop", str, default="")
+    return (n, path, v.get(cal, "model.calibrate.loop", str, default=""),
+            v.get(cal, "model.calibrate.spread", str, default=""))
 
 
 def _tuning_path(v, table, key: str) -> str:

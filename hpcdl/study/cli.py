@@ -92,6 +92,10 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
                    help="a loop file (benchmarks/cycle_cpu.py --json): the held-out Horovod "
                         "points' compute grows with the share Horovod's loop takes of a node at "
                         "their node count against the calibration's")
+    p.add_argument("--spread-bench", default=None, metavar="PATH",
+                   help="a spread file (benchmarks/box_contention.py --json): the held-out "
+                        "points' slowest rank is drawn from how far the allocation's nodes lay "
+                        "apart computing at once at their node count")
     p.add_argument("--algorithm", choices=("ring", "ps"), default=None,
                    help="exchange algorithm of the model (default: ps for the ps backend, else ring)")
     p.add_argument("--max-ranks", type=int, default=1024, help="extrapolate up to this many ranks")
@@ -150,6 +154,9 @@ def report_main(opts) -> int:
     if opts.loop_bench and not Path(opts.loop_bench).is_file():
         raise UserError(f"--loop-bench {opts.loop_bench}: no such file (make one with "
                         "benchmarks/cycle_cpu.py --json on the allocation)")
+    if opts.spread_bench and not Path(opts.spread_bench).is_file():
+        raise UserError(f"--spread-bench {opts.spread_bench}: no such file (make one with "
+                        "benchmarks/box_contention.py --json on the allocation)")
     if opts.fit and not Path(opts.fit).is_file():
         raise UserError(f"--fit {opts.fit}: no such file (make one with 'hpcdl bench fit')")
     written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
@@ -157,7 +164,8 @@ def report_main(opts) -> int:
                                   max_ranks=opts.max_ranks, plots=not opts.no_plots,
                                   scaling=opts.scaling, allow_mixed=opts.allow_mixed,
                                   workers=opts.workers, exchange_bench=opts.exchange_bench,
-                                  loop_bench=opts.loop_bench)
+                                  loop_bench=opts.loop_bench,
+                                  spread_bench=opts.spread_bench)
     for kind, path in written.items():
         if kind != "files":
             print(f"{kind}: {path}")

@@ -28,14 +28,18 @@ def test_a_committed_report_renders_again_identically_from_its_records(study, tm
     try:
         # a report that pooled mixed records says so in its command (--allow-mixed), one whose
         # held-out exchange came from tuning files names them (--exchange-bench 'PATTERN'), and
-        # one whose compute followed a loop file names it (--loop-bench PATH)
+        # one whose compute followed a loop file names it (--loop-bench PATH), and one whose
+        # slowest rank was drawn from a spread file names that (--spread-bench PATH)
         head = (folder / "report.md").read_text().splitlines()[0]
         bench = head.split("--exchange-bench '", 1)[1].split("'", 1)[0] \
             if "--exchange-bench '" in head else None
-        loop = head.split("--loop-bench ", 1)[1].split()[0] if "--loop-bench " in head else None
+
+        def flag(name):
+            return head.split(f"{name} ", 1)[1].split()[0] if f"{name} " in head else None
         written = report.write_report(Path("results") / study, out_dir=tmp_path,
                                       allow_mixed="--allow-mixed" in head, exchange_bench=bench,
-                                      loop_bench=loop)
+                                      loop_bench=flag("--loop-bench"),
+                                      spread_bench=flag("--spread-bench"))
     finally:
         os.chdir(cwd)
     made = {p.name for p in written["files"]}

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from hpcdl import analysis, costmodel
-from hpcdl.analysis import allreduce, baselines, loop_share, predict, reading
+from hpcdl.analysis import allreduce, baselines, host_spread, loop_share, measured, predict, reading
+from hpcdl.analysis.host_spread import HostSpread
 from hpcdl.analysis.loop_share import LoopShare
 from hpcdl.report import sections
 
@@ -635,6 +636,99 @@ def test_a_declared_loop_file_is_read_beside_the_bench_and_the_subset(tmp_path):
     assert res.calibration.endswith(f"their compute after the share of a node Horovod's loop "
                                     f"takes in {path}")
     assert res.prediction["heldout"]["mae_model"] == pytest.approx(0.0, abs=1e-9)
+
+
+# --- how far the allocation's nodes lie apart computing at once (a spread file) ----------------
+
+SPREAD = {"2": [[0.99, 1.01]] * 2, "4": [[0.98, 1.0, 1.0, 1.03]] * 2,
+          "8": [[0.97, 0.98, 0.99, 1.0, 1.0, 1.01, 1.04, 1.12], [0.98, 0.99, 1.0, 1.0, 1.0, 1.0,
+                                                                 1.02, 1.08]]}
+
+
+def _spread_file(path, spread=SPREAD, machine=MACHINE):
+    import json
+    path.write_text(json.dumps({
+        "schema": "hpcdl.host-spread/1", "time": "2026-11-27T07:00:00+00:00",
+        "made_for": {"machine": machine, "link_rate": "200mbit", "rounds": 2},
+        "spread": spread}))
+    return str(path)
+
+
+def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(tmp_path):
+    recs = study(nodes=(1, 2, 4, 8, 16)) + study(backend="ps", nodes=(1, 2, 4, 8, 16))
+    path = _spread_file(tmp_path / "spread.json")
+    res = predict.analyse(recs, reading.row_key, 2, "weak", spread=HostSpread(path, MACHINE))
+    plain = _run(recs)
+    files = {int(k): [d for run in v for d in run] for k, v in SPREAD.items()}
+    for ax, without in zip(res["axes"], plain["axes"]):
+        # every axis's slowest rank (the parameter server's slowest worker too)
+        assert set(ax["model"]["host_spread"]) == {"4", "8"}
+        assert ax["model"]["host_spread"]["8"]["draws"] == 16
+        for pt, base in zip(ax["points"], without["points"]):
+            p = pt["nodes"]
+            # the synthetic ranks compute alike: without the file the slowest is the center
+            if p <= 2:       # calibration points are never drawn from the file
+                assert pt["predicted"] == base["predicted"]
+                continue
+            k = 8 if p >= 8 else 4       # beyond the largest node count measured: its spread
+            assert pt["predicted"]["compute"] == pytest.approx(
+                base["predicted"]["compute"] * predict.expected_max(files[k], p), rel=1e-12)
+            # an allreduce waits for the slowest rank; the parameter server takes the others'
+            # pushes meanwhile, so its step pays the ranks' center
+            # (less the share of the growth the exchange hides behind)
+            grown = pt["predicted"]["compute"] - base["predicted"]["compute"]
+            paid = 0.0 if ax["backend"] == "ps" else grown * (1 - ax["model"]["window"])
+            assert pt["predicted"]["step"] == pytest.approx(base["predicted"]["step"] + paid,
+                                                            rel=1e-12)
+            assert (paid > 0) == (ax["backend"] != "ps")
+    assert predict.expected_max(files[8], 16) > predict.expected_max(files[8], 8) > 1.03
+    assert res["spread_bench"]["axes"] == [a["axis"] for a in res["axes"]]
+    words = "\n".join(sections._spread_words(res))
+    assert "on 2 axis(es)" in words and "spread.json (2 round(s), links 200mbit" in words
+    assert "×1.0" in sections._axis_words(res["axes"][0]) and "of 8 at once" in \
+        sections._axis_words(res["axes"][0])
+
+
+def test_a_spread_file_of_another_machine_is_not_taken_and_says_why(tmp_path):
+    recs = study()
+    path = _spread_file(tmp_path / "spread.json")
+    res = predict.analyse(recs, reading.row_key, 2, "weak",
+                          spread=HostSpread(path, MACHINE.replace("0.2", "0.5")))
+    assert res["axes"][0]["model"]["host_spread"] is None
+    assert "measured on" in res["spread_bench"]["misses"][0]
+    assert res["axes"][0]["points"] == _run(recs)["axes"][0]["points"]
+    ones = _spread_file(tmp_path / "one.json", {"1": [[1.0]]})
+    only = HostSpread(ones, MACHINE)
+    assert only.spreads() is None and only.misses() == [f"{ones}: no spread at more than one node"]
+    assert "not a spread file" in HostSpread(_loop_file(tmp_path / "l.json", {"1": LOOP}),
+                                             MACHINE).misses()[0]
+    # below the smallest node count measured, nothing to draw from
+    assert host_spread.at({4: [1.0]}, 3) is None and host_spread.at(None, 8) is None
+
+
+def test_the_spread_files_nodes_are_centred_as_a_records_ranks_are():
+    probes = [[1.0, 1.2, 1.1], [1.3, 1.5, 1.4], [0.9, 1.0, 1.1, 1.0]]
+    rec = {"kind": "train", "status": "ok", "metrics": {
+        "step_time": {"median": 2.0},
+        "ranks": [{"compute_probes_s": [9.9] + c} for c in probes]}}
+    assert host_spread.deviations(probes) == pytest.approx(measured.measured(rec).rank_dev)
+    assert host_spread.deviations(probes) == pytest.approx([1.1 / 1.1, 1.4 / 1.1, 1.0 / 1.1])
+
+
+def test_a_declared_spread_file_is_read_beside_the_loop_file(tmp_path):
+    from hpcdl.analysis.provenance import machine_setting
+    recs = study()
+    path = _spread_file(tmp_path / "spread.json", machine=machine_setting(recs[0]))
+    declared = f"runs:nodes<=2;loop:x.json;spread:{path}"
+    assert analysis.declared_spread([{"declared": {"calibration": declared}}]) == path
+    assert analysis.declared_loop([{"declared": {"calibration": declared}}]) == "x.json"
+    for r in recs:
+        r["declared"]["calibration"] = f"runs:nodes<=2;spread:{path}"
+    res = analysis.analyse(recs, "s")
+    assert res.calibration.endswith(f"their slowest rank from the nodes' spread in {path}")
+    at8 = next(pt for pt in res.prediction["axes"][0]["points"] if pt["nodes"] == 8)
+    assert at8["error"]["compute"] == pytest.approx(
+        predict.expected_max([d for run in SPREAD["8"] for d in run], 8) - 1, rel=1e-9)
 
 
 # --- a bias at one node count: the sign test ------------------------------------------------------

@@ -243,6 +243,12 @@ def test_bad_box_axes_and_calibration_are_named(tmp_path):
     st = study.load(_box_study(tmp_path, 'backend = ["ps"]', f"[model]\n{looped}"))
     assert st.declared["calibration"] == ("runs:nodes<=2;bench:results/tuning/box-{nodes}n-"
                                           "{network}.json;loop:results/tuning/box-loop-cpu.json")
+    # and their slowest rank drawn from a spread file
+    spread = looped[:-2] + ', spread = "results/tuning/box-spread.json" }'
+    st = study.load(_box_study(tmp_path, 'backend = ["ps"]', f"[model]\n{spread}"))
+    assert st.calibrate_spread == "results/tuning/box-spread.json"
+    assert st.declared["calibration"].endswith(
+        "loop:results/tuning/box-loop-cpu.json;spread:results/tuning/box-spread.json")
     for path, msg in [("t-{size}.json", "{size} is not a placeholder"),
                       ("t.json", "needs {nodes} or {ranks}")]:
         with pytest.raises(study.StudyError, match=f"model.calibrate.exchange: {msg}"):
