@@ -12,13 +12,13 @@ the host: its other nodes' load, not the training's own peers.
 
     scripts/cluster-box.sh up 8 --link 200mbit --cpus-per-node 0.2 && scripts/cluster-box.sh check
     python benchmarks/box_contention.py --study jobs/box-cnn-weak5.toml --rounds 3 \\
-        > results/box-contention.txt
+        --json results/tuning/box-spread.json > results/box-contention.txt
 
 With ``--json PATH`` it also writes the nodes' spread as a spread file (``hpcdl.host-spread/1``):
 per k and round, each node's median probe over the round's center (the median of all its
 nodes' probes, as a record's ranks are centred), and the machine setting it measured. ``hpcdl
 study report --spread-bench PATH`` (or a study's ``calibrate = { spread = ... }``) predicts a
-held-out point's slowest rank from the spread measured at its node count
+held-out point's slowest rank from the spread measured at the largest node count <= its own
 (:mod:`hpcdl.analysis.host_spread`).
 
 The runs are plain ``srun`` steps beside each other (the box's licence would queue them one after
