@@ -45,7 +45,7 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   pass). An allreduce starts when its slowest rank is ready, so the step pays the slowest rank's
   compute; the parameter server takes each worker's push as it comes, the others' pushes on its
   link while the slowest still computes, so its step pays the ranks' center (on the box CNN
-  studies' 4- and 8-node ps points the step beyond its exchange timed alone is 0.86–0.91 × the
+  studies' 4- and 8-node ps points the step beyond its exchange timed alone is 0.86–0.94 × the
   slowest worker's compute, about the center).
 
 Baselines, on the same calibration points: *naive*, efficiency stays at its largest calibrated
