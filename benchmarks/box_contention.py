@@ -22,10 +22,17 @@ held-out point's slowest rank from the spread measured at the largest node count
 (:mod:`hpcdl.analysis.host_spread`).
 
 The runs are plain ``srun`` steps beside each other (the box's licence would queue them one after
-another), so the script refuses to start while a job is queued or running on the box.
+another), so on the box the script refuses to start while a job is queued or running there.
+Inside a Slurm allocation (``sbatch``/``salloc`` on a cluster, or on the box) it runs them on the
+allocation's first k nodes instead, one step per node, and the spread file names the processor
+(and the box's settings, on the box) that the allocation's records will carry::
+
+    sbatch -N 8 --wrap "python benchmarks/box_contention.py --study jobs/my.toml \\
+        --json tuning/spread.json"
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,6 +40,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -42,28 +50,51 @@ from hpcdl.analysis import host_spread, provenance  # noqa: E402
 from hpcdl.bench.boxcheck import job_env  # noqa: E402
 
 
-def _one(k: int, args, env, scratch: Path, timeout: float) -> list:
-    """k one-node trainings at once on n1..nk; per rank (median probe, median CPU a probe)."""
+def _placement(b: dict) -> tuple:
+    """(the node names, srun's extra options, the environment, what they are): inside a Slurm
+    allocation its nodes, else the box's n1..nN (refused while a job runs on the box)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    extra = ["--mpi=pmix"] if b else []
+    env = dict(job_env(b) if b else os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    if job:
+        names = subprocess.run(["scontrol", "show", "hostnames",
+                                os.environ.get("SLURM_JOB_NODELIST", "")],
+                               capture_output=True, text=True).stdout.split()
+        if not names:
+            raise SystemExit(f"job {job}: scontrol names none of its nodes")
+        return names, extra, env, f"the {len(names)} node(s) of Slurm job {job}"
+    if not b:
+        raise SystemExit("neither inside a Slurm allocation (sbatch -N K ...) nor on the cluster "
+                         "box (scripts/cluster-box.sh up 8 ...)")
+    queued = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip()
+    if queued:
+        raise SystemExit(f"jobs are queued or running on the box; this runs beside none:\n{queued}")
+    return [f"n{i}" for i in range(1, int(b["nodes_count"]) + 1)], extra, env, "the box's nodes"
+
+
+def _one(names, extra, args, env, scratch: Path, timeout: float) -> list:
+    """One-node trainings at once on each of ``names``; per node (median probe, median CPU a
+    probe, the probes)."""
     procs, outs = [], []
-    for n in range(1, k + 1):
-        out = scratch / f"k{k}-n{n}-{time.monotonic_ns()}.jsonl"
+    for name in names:
+        out = scratch / f"k{len(names)}-{name}-{time.monotonic_ns()}.jsonl"
         outs.append(out)
         procs.append(subprocess.Popen(
-            ["srun", "--quiet", f"--time={int(timeout // 60) + 1}", "-N1", "-n1", "-w", f"n{n}",
-             "--cpus-per-task=1", "--mpi=pmix", "--chdir", str(ROOT), sys.executable, "-m",
+            ["srun", "--quiet", f"--time={int(timeout // 60) + 1}", "-N1", "-n1", "-w", name,
+             "--cpus-per-task=1", *extra, "--chdir", str(ROOT), sys.executable, "-m",
              "hpcdl", "train", *args, "--results", str(out)],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     fails = []
-    for n, p in enumerate(procs, 1):
+    for n, p in zip(names, procs):
         try:
             _, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             p.kill()
             _, err = p.communicate()
         if p.returncode != 0:
-            fails.append(f"n{n}: exit {p.returncode}: {err.strip()[-500:]}")
+            fails.append(f"{n}: exit {p.returncode}: {err.strip()[-500:]}")
     if fails:
-        raise SystemExit(f"{k} node(s): " + "; ".join(fails))
+        raise SystemExit(f"{len(names)} node(s): " + "; ".join(fails))
     out = []
     for path in outs:
         rank = records.read(path)[-1]["metrics"]["ranks"][0]
@@ -84,23 +115,21 @@ def main() -> int:
                     help="also write the nodes' spread as a spread file here")
     opts = ap.parse_args()
     b = box.load()
-    if not b:
-        raise SystemExit("the cluster box is not up (scripts/cluster-box.sh up 8 ...)")
-    queued = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip()
-    if queued:
-        raise SystemExit(f"jobs are queued or running on the box; this runs beside none:\n{queued}")
+    names, extra, env, where = _placement(b)
     nodes = [int(n) for n in opts.nodes.split(",")]
+    if max(nodes) > len(names):
+        raise SystemExit(f"--nodes {opts.nodes}: {where} are only {len(names)}")
     point = study.load(opts.study).points()[0]
     args = _without(point.train_args("-"),
                     ("--results", "--study", "--point", "--declared", "--checkpoint-dir"))
-    env = dict(job_env(b), TF_CPP_MIN_LOG_LEVEL="2")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     command = (f"python benchmarks/box_contention.py --study {opts.study} --nodes {opts.nodes} "
                f"--rounds {opts.rounds}" + (f" --json {opts.json}" if opts.json else ""))
     print(f"# command: {command}")
-    print(f"# commit: {commit}; processor: {records.cpu_identity()}; box: {b['nodes_count']} "
-          f"nodes, {b['cpus_per_node']} cores each, links {b['link_rate']}")
+    print(f"# commit: {commit}; processor: {records.cpu_identity()}; on {where}"
+          + (f"; box: {b['nodes_count']} nodes, {b['cpus_per_node']} cores each, links "
+             f"{b['link_rate']}" if b else ""))
     print(f"# hpcdl train {' '.join(args)}")
     got = {k: [] for k in nodes}
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,27 +137,30 @@ def main() -> int:
             order = nodes if r % 2 == 0 else nodes[::-1]
             for k in order:
                 t0 = time.monotonic()
-                ranks = _one(k, args, env, Path(tmp), opts.timeout)
+                ranks = _one(names[:k], extra, args, env, Path(tmp), opts.timeout)
                 got[k].append(ranks)
                 print(f"# round {r + 1}, {k} node(s) at once ({time.monotonic() - t0:.0f} s): "
                       "median probe per node " + " ".join(f"{x[0]:.3f}" for x in ranks) + " s",
                       flush=True)
     _table(got, nodes)
     if opts.json:
-        _write(Path(opts.json), command, b, args, got, opts.rounds)
+        _write(Path(opts.json), command, b, names[0], args, got, opts.rounds)
     return 0
 
 
-def _write(path: Path, command: str, b: dict, args, got: dict, rounds: int) -> None:
-    """The spread file: per k, each round's nodes' median probe over the round's center."""
-    facts = box.node_facts(sorted(b["nodes"])[0])
+def _write(path: Path, command: str, b: Optional[dict], first: str, args, got: dict,
+           rounds: int) -> None:
+    """The spread file: per k, each round's nodes' median probe over the round's center, for the
+    machine setting the records made there carry (the processor; on the box its settings too)."""
+    facts = box.node_facts(first) if b else None
     machine = provenance.machine_setting({"manifest": {"cpu": records.cpu_identity()},
                                           "box": facts})
     spread = {str(k): [host_spread.deviations([x[2] for x in ranks]) for ranks in runs]
               for k, runs in got.items()}
     doc = {"schema": host_spread.SCHEMA, "command": command,
            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "made_for": {"machine": machine, "link_rate": b["link_rate"], "rounds": rounds,
+           "made_for": {"machine": machine, "link_rate": b["link_rate"] if b else None,
+                        "rounds": rounds,
                         "train": list(args)},
            "spread": spread}
     path.parent.mkdir(parents=True, exist_ok=True)
