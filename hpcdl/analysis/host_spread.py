@@ -5,12 +5,13 @@ A synchronous step waits for its slowest rank, so a held-out point's compute is 
 center times the expected maximum over its p ranks of their spread around it
 (:func:`.predict.expected_max`). The spread of the calibration runs (at most 2 nodes: two ranks
 about their own mean) does not show how wide the nodes of a larger allocation lie: on the box,
-eight nodes computing at once put the slowest 1.07–1.11× over the median node, two nodes 1.02×
-(``results/box-contention.txt``). The benchmark runs the workload's compute on k nodes at once,
-each alone (no exchange between them), and records each node's median probe over the round's
-center exactly as a record's ranks are centred (:func:`.measured.centred`); a held-out point at
-p nodes then draws from the spread measured at the largest k <= p (beyond the largest k, that
-k's: the expected maximum still grows with p, but only up to the widest node measured).
+eight nodes computing at once put the slowest 1.03–1.13× over the median node (three rounds),
+two nodes 1.02× (``results/box-contention.txt``). The benchmark runs the workload's compute on k
+nodes at once, each alone (no exchange between them), and records each node's median probe over
+the round's center exactly as a record's ranks are centred (:func:`.measured.centred`); a
+held-out point at p nodes then draws from the spread measured at the largest k <= p (beyond the
+largest k, that k's: the expected maximum still grows with p, but only up to the widest node
+measured).
 
 The file names the machine it measured (processor and box settings, as records carry them); it
 is used only for records of that machine, and :meth:`HostSpread.misses` says why it was not.

@@ -31,9 +31,11 @@ SCHEMA = "hpcdl.loop-cpu/1"
 class MachineFile:
     """A short benchmark's JSON file of ``schema``, made for one machine (processor and box
     settings, ``made_for.machine``): ``doc`` only where the records ran on that machine, else
-    None and a miss that says why."""
+    None and a miss that says why. A subclass names its ``schema`` and ``kind`` (the words a miss
+    uses for it)."""
 
-    schema, kind = SCHEMA, "loop file"
+    schema: str
+    kind: str
 
     def __init__(self, path: str, machine: Optional[str]):
         self.path = path
@@ -75,6 +77,8 @@ class MachineFile:
 
 class LoopShare(MachineFile):
     """The loop's share of a computing rank's CPU, by cycle time and node count."""
+
+    schema, kind = SCHEMA, "loop file"
 
     def shares(self, setting: str) -> Optional[Dict[int, float]]:
         """{nodes: the median rank's share} at the cycle time of ``setting`` (a name
