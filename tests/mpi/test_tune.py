@@ -14,7 +14,7 @@ TRAIN = ["train", *WORKLOAD, "--batch-size", "8", "--num-warmup-batches", "1",
 
 def _tune(tmp_path, *extra):
     out = tmp_path / "tuning.json"
-    argv = local.hpcdl_command(["tune", *WORKLOAD, "--np", "2", "--knobs", "algorithm,cycle",
+    argv = local.hpcdl_command(["tune", *WORKLOAD, "--np", "2", "--knobs", "algorithm,cycle,backend",
                                 "--rounds", "1", "--worker-rounds", "1", "--iters", "2",
                                 "--budget", "0", "--out", str(out), *extra])
     res = local.run(argv, timeout=400, env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -32,25 +32,36 @@ def test_tune_times_every_candidate_and_training_runs_its_pick(tmp_path):
     res, path = _tune(tmp_path)
     lines = res.stdout.splitlines()
     rows = [ln for ln in lines if ln.startswith(" none")]
+    search = [r for r in rows if "hpcdl " not in r]
     # the five algorithms in one launch, then the two other cycle times with the fastest of them
-    assert len(rows) == 7, res.stdout
+    assert len(search) == 7, res.stdout
     for name in ("library's choice", "ring,", "segmented ring", "Rabenseifner", "recursive doubling"):
-        assert any(name in r for r in rows), name
-    assert sum("cycle 0.2 ms" in r for r in rows) == sum("cycle 5 ms" in r for r in rows) == 1
+        assert any(name in r for r in search), name
+    assert sum("cycle 0.2 ms" in r for r in search) == sum("cycle 5 ms" in r for r in search) == 1
     assert "MPI_Allreduce of one buffer" in res.stdout
     # two ranks sharing memory: measured against a copy of the bytes on every rank at once
     assert lines[[ln.startswith("compr") for ln in lines].index(True)].endswith(" vs memcpy")
-    # then the search's result against the default, launched alike (none when it is the default)
+    # then the search's result against the default, launched alike (the default alone when the
+    # search kept it), each confirming launch timing hpcdl's flat backends before its Horovod
     doc = json.loads(path.read_text())
     launches = sum(1 for ln in lines if ln.startswith("# launch "))
-    assert launches in (4, 6) and doc["launches"] == launches
+    assert launches in (5, 6) and doc["launches"] == launches
     assert any(ln.startswith("# none: the search found") for ln in lines)
+    assert any(ln.startswith("# none: hpcdl's flat backends") for ln in lines)
+    flat = [r for r in rows if "hpcdl " in r]
+    sides = 1 if "(in the pick's launches)" not in res.stdout else 2
+    assert len(flat) == 2 * sides and {"hpcdl ring" in r for r in flat} == {True, False}
     assert doc["made_for"]["ranks"] == 2 and doc["references"]["memcpy_s"] > 0
-    assert len(doc["candidates"]) == 7 and all(c["times_s"] for c in doc["candidates"])
+    assert len(doc["candidates"]) == 7 + 2 * sides and all(c["times_s"] for c in doc["candidates"])
+    assert {c.get("backend") for c in doc["candidates"]} == {None, "ring", "mpi"}
     pick = doc["picks"]["none"]
     assert sum(1 for r in rows if r[6] == "*") == 1
+    # training without --backend runs the pick: its backend and the settings of its exchange
     rec = _train(tmp_path, "tuned", "--tuning", str(path))
     section = rec["tuning"]
+    backend = pick.get("backend", "horovod")
+    assert rec["params"]["backend"] == backend and section["backend"] == backend
+    assert section["backend_from"] == "the tuning file" and rec["replicas_identical"]
     assert section["source"] == "--tuning" and section["settings"] == pick["env"]
     assert section["pick"] == pick["name"]
     # what the library ran with, read back from it in the training process
@@ -67,12 +78,14 @@ def test_a_forced_algorithm_from_the_environments_tuning_file_is_what_the_librar
            "OMPI_MCA_coll_tuned_allreduce_algorithm": "4",
            "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": "0"}
     path.write_text(json.dumps({"schema": "hpcdl.tuning/1", "made_for": {"nodes": 1, "ranks": 2},
-                                "picks": {"none": {"name": "ring", "env": env}}}))
+                                "picks": {"none": {"name": "ring", "env": env, "backend": "ring"}}}))
     results = tmp_path / "ring.jsonl"
-    check(mpirun(2, [*TRAIN, "--results", str(results)], timeout=240,
+    # --backend rules over the pick's backend; the pick's settings still apply to its exchange
+    check(mpirun(2, [*TRAIN, "--results", str(results), "--backend", "mpi"], timeout=240,
                  env={"HPCDL_TUNING": str(path)}))
     rec = read_records(results)[-1]
-    assert rec["tuning"]["source"] == "HPCDL_TUNING"
+    assert rec["params"]["backend"] == "mpi" and rec["tuning"]["backend_from"] == "--backend"
+    assert rec["tuning"]["source"] == "HPCDL_TUNING" and rec["tuning"]["settings"] == env
     assert rec["tuning"]["in_force"] == {"dynamic_rules": 1, "algorithm": 4, "segment_bytes": 0}
     # one rank exchanges nothing: the file is not applied, and the record says why
     one = tmp_path / "one.jsonl"
@@ -80,29 +93,3 @@ def test_a_forced_algorithm_from_the_environments_tuning_file_is_what_the_librar
     rec = read_records(one)[-1]
     assert rec["tuning"]["source"] == "default" and "one rank" in rec["tuning"]["ignored"]
     assert rec["tuning"]["in_force"]["algorithm"] == 0
-
-
-def test_tune_with_the_backend_knob_times_hpcdls_exchanges_and_training_runs_its_pick(tmp_path):
-    out = tmp_path / "tuning.json"
-    argv = local.hpcdl_command(["tune", *WORKLOAD, "--np", "2", "--knobs", "backend",
-                                "--rounds", "1", "--worker-rounds", "2", "--iters", "2",
-                                "--budget", "0", "--out", str(out)])
-    res = check(local.run(argv, timeout=400, env=dict(os.environ, PYTHONPATH=str(ROOT))))
-    lines = res.stdout.splitlines()
-    # the default's launch for the search, then the confirming launch timing the flat backends
-    assert sum(1 for ln in lines if ln.startswith("# launch ")) == 2
-    flat = [ln for ln in lines if ln.startswith(" none") and "hpcdl " in ln]
-    assert len(flat) == 2 and any("hpcdl ring" in r for r in flat) and any("hpcdl mpi" in r for r in flat)
-    assert any(ln.startswith("# none: hpcdl's flat backends") for ln in lines)
-    doc = json.loads(out.read_text())
-    pick = doc["picks"]["none"]
-    backend = pick.get("backend", "horovod")
-    assert {c.get("backend") for c in doc["candidates"]} >= {"ring", "mpi"}
-    assert sum(1 for ln in lines if ln.startswith(" none *")) == 1
-    # training without --backend runs the pick's backend, with --backend the one given
-    rec = _train(tmp_path, "picked", "--tuning", str(out))
-    assert rec["params"]["backend"] == backend and rec["tuning"]["backend"] == backend
-    assert rec["tuning"]["backend_from"] == "the tuning file"
-    assert rec["tuning"]["settings"] == pick["env"] and rec["replicas_identical"]
-    rec = _train(tmp_path, "given", "--tuning", str(out), "--backend", "mpi")
-    assert rec["params"]["backend"] == "mpi" and rec["tuning"]["backend_from"] == "--backend"
