@@ -89,7 +89,7 @@ STUDY = textwrap.dedent("""\
     [workload]
     name = "expmlp"
     batch_size = 100
-    steps = 6000
+    steps = 2500
     warmup = 20
     num_batches_per_iter = 20
 
