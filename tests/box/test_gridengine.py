@@ -150,7 +150,7 @@ warmup = 20
 num_batches_per_iter = 20
 
 [layout]
-nodes = [1, 2, 4]
+nodes = [1, 4]
 ranks_per_node = 1
 
 [slurm]
@@ -178,7 +178,7 @@ def _running(jobs: Path, name: str, jid: str, timeout: float) -> str:
 
 
 def test_a_study_through_qsub_survives_a_lost_node_and_records_every_point_once(sge, tmp_path):
-    """1, 2 and 4 nodes through qsub, the report chained with -hold_jid; a node of the 4-node
+    """1 and 4 nodes through qsub, the report chained with -hold_jid; a node of the 4-node
     point lost in the middle of training ends that job within seconds; the study says it is
     incomplete, a second submit runs only that point, and every point ends with one record."""
     study = tmp_path / "box-sge.toml"
@@ -188,7 +188,7 @@ def test_a_study_through_qsub_survives_a_lost_node_and_records_every_point_once(
     out = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
                  *exports)
     assert "each asks for Grid Engine's consumable 'box=1'" in out, out
-    assert out.count("Submitted point") == 3 and "Submitted the report" in out, out
+    assert out.count("Submitted point") == 2 and "Submitted the report" in out, out
     ids = {ln.split()[2]: ln.split(" as job ")[1].split()[0] for ln in out.splitlines()
            if ln.startswith("Submitted point")}
     jobs = root / "box-sge" / "jobs"
@@ -211,7 +211,7 @@ def test_a_study_through_qsub_survives_a_lost_node_and_records_every_point_once(
     assert res.returncode == 1, res.stdout + res.stderr      # a point ended without its record
     assert "qstat and Grid Engine's accounting" in res.stdout
     runs = root / "box-sge" / "runs.jsonl"
-    assert sorted(r["point"]["nodes"] for r in _records(runs)) == [1, 2]
+    assert [r["point"]["nodes"] for r in _records(runs)] == [1]
     again = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
                    *exports)
     assert [ln.split()[2] for ln in again.splitlines() if ln.startswith("Submitted point")] == \
@@ -224,11 +224,10 @@ def test_a_study_through_qsub_survives_a_lost_node_and_records_every_point_once(
     rows = json.loads(_hpcdl("study", "status", str(study), "--results-root", str(root), "--json"))
     assert [(r["point"], r["scheduler"], r["state"], r["recorded"]) for r in rows] == [
         ("n1-r1-horovod-none-rep0", "gridengine", "COMPLETED", True),
-        ("n2-r1-horovod-none-rep0", "gridengine", "COMPLETED", True),
         (point, "gridengine", "COMPLETED", True),
         ("report", "gridengine", "COMPLETED", True)]
     recs = _records(runs)
-    assert sorted(r["point"]["nodes"] for r in recs) == [1, 2, 4]        # one record per point
+    assert sorted(r["point"]["nodes"] for r in recs) == [1, 4]        # one record per point
     for rec in recs:
         facts = rec["manifest"]["slurm"]
         assert facts["scheduler"] == "gridengine"
