@@ -12,7 +12,7 @@ from hpcdl_testing import check, mpirun, read_records
 
 
 NP = 2
-STEPS = 3000
+STEPS = 2000
 # A resumed run restores the model, the optimizer (Adam's moments and step counter), the data
 # position (a pure function of seed and step) and the RNG state, and replays the same sums in the
 # same order on the same ranks: the final weights were measured bit-identical (max |diff| 0.0).
