@@ -8,7 +8,9 @@ predicted compute, exchange and step, how many steps are within 10% and how many
 both parts within 15%, and the mean absolute step error of the two baselines the report prints
 beside the model (one beta from the largest calibrated point's excess; efficiency stays); then,
 pooled over every study, per node count, the mean signed errors and the sign test each report
-applies to its own points (a bias at a node count that one study's few points cannot show).
+applies to its own points (a bias at a node count that one study's few points cannot show);
+last, from the studies' records (``runs.jsonl``), how the Horovod ranks' compute probes lay apart
+by node count: what a held-out point's slowest rank is predicted from.
 
 A bias near zero with a large absolute error is noise; a step bias near zero whose parts carry
 opposite biases is cancellation, which the per-part columns show.
@@ -20,7 +22,7 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median, pstdev
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hpcdl.analysis import baselines  # noqa: E402
@@ -89,6 +91,69 @@ def line(study: str, backend: str, s: dict) -> str:
             f"  {s['inside']:>2d}/{s['banded']:<2d}")
 
 
+def _probes(rec: dict):
+    """Per rank of a multi-rank Horovod record, its compute probes (the first, a warm-up, left
+    out) and the CPU a probe took; else nothing."""
+    if rec.get("status", "ok") != "ok" or (rec.get("point") or {}).get("backend") != "horovod":
+        return []
+    ranks = (rec.get("metrics") or {}).get("ranks") or []
+    probes = [r.get("compute_probes_s", [])[1:] for r in ranks]
+    if len(ranks) < 2 or min(map(len, probes)) < 3:
+        return []
+    return [(p, r.get("compute_cpu_s"), r["compute_s"]) for p, r in zip(probes, ranks)]
+
+
+def rank_spread(folders) -> dict:
+    """Per node count, per record (medians over the records): the slowest rank's probe over the
+    median rank's, probe by probe; the slowest rank's median probe over the median rank's (the
+    slowest rank's compute a report measures); the ranks' own probe-to-probe variation (standard
+    deviation over mean); the share of probes on which the most often slowest rank was the
+    slowest; a probe's wall time over its CPU time; the median rank's CPU a probe."""
+    out = defaultdict(lambda: defaultdict(list))
+    for folder in folders:
+        path = (folder if folder.is_dir() else folder.parent) / "runs.jsonl"
+        if not path.is_file():
+            continue
+        for ln in path.read_text().splitlines():
+            ranks = _probes(json.loads(ln)) if ln.strip() else []
+            if not ranks:
+                continue
+            n = min(len(p) for p, _, _ in ranks)
+            cols = [[p[j] for p, _, _ in ranks] for j in range(n)]
+            slowest = [c.index(max(c)) for c in cols]
+            meds = [c for _, _, c in ranks]
+            f = out[len(ranks)]
+            f["per_probe"].append(median(max(c) / median(c) for c in cols))
+            f["rank_medians"].append(max(meds) / median(meds))
+            f["within_cv"].append(median(pstdev(p) / mean(p) for p, _, _ in ranks))
+            f["same_slowest"].append(max(slowest.count(i) for i in set(slowest)) / n)
+            cpu = [(c, u) for _, u, c in ranks if u]
+            if cpu:
+                f["wall_per_cpu"].append(median(c / u for c, u in cpu))
+                f["cpu_s"].append(median(u for _, u in cpu))
+    return {k: {key: median(v) for key, v in f.items()} | {"records": len(f["per_probe"])}
+            for k, f in sorted(out.items())}
+
+
+def _print_rank_spread(folders) -> None:
+    spread = rank_spread(folders)
+    if not spread:
+        return
+    print()
+    print("# the Horovod ranks' compute in the records, by ranks (medians over records): slowest"
+          " over median rank probe by probe, and of the ranks' median probes (the slowest rank's"
+          " compute the reports measure); a rank's probe-to-probe variation (sd/mean); the share"
+          " of probes the most often slowest rank was slowest; a probe's wall over CPU time; the"
+          " median rank's CPU a probe")
+    for k, f in spread.items():
+        cpu = (f"; wall/CPU {f['wall_per_cpu']:.2f}, CPU a probe {f['cpu_s']:.3f} s"
+               if "cpu_s" in f else "")
+        print(f"{k:>3d} ranks: {f['records']:3d} records, slowest/median {f['per_probe']:.3f} "
+              f"probe by probe, {f['rank_medians']:.3f} of rank medians; within a rank "
+              f"{f['within_cv'] * 100:.1f}%; the same rank slowest on {f['same_slowest'] * 100:.0f}%"
+              f" of probes{cpu}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("studies", type=Path, nargs="+", help="study results folders (or report.json)")
@@ -123,6 +188,7 @@ def main(argv=None) -> int:
               f"compute {_pct(b['compute'], True)}, exchange {_pct(b['exchange'], True)}; "
               f"{b['under']} under, {b['over']} over, sign test p = {b['sign_p']:.3f}"
               + (" (a bias)" if b["biased"] else ""))
+    _print_rank_spread(a.studies)
     return 0
 
 
