@@ -43,6 +43,7 @@ from .figures import iteration_rates, summarize_values
 from .interface import Mode, written_by
 from .replica import Replica
 from .runtime import make_plan
+from .. import cluster
 from ..errors import UserError
 
 NAME = "ps-async"
@@ -583,6 +584,7 @@ class AsyncPS(Mode):
         if opts.timeline:
             raise UserError(f"--timeline records Horovod's allreduces, and --backend {NAME} "
                             "makes none while training")
+        workers_of(cluster.discover().size, opts.ps_dedicated)   # before TensorFlow starts
 
     def trainers(self, opts, size):
         return workers_of(size, opts.ps_dedicated)

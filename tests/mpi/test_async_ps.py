@@ -28,8 +28,15 @@ def _train(tmp_path, np_, extra, env=None, steps=100, name="run"):
     return arrays, read_records(results)[-1], res
 
 
-def test_staleness_zero_ends_with_the_synchronous_parameter_servers_weights(tmp_path):
-    ref, _, _ = _train(tmp_path, 2, ["--backend", "ps"], name="ps")
+@pytest.fixture(scope="module")
+def synchronous(tmp_path_factory):
+    """The synchronous parameter server's run (weights, record) on two ranks."""
+    ref, rec, _ = _train(tmp_path_factory.mktemp("ps"), 2, ["--backend", "ps"], name="ps")
+    return ref, rec
+
+
+def test_staleness_zero_ends_with_the_synchronous_parameter_servers_weights(tmp_path, synchronous):
+    ref, _ = synchronous
     got, rec, res = _train(tmp_path, 2, ["--backend", "ps-async", "--staleness", "0"],
                            name="async0")
     for a, b in zip(got, ref):
@@ -42,8 +49,8 @@ def test_staleness_zero_ends_with_the_synchronous_parameter_servers_weights(tmp_
     assert "Update 100: loss" in res.stdout
 
 
-def test_downpour_is_not_the_synchronous_result_and_still_learns(tmp_path):
-    ref, ref_rec, _ = _train(tmp_path, 2, ["--backend", "ps"], name="ps")
+def test_downpour_is_not_the_synchronous_result_and_still_learns(tmp_path, synchronous):
+    ref, _ = synchronous
     got, rec, _ = _train(tmp_path, 2, ["--backend", "ps-async"], name="downpour")
     a = rec["metrics"]["async"]
     assert rec["params"]["staleness"] == "inf"

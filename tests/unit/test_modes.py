@@ -27,6 +27,7 @@ def test_the_options_choose_one_mode(kw, name):
     ({"staleness": 2}, "--staleness and --ps-dedicated are options of --backend ps-async"),
     ({"stages": 2}, "--stages is an option of --parallel pipeline"),
     ({"backend": "ps-async", "compression": "fp16"}, "pushes and pulls float32"),
+    ({"backend": "ps-async", "ps_dedicated": True}, "--ps-dedicated needs at least 2 ranks"),
     ({"parallel": "pipeline", "backend": "ring"}, "do not apply"),
     ({"compression": "int4"}, "unknown --compression 'int4'"),
 ])
