@@ -39,6 +39,7 @@ from .figures import iteration_rates, summarize_values
 from .interface import Mode, written_by
 from .replica import Replica
 from .runtime import make_plan
+from .. import cluster
 from ..errors import UserError
 
 _TAG_ACT, _TAG_GRAD = 31, 32
@@ -302,16 +303,21 @@ def _waiter(MPI):
     return wait
 
 
+def check_layout(size: int, stages: int, batch: int, micro: int) -> None:
+    """The job's ranks and the batch against the stages and micro-batches asked for."""
+    if size != stages:
+        raise UserError(f"--parallel pipeline --stages {stages} needs {stages} ranks, one "
+                        f"per stage; this job has {size}")
+    if batch % micro:
+        raise UserError(f"--micro-batches {micro} does not divide the batch of {batch}")
+
+
 def check(rep, stages: int, micro: int) -> None:
     rt, tf, model = rep.rt, rep.rt.tf, rep.model
-    if rt.size != stages:
-        raise UserError(f"--parallel pipeline --stages {stages} needs {stages} ranks, one "
-                        f"per stage; this job has {rt.size}")
+    check_layout(rt.size, stages, rep.plan.batch, micro)
     if not isinstance(model, tf.keras.Sequential):
         raise UserError(f"--parallel pipeline cuts a Keras Sequential model; workload "
                         f"{rep.wl.name}'s model is a {type(model).__name__}")
-    if rep.plan.batch % micro:
-        raise UserError(f"--micro-batches {micro} does not divide the batch of {rep.plan.batch}")
     cut(len(model.layers), stages)          # enough layers
 
 
@@ -556,6 +562,9 @@ class Pipeline(Mode):
         for given, name in ((opts.timeline, "--timeline"), (opts.slow_rank, "--slow-rank")):
             if given:
                 raise UserError(f"{name} is not offered with --parallel pipeline yet")
+        size = cluster.discover().size            # before TensorFlow starts, where it can tell
+        if getattr(opts, "batch_size", None):
+            check_layout(size, opts.stages or size, opts.batch_size, opts.micro_batches)
 
     def replica(self, rt, wl, opts):
         rep = Replica(rt, wl, make_plan(opts, wl, 1), opts, shard=(0, 1))

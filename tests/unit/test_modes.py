@@ -28,6 +28,10 @@ def test_the_options_choose_one_mode(kw, name):
     ({"stages": 2}, "--stages is an option of --parallel pipeline"),
     ({"backend": "ps-async", "compression": "fp16"}, "pushes and pulls float32"),
     ({"backend": "ps-async", "ps_dedicated": True}, "--ps-dedicated needs at least 2 ranks"),
+    ({"parallel": "pipeline", "batch_size": 64, "micro_batches": 5},
+     "--micro-batches 5 does not divide the batch of 64"),
+    ({"parallel": "pipeline", "stages": 2, "batch_size": 64, "micro_batches": 4},
+     "--stages 2 needs 2 ranks, one per stage; this job has 1"),
     ({"parallel": "pipeline", "backend": "ring"}, "do not apply"),
     ({"compression": "int4"}, "unknown --compression 'int4'"),
 ])
