@@ -25,6 +25,7 @@ from pathlib import Path
 from statistics import mean, median, pstdev
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hpcdl import records  # noqa: E402
 from hpcdl.analysis import baselines  # noqa: E402
 
 PARTS = ("compute", "exchange", "step")
@@ -93,10 +94,11 @@ def line(study: str, backend: str, s: dict) -> str:
 
 def _probes(rec: dict):
     """Per rank of a multi-rank Horovod record, its compute probes (the first, a warm-up, left
-    out) and the CPU a probe took; else nothing."""
-    if rec.get("status", "ok") != "ok" or (rec.get("point") or {}).get("backend") != "horovod":
+    out), the CPU a probe took and its compute (the median probe the record gives); else
+    nothing."""
+    if not records.ok_train(rec) or records.lookup(rec, "point", "backend") != "horovod":
         return []
-    ranks = (rec.get("metrics") or {}).get("ranks") or []
+    ranks = records.lookup(rec, "metrics", "ranks") or []
     probes = [r.get("compute_probes_s", [])[1:] for r in ranks]
     if len(ranks) < 2 or min(map(len, probes)) < 3:
         return []
@@ -105,7 +107,7 @@ def _probes(rec: dict):
 
 def rank_spread(folders) -> dict:
     """Per node count, per record (medians over the records): the slowest rank's probe over the
-    median rank's, probe by probe; the slowest rank's median probe over the median rank's (the
+    median rank's, probe by probe; the slowest rank's compute over the median rank's (the
     slowest rank's compute a report measures); the ranks' own probe-to-probe variation (standard
     deviation over mean); the share of probes on which the most often slowest rank was the
     slowest; a probe's wall time over its CPU time; the median rank's CPU a probe."""
@@ -114,8 +116,8 @@ def rank_spread(folders) -> dict:
         path = (folder if folder.is_dir() else folder.parent) / "runs.jsonl"
         if not path.is_file():
             continue
-        for ln in path.read_text().splitlines():
-            ranks = _probes(json.loads(ln)) if ln.strip() else []
+        for rec in records.iter_records(path):
+            ranks = _probes(rec)
             if not ranks:
                 continue
             n = min(len(p) for p, _, _ in ranks)
