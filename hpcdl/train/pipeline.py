@@ -562,8 +562,8 @@ class Pipeline(Mode):
         for given, name in ((opts.timeline, "--timeline"), (opts.slow_rank, "--slow-rank")):
             if given:
                 raise UserError(f"{name} is not offered with --parallel pipeline yet")
-        size = cluster.discover().size            # before TensorFlow starts, where it can tell
-        if getattr(opts, "batch_size", None):
+        if opts.batch_size:                       # before TensorFlow starts, where it can tell
+            size = cluster.discover().size
             check_layout(size, opts.stages or size, opts.batch_size, opts.micro_batches)
 
     def replica(self, rt, wl, opts):

@@ -10,7 +10,8 @@ from hpcdl.train.interface import Found
 
 def _opts(**kw):
     base = dict(backend="horovod", compression="none", parallel="data", staleness=None,
-                ps_dedicated=False, stages=None, timeline=None, slow_rank=None)
+                ps_dedicated=False, stages=None, timeline=None, slow_rank=None,
+                batch_size=None, micro_batches=1)
     return SimpleNamespace(**{**base, **kw})
 
 
