@@ -29,6 +29,17 @@ allocation's first k nodes instead, one step per node, and the spread file names
 
     sbatch -N 8 --wrap "python benchmarks/box_contention.py --study jobs/my.toml \\
         --json tuning/spread.json"
+
+With ``--coupled`` the k nodes run one k-rank training instead (the study's first point, its
+backend exchanging between them, one job at a time under the box's licence): each rank's probes
+then time its compute as a held-out point's do, with Horovod's loop agreeing with the k-1 others
+every cycle and Open MPI waiting beside the compute. Independent nodes show only the host's
+share of the spread; on the box's 0.2-core nodes the training's own ranks lay wider apart (the
+slowest rank's median 1.12x the median rank's at 8 nodes, against 1.03-1.05x for independent
+nodes: ``results/heldout-check.txt``). The file says which it measured (``made_for.coupled``)::
+
+    python benchmarks/box_contention.py --study jobs/box-cnn-weak5.toml --coupled \\
+        --nodes 2,4,8 --rounds 3 --json results/tuning/box-spread-coupled.json
 """
 import argparse
 import json
@@ -95,9 +106,30 @@ def _one(names, extra, args, env, scratch: Path, timeout: float) -> list:
             fails.append(f"{n}: exit {p.returncode}: {err.strip()[-500:]}")
     if fails:
         raise SystemExit(f"{len(names)} node(s): " + "; ".join(fails))
+    return [x for path in outs for x in _ranks(path)]
+
+
+def _coupled(names, extra, args, env, scratch: Path, timeout: float) -> list:
+    """One training of len(names) ranks, one per node, exchanging as the study's runs do (under
+    the box's licence where there is one); per rank (median probe, median CPU a probe, the
+    probes)."""
+    out = scratch / f"coupled-k{len(names)}-{time.monotonic_ns()}.jsonl"
+    k = len(names)
+    res = subprocess.run(
+        ["srun", "--quiet", f"--time={int(timeout // 60) + 1}", f"-N{k}", f"-n{k}",
+         "--ntasks-per-node=1", "-w", ",".join(names), "--cpus-per-task=1",
+         "--kill-on-bad-exit=1", *extra, "--chdir", str(ROOT), sys.executable, "-m", "hpcdl",
+         "train", *args, "--results", str(out)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if res.returncode != 0:
+        raise SystemExit(f"{k} ranks: exit {res.returncode}: {res.stderr.strip()[-500:]}")
+    return _ranks(out)
+
+
+def _ranks(path: Path) -> list:
+    """Per rank of the record at ``path``: (median probe, median CPU a probe, the probes)."""
     out = []
-    for path in outs:
-        rank = records.read(path)[-1]["metrics"]["ranks"][0]
+    for rank in records.read(path)[-1]["metrics"]["ranks"]:
         probes = rank["compute_probes_s"][1:]          # the first traces the graph
         if not probes:
             raise SystemExit(f"{path}: no probes past the first (give the study's runs probes)")
@@ -113,9 +145,14 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="s per run")
     ap.add_argument("--json", default="", metavar="PATH",
                     help="also write the nodes' spread as a spread file here")
+    ap.add_argument("--coupled", action="store_true",
+                    help="one k-rank training per k (its ranks exchanging), not k one-node ones")
     opts = ap.parse_args()
     b = box.load()
     names, extra, env, where = _placement(b)
+    if opts.coupled and b:
+        extra = extra + [f"--licenses={b.get('licence', 'box')}:1"]
+    run = _coupled if opts.coupled else _one
     nodes = [int(n) for n in opts.nodes.split(",")]
     if max(nodes) > len(names):
         raise SystemExit(f"--nodes {opts.nodes}: {where} are only {len(names)}")
@@ -125,7 +162,8 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     command = (f"python benchmarks/box_contention.py --study {opts.study} --nodes {opts.nodes} "
-               f"--rounds {opts.rounds}" + (f" --json {opts.json}" if opts.json else ""))
+               f"--rounds {opts.rounds}" + (" --coupled" if opts.coupled else "")
+               + (f" --json {opts.json}" if opts.json else ""))
     print(f"# command: {command}")
     print(f"# commit: {commit}; processor: {records.cpu_identity()}; on {where}"
           + (f"; box: {b['nodes_count']} nodes, {b['cpus_per_node']} cores each, links "
@@ -137,19 +175,19 @@ def main() -> int:
             order = nodes if r % 2 == 0 else nodes[::-1]
             for k in order:
                 t0 = time.monotonic()
-                ranks = _one(names[:k], extra, args, env, Path(tmp), opts.timeout)
+                ranks = run(names[:k], extra, args, env, Path(tmp), opts.timeout)
                 got[k].append(ranks)
-                print(f"# round {r + 1}, {k} node(s) at once ({time.monotonic() - t0:.0f} s): "
-                      "median probe per node " + " ".join(f"{x[0]:.3f}" for x in ranks) + " s",
-                      flush=True)
+                print(f"# round {r + 1}, {k} node(s) {'in one job' if opts.coupled else 'at once'}"
+                      f" ({time.monotonic() - t0:.0f} s): median probe per node "
+                      + " ".join(f"{x[0]:.3f}" for x in ranks) + " s", flush=True)
     _table(got, nodes)
     if opts.json:
-        _write(Path(opts.json), command, b, names[0], args, got, opts.rounds)
+        _write(Path(opts.json), command, b, names[0], args, got, opts.rounds, opts.coupled)
     return 0
 
 
 def _write(path: Path, command: str, b: Optional[dict], first: str, args, got: dict,
-           rounds: int) -> None:
+           rounds: int, coupled: bool) -> None:
     """The spread file: per k, each round's nodes' median probe over the round's center, for the
     machine setting the records made there carry (the processor; on the box its settings too)."""
     facts = box.node_facts(first) if b else None
@@ -160,7 +198,7 @@ def _write(path: Path, command: str, b: Optional[dict], first: str, args, got: d
     doc = {"schema": host_spread.SCHEMA, "command": command,
            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "made_for": {"machine": machine, "link_rate": b["link_rate"] if b else None,
-                        "rounds": rounds,
+                        "rounds": rounds, "coupled": coupled,
                         "train": list(args)},
            "spread": spread}
     path.parent.mkdir(parents=True, exist_ok=True)
