@@ -13,6 +13,14 @@ held-out point at p nodes then draws from the spread measured at the largest k <
 largest k, that k's: the expected maximum still grows with p, but only up to the widest node
 measured).
 
+Independent nodes show the host's part of the spread only. With ``--coupled`` the benchmark runs
+one k-rank training per k instead (the study's first point, its ranks exchanging), so each rank's
+probes time its compute beside Horovod's loop agreeing with the k-1 others and Open MPI waiting,
+as a held-out point's do; the file says which it measured (``made_for.coupled``) and the report
+says which it drew from. On the box's 0.2-core nodes the training's own ranks lie wider apart:
+the slowest rank's median 1.12x the median rank's at 8 nodes in the studies' records, against
+1.03-1.05x for eight independent nodes.
+
 The file names the machine it measured (processor and box settings, as records carry them); it
 is used only for records of that machine, and :meth:`HostSpread.misses` says why it was not.
 """
@@ -38,6 +46,11 @@ class HostSpread(MachineFile):
     """The nodes' spread around their center, by the number of nodes computing at once."""
 
     schema, kind = SCHEMA, "spread file"
+
+    @property
+    def coupled(self) -> bool:
+        """Whether the k nodes ran one k-rank training (else k independent one-node ones)."""
+        return bool(((self.doc or {}).get("made_for") or {}).get("coupled"))
 
     def spreads(self) -> Optional[Dict[int, np.ndarray]]:
         """{k: every round's deviations at k nodes} for k > 1, None without a usable file."""

@@ -850,8 +850,11 @@ def _spread_words(pred) -> List[str]:
     return _file_words(pred.get("spread_bench"), lambda spread: (
         f"The slowest rank beyond the calibration, on {len(spread['axes'])} axis(es): the "
         "expected maximum over p ranks drawn from how far the allocation's nodes lay apart "
-        "computing the workload at once (each node alone, nothing exchanged), measured by a "
-        f"short benchmark on it at the largest node count <= p: {spread['source']}."))
+        + ("computing the workload in one short training of k ranks, one per node, exchanging "
+           "as the study's runs do" if spread.get("coupled") else
+           "computing the workload at once (each node alone, nothing exchanged)")
+        + ", measured by a short benchmark on it at the largest node count k <= p: "
+        f"{spread['source']}."))
 
 
 def _axis_words(ax) -> str:
@@ -864,7 +867,7 @@ def _axis_words(ax) -> str:
                + "/".join(str(n) for n, _ in loop) + " nodes" if loop else "")
             + f"; spread from {m['rank_draws']} rank medians"
             + "".join(f", at {n} nodes ×{v['max_factor']:.3f} from {v['draws']} node medians "
-                      f"of {n} at once" for n, v in (m.get("host_spread") or {}).items())
+                      f"at {n} nodes" for n, v in (m.get("host_spread") or {}).items())
             + "; "
             f"fixed {m['fixed_s'] * 1e3:.1f} ms; window {m['window'] * 100:.0f}%; "
             + (f"exchange from the {m['exchange_source']}"

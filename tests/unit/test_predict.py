@@ -645,12 +645,14 @@ SPREAD = {"2": [[0.99, 1.01]] * 2, "4": [[0.98, 1.0, 1.0, 1.03]] * 2,
                                                                  1.02, 1.08]]}
 
 
-def _spread_file(path, spread=SPREAD, machine=MACHINE):
+def _spread_file(path, spread=SPREAD, machine=MACHINE, coupled=None):
     import json
+    made = {"machine": machine, "link_rate": "200mbit", "rounds": 2}
+    if coupled is not None:
+        made["coupled"] = coupled
     path.write_text(json.dumps({
         "schema": "hpcdl.host-spread/1", "time": "2026-11-27T07:00:00+00:00",
-        "made_for": {"machine": machine, "link_rate": "200mbit", "rounds": 2},
-        "spread": spread}))
+        "made_for": made, "spread": spread}))
     return str(path)
 
 
@@ -685,8 +687,24 @@ def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(t
     assert res["spread_bench"]["axes"] == [a["axis"] for a in res["axes"]]
     words = "\n".join(sections._spread_words(res))
     assert "on 2 axis(es)" in words and "spread.json (2 round(s), links 200mbit" in words
-    assert "×1.0" in sections._axis_words(res["axes"][0]) and "of 8 at once" in \
+    # a file without the flag was made by independent nodes (as every file was before it)
+    assert "each node alone, nothing exchanged" in words and "one short training" not in words
+    assert "×1.0" in sections._axis_words(res["axes"][0]) and "node medians at 8 nodes" in \
         sections._axis_words(res["axes"][0])
+
+
+def test_a_coupled_spread_file_is_drawn_from_alike_and_the_report_says_it_was_one_training(
+        tmp_path):
+    recs = study(nodes=(1, 2, 4, 8))
+    plain = predict.analyse(recs, reading.row_key, 2, "weak",
+                            spread=HostSpread(_spread_file(tmp_path / "a.json"), MACHINE))
+    res = predict.analyse(recs, reading.row_key, 2, "weak", spread=HostSpread(
+        _spread_file(tmp_path / "b.json", coupled=True), MACHINE))
+    assert res["spread_bench"]["coupled"] is True and plain["spread_bench"]["coupled"] is False
+    assert [a["points"] for a in res["axes"]] == [a["points"] for a in plain["axes"]]
+    words = "\n".join(sections._spread_words(res))
+    assert "one short training of k ranks, one per node, exchanging" in words
+    assert "nothing exchanged" not in words
 
 
 def test_a_spread_file_of_another_machine_is_not_taken_and_says_why(tmp_path):
