@@ -24,7 +24,7 @@ from statistics import mean
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hpcdl.report import write_report  # noqa: E402
 
-NONE = "none"
+NONE = "none"                     # no spread file: the calibration runs' own spread
 
 
 def _flags(folder: Path) -> dict:
@@ -42,8 +42,11 @@ def _heldout(folder: Path, spread: str) -> tuple:
     """(held-out Horovod points of the report rendered with ``spread``, the file's max factors
     by node count, why the file was not taken)."""
     with tempfile.TemporaryDirectory() as tmp:
+        # none: a file that is not there, so that a spread file the study itself declares is
+        # not taken either (the report then draws from the calibration runs' spread)
         write_report(folder, out_dir=tmp, plots=False,
-                     spread_bench=None if spread == NONE else spread, **_flags(folder))
+                     spread_bench=str(Path(tmp) / "none.json") if spread == NONE else spread,
+                     **_flags(folder))
         doc = json.loads((Path(tmp) / "report.json").read_text())
     pred = doc.get("prediction") or {}
     points, factors = [], {}
