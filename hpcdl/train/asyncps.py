@@ -118,7 +118,7 @@ class Server:
         self.opt.build(self.variables)
         opt, variables = self.opt, self.variables
 
-        @tf.function
+        @tf.function(autograph=rep.wl.autograph)
         def apply(grads):
             opt.apply_gradients(zip(grads, variables))
         self._apply = apply

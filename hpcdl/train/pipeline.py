@@ -59,29 +59,30 @@ def cut(n_layers: int, stages: int) -> List[Tuple[int, int]]:
     return out
 
 
-def stage_functions(tf, layers, loss_fn, micro: int):
+def stage_functions(tf, layers, loss_fn, micro: int, autograph: bool = True):
     """(fwd, bwd, last) of a stage of ``layers``: its forward; its backward, recomputing the
     forward, the gradients of its variables and its input from its output's; and, for the last
     stage, the micro-batch's loss (its mean over 1/micro of the batch) with those gradients."""
     variables = [v for layer in layers for v in layer.trainable_variables]
+    function = tf.function(autograph=autograph)
 
     def forward(h):
         for layer in layers:
             h = layer(h, training=True)
         return h
 
-    @tf.function
+    @function
     def fwd(a):
         return forward(a)
 
-    @tf.function
+    @function
     def bwd(a, g_out):
         with tf.GradientTape() as tape:
             tape.watch(a)
             out = forward(a)
         return tape.gradient(out, variables + [a], output_gradients=g_out)
 
-    @tf.function
+    @function
     def last(a, y):
         with tf.GradientTape() as tape:
             tape.watch(a)
@@ -127,7 +128,7 @@ def time_stages(rep, stages: int, micro: int, repeats: int = 5) -> dict:
         for b in range(a + 1, n + 1):
             if not _can_be_stage(a, b, n, stages):
                 continue
-            fwd, bwd, last = stage_functions(tf, layers[a:b], loss, micro)
+            fwd, bwd, last = stage_functions(tf, layers[a:b], loss, micro, rep.wl.autograph)
             h = tf.constant(acts[a])
             if b == n:
                 def run():
@@ -221,10 +222,11 @@ class Stage:
 
     def _functions(self):
         tf, variables, opt = self.tf, self.variables, self.opt
+        autograph = self.rep.wl.autograph
         self.fwd, self.bwd, self.last_fn = stage_functions(tf, self.layers, self.rep.wl.loss,
-                                                           self.M)
+                                                           self.M, autograph)
 
-        @tf.function
+        @tf.function(autograph=autograph)
         def apply(grads):
             opt.apply_gradients(zip(grads, variables))
         self.apply = apply

@@ -84,14 +84,15 @@ class Replica:
     def _build_functions(self):
         tf, model, variables, loss_fn = self.rt.tf, self.model, self.variables, self.wl.loss
         exchange, opt = self.exchange, self.opt
+        function = tf.function(autograph=self.wl.autograph)
 
-        @tf.function
+        @function
         def compute_grads(x, y):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
             return loss, tape.gradient(loss, variables)
 
-        @tf.function
+        @function
         def graph_step(x, y):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
@@ -99,12 +100,12 @@ class Replica:
             opt.apply_gradients(zip(grads, variables))
             return loss
 
-        @tf.function
+        @function
         def apply_grads(grads):
             opt.apply_gradients(zip(grads, variables))
 
         self.compute_grads, self._graph_step, self._apply = compute_grads, graph_step, apply_grads
-        self._exchange_only = tf.function(lambda grads: exchange.average(grads)) \
+        self._exchange_only = function(lambda grads: exchange.average(grads)) \
             if exchange is not None else None
 
     def step(self, x, y):

@@ -50,7 +50,7 @@ def build(opts) -> Workload:
     x = tf.random.stateless_uniform([batch, size, size, 3], seed=[seed, 1])
     y = tf.random.stateless_uniform([batch], seed=[seed, 2], maxval=classes, dtype=tf.int64)
     loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    return Workload(name="cnn", model=model, loss=loss,
+    return Workload(name="cnn", autograph=False, model=model, loss=loss,
                     make_optimizer=lambda lr: tf.keras.optimizers.SGD(lr, momentum=0.9),
                     synthetic=(x, y), lr=0.0125, ref_batch=32, batch_size=32, steps=110,
                     unit="img", info={"model": name, "image_size": size, "classes": classes,

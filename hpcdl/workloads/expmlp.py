@@ -31,7 +31,7 @@ def build(opts) -> Workload:
     ], name="expmlp")
     train, test = make_data(seed)
     mse = tf.keras.losses.MeanSquaredError()
-    return Workload(name="expmlp", model=model, loss=mse,
+    return Workload(name="expmlp", autograph=False, model=model, loss=mse,
                     make_optimizer=lambda lr: tf.keras.optimizers.Adam(lr),
                     train=train, test=test, lr=1e-2, ref_batch=100, batch_size=100, steps=1000,
                     info={"layers": [1, 16, 32, 1], "activation": "leaky_relu", "x_range": X_RANGE})
