@@ -11,31 +11,19 @@ committed ``report.md`` names in its command, so only the spread changes.
 
     python benchmarks/spread_check.py results/box-cnn-samehost results/box-cnn-weak5 \\
         --spread results/tuning/box-spread-coupled.json results/tuning/box-spread-samehost.json \\
-        > results/spread-check.txt
+        results/tuning/box-spread.json > results/spread-check.txt
 """
 import argparse
 import json
-import shlex
 import sys
 import tempfile
 from pathlib import Path
 from statistics import mean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hpcdl.report import write_report  # noqa: E402
+from hpcdl.report import rendered_with, write_report  # noqa: E402
 
 NONE = "none"                     # no spread file: the calibration runs' own spread
-
-
-def _flags(folder: Path) -> dict:
-    """The exchange and loop files the study's committed report was rendered with."""
-    head = (folder / "report.md").read_text().splitlines()[0]
-    words = shlex.split(head.split("hpcdl study report", 1)[1].removesuffix("-->"))
-    out = {}
-    for flag, key in (("--exchange-bench", "exchange_bench"), ("--loop-bench", "loop_bench")):
-        if flag in words:
-            out[key] = words[words.index(flag) + 1]
-    return out
 
 
 def _heldout(folder: Path, spread: str) -> tuple:
@@ -44,9 +32,9 @@ def _heldout(folder: Path, spread: str) -> tuple:
     with tempfile.TemporaryDirectory() as tmp:
         # none: a file that is not there, so that a spread file the study itself declares is
         # not taken either (the report then draws from the calibration runs' spread)
-        write_report(folder, out_dir=tmp, plots=False,
-                     spread_bench=str(Path(tmp) / "none.json") if spread == NONE else spread,
-                     **_flags(folder))
+        flags = {**rendered_with(folder),
+                 "spread_bench": str(Path(tmp) / "none.json") if spread == NONE else spread}
+        write_report(folder, out_dir=tmp, plots=False, **flags)
         doc = json.loads((Path(tmp) / "report.json").read_text())
     pred = doc.get("prediction") or {}
     points, factors = [], {}

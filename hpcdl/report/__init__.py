@@ -12,6 +12,7 @@ import json
 import math
 import multiprocessing
 import os
+import shlex
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from collections import Counter
@@ -24,7 +25,7 @@ from .table import Table, stable
 from .. import analysis, checks, costmodel, records
 from ..errors import UserError
 
-__all__ = ["Table", "write_report"]
+__all__ = ["Table", "rendered_with", "write_report"]
 
 
 # --- the report -----------------------------------------------------------------------------------
@@ -218,6 +219,21 @@ def _command(about, runs, mixed: bool = False, bench: Optional[str] = None,
     if about.jobs:
         return f"{submit} && {report}"
     return f"hpcdl study run {study_file} {root} && {report}"
+
+
+def rendered_with(folder) -> dict:
+    """The options a committed report was rendered with, read back from the command that heads
+    its ``report.md`` (:func:`_command` wrote it) as :func:`write_report`'s keywords: so that a
+    report can be rendered again with nothing but its records and its own first line."""
+    head = (Path(folder) / "report.md").read_text().splitlines()[0]
+    if "hpcdl study report" not in head:
+        raise UserError(f"{folder}/report.md does not start with the command that made it")
+    words = shlex.split(head.split("hpcdl study report", 1)[1].removesuffix("-->"))
+    out = {"allow_mixed": "--allow-mixed" in words}
+    for flag, key in (("--exchange-bench", "exchange_bench"), ("--loop-bench", "loop_bench"),
+                      ("--spread-bench", "spread_bench")):
+        out[key] = words[words.index(flag) + 1] if flag in words else None
+    return out
 
 
 def _shown(path) -> str:

@@ -26,20 +26,10 @@ def test_a_committed_report_renders_again_identically_from_its_records(study, tm
     cwd = os.getcwd()
     os.chdir(ROOT)                # the report names its folder relative to where it runs
     try:
-        # a report that pooled mixed records says so in its command (--allow-mixed), one whose
-        # held-out exchange came from tuning files names them (--exchange-bench 'PATTERN'), and
-        # one whose compute followed a loop file names it (--loop-bench PATH), and one whose
-        # slowest rank was drawn from a spread file names that (--spread-bench PATH)
-        head = (folder / "report.md").read_text().splitlines()[0]
-        bench = head.split("--exchange-bench '", 1)[1].split("'", 1)[0] \
-            if "--exchange-bench '" in head else None
-
-        def flag(name):
-            return head.split(f"{name} ", 1)[1].split()[0] if f"{name} " in head else None
+        # a report is rendered with the options its own first line names: --allow-mixed where
+        # it pooled mixed records, the tuning, loop and spread files it drew from
         written = report.write_report(Path("results") / study, out_dir=tmp_path,
-                                      allow_mixed="--allow-mixed" in head, exchange_bench=bench,
-                                      loop_bench=flag("--loop-bench"),
-                                      spread_bench=flag("--spread-bench"))
+                                      **report.rendered_with(folder))
     finally:
         os.chdir(cwd)
     made = {p.name for p in written["files"]}
