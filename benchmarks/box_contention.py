@@ -115,12 +115,18 @@ def _coupled(names, extra, args, env, scratch: Path, timeout: float) -> list:
     probes)."""
     out = scratch / f"coupled-k{len(names)}-{time.monotonic_ns()}.jsonl"
     k = len(names)
-    res = subprocess.run(
-        ["srun", "--quiet", f"--time={int(timeout // 60) + 1}", f"-N{k}", f"-n{k}",
-         "--ntasks-per-node=1", "-w", ",".join(names), "--cpus-per-task=1",
-         "--kill-on-bad-exit=1", *extra, "--chdir", str(ROOT), sys.executable, "-m", "hpcdl",
-         "train", *args, "--results", str(out)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    try:
+        # srun's --time ends the job on the nodes; the timeout ends this process's wait for it
+        res = subprocess.run(
+            ["srun", "--quiet", f"--time={int(timeout // 60) + 1}", f"-N{k}", f"-n{k}",
+             "--ntasks-per-node=1", "-w", ",".join(names), "--cpus-per-task=1",
+             "--kill-on-bad-exit=1", *extra, "--chdir", str(ROOT), sys.executable, "-m",
+             "hpcdl", "train", *args, "--results", str(out)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"{k} ranks on {','.join(names)}: no result within {timeout:.0f} s "
+                         f"(srun stopped; raise --timeout if the nodes are this slow)") from None
     if res.returncode != 0:
         raise SystemExit(f"{k} ranks: exit {res.returncode}: {res.stderr.strip()[-500:]}")
     return _ranks(out)
