@@ -20,8 +20,9 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   measured how far its nodes lie apart computing at once (a spread file, :mod:`.host_spread`),
   the p ranks are drawn from the spread it measured at the largest node count <= p instead: two
   ranks about their own mean show less of the nodes' spread than eight nodes of a shared host
-  do, and eight ranks of one training (a coupled spread file) more than eight independent nodes. Measured on the five box CNN studies' Horovod points, the step
-  beyond its exchange timed alone is 1.02, 1.00 and 1.02 × that compute at 2, 4 and 8 nodes; the
+  do, and eight ranks of one training (a coupled spread file) more than eight independent
+  nodes. Measured on the five box CNN studies' Horovod points, the step beyond its exchange
+  timed alone is 1.02, 1.00 and 1.02 × that compute at 2, 4 and 8 nodes; the
   expected maximum of p single probes, the form used before, grows faster with p and put the
   8-node step 3% of the step too high once the compute itself was right.
 - **exchange** timed alone is the bytes the allreduce algorithm puts on each link: the algorithm

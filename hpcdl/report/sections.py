@@ -865,7 +865,8 @@ def _axis_words(ax) -> str:
             f"rank, ×{1 + m['k']:.2f} beyond one rank"
             + (", the loop's share " + "/".join(f"{v * 100:.0f}" for _, v in loop) + "% at "
                + "/".join(str(n) for n, _ in loop) + " nodes" if loop else "")
-            + f"; spread from {m['rank_draws']} rank medians"
+            + (f"; spread from {m['rank_draws']} rank medians" if m["rank_draws"] else
+               "; no spread of its own (no calibration run with more than one rank's probes)")
             + "".join(f", at {n} nodes ×{v['max_factor']:.3f} from {v['draws']} node medians "
                       f"at {n} nodes" for n, v in (m.get("host_spread") or {}).items())
             + "; "

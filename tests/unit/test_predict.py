@@ -691,6 +691,11 @@ def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(t
     assert "each node alone, nothing exchanged" in words and "one short training" not in words
     assert "×1.0" in sections._axis_words(res["axes"][0]) and "node medians at 8 nodes" in \
         sections._axis_words(res["axes"][0])
+    assert "spread from 6 rank medians" in sections._axis_words(res["axes"][0])
+    # the parameter server's records time rank 0's phases, no rank's probes: no spread of its own
+    flat = {**res["axes"][1], "model": {**res["axes"][1]["model"], "rank_draws": 0}}
+    assert "no spread of its own" in sections._axis_words(flat)
+    assert "0 rank medians" not in sections._axis_words(flat)
 
 
 def test_a_coupled_spread_file_is_drawn_from_alike_and_the_report_says_it_was_one_training(
