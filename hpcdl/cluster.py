@@ -3,7 +3,8 @@
 This is the only module that reads the environment: the launcher's (``OMPI_COMM_WORLD_*``,
 ``PMI_*``, ``PMIX_RANK``, ``SLURM_*``, Grid Engine's ``JOB_ID``/``PE_HOSTFILE``) and hpcdl's own settings (:data:`SETTINGS`, read through
 :func:`setting`). It also owns the settings every rank gets before MPI and Horovod start
-(:data:`RANK_DEFAULTS`). It imports nothing but the standard library, so it can run before
+(:data:`RANK_DEFAULTS`), and TensorFlow's ``TF_USE_LEGACY_KERAS`` (:func:`prefer_legacy_keras`,
+set when hpcdl is imported). It imports nothing but the standard library, so it can run before
 TensorFlow starts and set the thread counts TensorFlow reads at start-up.
 
 Past 400 lines because what a rank was granted includes its cgroup's CPU quota: the quota's
@@ -94,6 +95,22 @@ def apply_rank_defaults(environ=None, timeline: bool = False) -> dict:
             env[key] = value
             done[key] = value
     return done
+
+
+# TensorFlow's own switch: from TensorFlow 2.16 on, tf.keras is tf-keras (Keras 2) where it is set
+# when TensorFlow is first imported, else Keras 3, which Horovod 0.28.1 cannot train (hpcdl.stack)
+LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
+
+
+def prefer_legacy_keras(environ=None) -> None:
+    """Set TF_USE_LEGACY_KERAS=1 unless the user set it: call before TensorFlow is imported."""
+    (os.environ if environ is None else environ).setdefault(LEGACY_KERAS, "1")
+
+
+def legacy_keras(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether TensorFlow >= 2.16 makes tf.keras tf-keras in this environment."""
+    value = (os.environ if environ is None else environ).get(LEGACY_KERAS, "")
+    return value.strip().lower() in ("1", "true", "yes")
 
 
 def job_deadline(env: Optional[Mapping[str, str]] = None) -> Optional[int]:

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Optional
 
-from . import cluster, records
+from . import cluster, records, stack
 from .errors import UserError
 
 
@@ -71,9 +71,18 @@ def horovod_build() -> dict:
 
 def collect() -> dict:
     layout = cluster.discover()
-    return {"versions": records.versions(), "horovod_build": horovod_build(),
+    return {"versions": records.versions(), "stack": stack.setup_facts() or None,
+            "horovod_build": horovod_build(),
             "layout": layout.as_dict(), "threads_per_rank": cluster.threads_per_rank(layout),
             "executable": sys.executable}
+
+
+def _stack_words(facts) -> str:
+    if not facts:
+        return "not set up by scripts/setup.sh (its stack and Horovod's patches unknown)"
+    return (f"{facts['stack']} (scripts/setup.sh HPCDL_STACK; Horovod "
+            + (f"{len(facts['horovod_patches'])} patch(es) from scripts/horovod-patches/"
+               f"{facts['stack']}/" if facts.get("horovod_patches") else "unpatched") + ")")
 
 
 def _mark(v) -> str:
@@ -91,7 +100,11 @@ def main(opts) -> int:
         print(f"hpcdl       {v['hpcdl']}")
         print(f"Python      {v['python']} ({info['executable']})")
         print(f"TensorFlow  {v['tensorflow'] or 'not installed'}")
-        print(f"Horovod     {v['horovod'] or 'not installed'}")
+        print(f"Keras       {v['keras'] or 'not installed'} (tf.keras)")
+        print(f"Stack       {_stack_words(info['stack'])}")
+        print(f"Horovod     {v['horovod'] or 'not installed'}"
+              + (f" + patches: {', '.join(v['horovod_patches'].split('+'))}"
+                 if v.get("horovod_patches") else ""))
         if hb.get("installed"):
             print("  frameworks:        " + "  ".join(f"{_mark(b)} {k}" for k, b in hb["frameworks"].items()))
             print("  controllers:       " + "  ".join(f"{_mark(b)} {k}" for k, b in hb.get("controllers", {}).items()))

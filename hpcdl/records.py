@@ -22,7 +22,7 @@ import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
-from . import __version__, cluster
+from . import __version__, cluster, stack
 from .errors import UserError
 
 SCHEMA = "hpcdl.run/1"
@@ -356,8 +356,10 @@ def versions() -> dict:
     return {
         "python": platform.python_version(),
         "hpcdl": _hpcdl_version(),
-        "tensorflow": package_version("tensorflow-cpu", "tensorflow", "tensorflow-gpu", "tf-nightly"),
+        "tensorflow": stack.tensorflow_version(),
+        "keras": stack.keras(),
         "horovod": package_version("horovod"),
+        "horovod_patches": "+".join(stack.horovod_patches()) or None,
         "mpi4py": package_version("mpi4py"),
         "numpy": package_version("numpy"),
         "mpi": mpi_library_version(),

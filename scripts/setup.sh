@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Set up hpcdl: OpenMPI, a Python 3.9-3.11 venv, tensorflow-cpu 2.15.1, Horovod 0.28.1 built
-# from source (TensorFlow + MPI + Gloo, NCCL where CUDA/NCCL exist), mpi4py, numpy, matplotlib,
-# pytest, and hpcdl itself. Idempotent: a second run checks stamps and returns in seconds.
+# Set up hpcdl: OpenMPI, a venv with TensorFlow (one of two stacks, below), Horovod 0.28.1 built
+# from source (TensorFlow + MPI + Gloo, NCCL where CUDA/NCCL exist) with the stack's patches from
+# scripts/horovod-patches/, mpi4py, numpy, matplotlib, pytest, and hpcdl itself. Idempotent: a
+# second run checks stamps and returns in seconds.
+#
+# Stacks (HPCDL_STACK):
+#   tf2.15   tensorflow-cpu 2.15.1 and its Keras 2, Python 3.9-3.11; Horovod unpatched
+#   tf2.21   tensorflow-cpu 2.21.0 with tf-keras 2.21.0 (TF_USE_LEGACY_KERAS=1: Horovod's Keras and
+#            variable code assume Keras 2; Keras 3 fails in it, horovod issue 4290), Python
+#            3.11-3.12; Horovod with scripts/horovod-patches/tf2.21/*.patch
 #
 # Environment:
+#   HPCDL_STACK           tf2.15 or tf2.21 (default: the stack of an existing venv, else tf2.15)
 #   HPCDL_VENV            venv to create/use (default: .venv in the repository)
-#   HPCDL_PYTHON          interpreter to build the venv from (default: first of python3.11,
-#                         python3.10, python3.9, python3 that is 3.9-3.11)
+#   HPCDL_PYTHON          interpreter to build the venv from (default: the newest python3.X on
+#                         PATH that the stack supports)
 #   HPCDL_CACHE           where the built Horovod wheel is cached (default: ~/.cache/hpcdl)
 #   HOROVOD_GPU_OPERATIONS=NCCL   force an NCCL build (auto-detected when nvcc and nccl.h exist)
 #   HPCDL_WITH_SLURM=1    also install Debian's Slurm packages (for the real-cluster tests)
@@ -15,9 +23,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${HPCDL_VENV:-$ROOT/.venv}"
 CACHE="${HPCDL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpcdl}"
-TF_PIN="tensorflow-cpu==2.15.1"
 HVD_VERSION="0.28.1"
-SETUP_VERSION=6   # bump when the set of installed packages changes
+SETUP_VERSION=7   # bump when the set of installed packages changes
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 2; }
@@ -51,24 +58,52 @@ if [ "${HPCDL_WITH_SLURM:-0}" = 1 ] && ! command -v slurmctld >/dev/null; then
     apt_install slurmctld slurmd slurm-client munge || log "cannot install Slurm (not root or no apt); the Slurm tests will skip"
 fi
 
-# --- 2. Python and the venv -------------------------------------------------------------------
-py_ok() { "$1" -c 'import sys; sys.exit(0 if (3, 9) <= sys.version_info[:2] <= (3, 11) else 1)' 2>/dev/null; }
+# --- 2. The stack, Python and the venv ------------------------------------------------------------
+venv_tf() {   # the TensorFlow version an existing venv holds, if any
+    [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import importlib.metadata as m
+for n in ("tensorflow-cpu", "tensorflow"):
+    try:
+        print(m.version(n)); break
+    except m.PackageNotFoundError:
+        pass' 2>/dev/null
+}
+have_tf="$(venv_tf || true)"
+have_stack=""   # TensorFlow before 2.16 is the tf2.15 stack (Keras 2), from 2.16 on the tf2.21 one
+if [ -n "$have_tf" ]; then
+    IFS=. read -r tf_major tf_minor _ <<<"$have_tf"
+    if [ "$tf_major" -gt 2 ] || [ "$tf_minor" -ge 16 ]; then have_stack=tf2.21; else have_stack=tf2.15; fi
+fi
+STACK="${HPCDL_STACK:-${have_stack:-tf2.15}}"
+case "$STACK" in
+    tf2.15) TF_PINS=("tensorflow-cpu==2.15.1" "numpy<2"); PY_MIN=9; PY_MAX=11; LEGACY_KERAS=0 ;;
+    tf2.21) TF_PINS=("tensorflow-cpu==2.21.0" "tf-keras==2.21.0"); PY_MIN=11; PY_MAX=12; LEGACY_KERAS=1 ;;
+    *) die "HPCDL_STACK=$STACK: the stacks are tf2.15 and tf2.21" ;;
+esac
+if [ -n "$have_tf" ] && [ "$have_stack" != "$STACK" ]; then
+    die "$VENV holds TensorFlow $have_tf, not the $STACK stack: remove it (rm -rf $VENV) or set HPCDL_VENV to another folder"
+fi
+PATCHES=()
+if [ -d "$ROOT/scripts/horovod-patches/$STACK" ]; then
+    mapfile -t PATCHES < <(ls "$ROOT/scripts/horovod-patches/$STACK"/*.patch 2>/dev/null | sort)
+fi
+py_ok() { "$1" -c "import sys; sys.exit(0 if (3, $PY_MIN) <= sys.version_info[:2] <= (3, $PY_MAX) else 1)" 2>/dev/null; }
 has_good_hvd() {   # a cluster module that already provides TensorFlow + Horovod(TF, MPI)
-    "$1" - <<'PY' 2>/dev/null
+    "$1" - "$STACK" <<'PY' 2>/dev/null
 import sys
 import tensorflow as tf
 import horovod.tensorflow as hvd
-sys.exit(0 if hvd.mpi_built() and tf.__version__ < "2.16" else 1)
+new = tuple(int(x) for x in tf.__version__.split(".")[:2]) >= (2, 16)
+sys.exit(0 if hvd.mpi_built() and new == (sys.argv[1] == "tf2.21") else 1)
 PY
 }
 
 PY="${HPCDL_PYTHON:-}"
 if [ -z "$PY" ]; then
-    for c in python3.11 python3.10 python3.9 python3; do
+    for c in $(seq -f "python3.%g" "$PY_MAX" -1 "$PY_MIN") python3; do
         if command -v "$c" >/dev/null && py_ok "$c"; then PY="$(command -v "$c")"; break; fi
     done
 fi
-[ -n "$PY" ] && py_ok "$PY" || die "need Python 3.9-3.11 for TensorFlow 2.15 (found: $(python3 --version 2>&1)). Load a python/3.11 module or set HPCDL_PYTHON."
+[ -n "$PY" ] && py_ok "$PY" || die "need Python 3.$PY_MIN-3.$PY_MAX for the $STACK stack (found: $(python3 --version 2>&1)). Load a python/3.$PY_MAX module or set HPCDL_PYTHON."
 
 SYSTEM_STACK=0
 if [ ! -x "$VENV/bin/python" ]; then
@@ -93,6 +128,12 @@ if ! grep -q "hpcdl: mpirun as root" "$VENV/bin/activate"; then
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 ACTIVATE
 fi
+if [ "$LEGACY_KERAS" = 1 ] && ! grep -q "hpcdl: legacy Keras" "$VENV/bin/activate"; then
+    cat >>"$VENV/bin/activate" <<'ACTIVATE'
+# hpcdl: legacy Keras (tf.keras is tf-keras 2.x; Horovod 0.28.1 fails on Keras 3's variables)
+export TF_USE_LEGACY_KERAS=1
+ACTIVATE
+fi
 
 # The stamp records what was installed; an unchanged stamp means nothing to do.
 mpi_id="$(mpirun --version 2>/dev/null | head -1)"
@@ -100,7 +141,9 @@ want_nccl=0
 if [ "${HOROVOD_GPU_OPERATIONS:-}" = NCCL ]; then want_nccl=1
 elif command -v nvcc >/dev/null && { [ -n "${NCCL_HOME:-}" ] || ls /usr/include/nccl.h /usr/local/cuda/include/nccl.h >/dev/null 2>&1; }; then want_nccl=1
 fi
-stamp_text="v$SETUP_VERSION|$("$VPY" --version 2>&1)|$mpi_id|nccl=$want_nccl|system=$SYSTEM_STACK|$(cat "$ROOT/setup.cfg" | cksum)"
+patch_sum=none   # the patches' checksum: a changed patch makes another stamp and Horovod wheel
+[ "${#PATCHES[@]}" = 0 ] || patch_sum="$(cat "${PATCHES[@]}" | cksum | cut -d' ' -f1)"
+stamp_text="v$SETUP_VERSION|$STACK|patches=$patch_sum|$("$VPY" --version 2>&1)|$mpi_id|nccl=$want_nccl|system=$SYSTEM_STACK|$(cat "$ROOT/setup.cfg" | cksum)"
 STAMP="$VENV/.hpcdl-setup"
 # F16C kernels for fp16 compression (hpcdl/comm/_f16.c); a failed build leaves numpy in charge.
 build_native() { "$VPY" -m hpcdl.comm._native >&2 || log "fp16 kernels not built: numpy fallback"; }
@@ -112,9 +155,9 @@ fi
 
 # --- 3. Python packages -----------------------------------------------------------------------
 if [ "$SYSTEM_STACK" = 0 ]; then
-    log "installing $TF_PIN, mpi4py, numpy, matplotlib, msgspec, pytest (about a minute)"
+    log "installing ${TF_PINS[*]}, mpi4py, numpy, matplotlib, msgspec, pytest (about a minute)"
     "${PIP[@]}" install --upgrade pip wheel setuptools 'cmake>=3.13,<4' >/dev/null
-    "${PIP[@]}" install "$TF_PIN" "numpy<2" mpi4py matplotlib "msgspec>=0.18" pytest scikit-learn packaging psutil pyyaml cloudpickle
+    "${PIP[@]}" install "${TF_PINS[@]}" mpi4py matplotlib "msgspec>=0.18" pytest scikit-learn packaging psutil pyyaml cloudpickle
 else
     "${PIP[@]}" install mpi4py matplotlib "msgspec>=0.18" pytest scikit-learn "numpy<2"
 fi
@@ -130,11 +173,13 @@ import horovod.tensorflow as hvd
 sys.exit(0 if (hvd.mpi_built() and hvd.gloo_built()) else 1)
 PY
 }
-if [ "$SYSTEM_STACK" = 0 ] && ! { hvd_ok && [ -f "$STAMP" ] && grep -q "nccl=$want_nccl" "$STAMP"; }; then
+if [ "$SYSTEM_STACK" = 0 ] && ! { hvd_ok && [ -f "$STAMP" ] && grep -q "nccl=$want_nccl" "$STAMP" && grep -q "patches=$patch_sum|" "$STAMP"; }; then
     tf_ver="$("$VPY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)" \
         || die "TensorFlow does not import in $VENV"
     pytag="$("$VPY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
-    key="$(printf '%s|%s|%s|nccl=%s' "$tf_ver" "$pytag" "$mpi_id" "$want_nccl" | cksum | cut -d' ' -f1)"
+    key_text="$(printf '%s|%s|%s|nccl=%s' "$tf_ver" "$pytag" "$mpi_id" "$want_nccl")"
+    [ "$patch_sum" = none ] || key_text="$key_text|patches=$patch_sum"
+    key="$(printf '%s' "$key_text" | cksum | cut -d' ' -f1)"
     wdir="$CACHE/horovod-$HVD_VERSION-$key"
     whl="$(ls "$wdir"/horovod-*.whl 2>/dev/null | head -1 || true)"
     if [ -z "$whl" ]; then
@@ -151,8 +196,20 @@ if [ "$SYSTEM_STACK" = 0 ] && ! { hvd_ok && [ -f "$STAMP" ] && grep -q "nccl=$wa
         fi
         export MAKEFLAGS="-j$(nproc)"
         blog="$wdir/build.log"
+        src="horovod==$HVD_VERSION"
+        if [ "${#PATCHES[@]}" != 0 ]; then   # Horovod's sdist, unpacked, with the stack's patches
+            rm -rf "$wdir/src" && mkdir -p "$wdir/src"
+            "${PIP[@]}" download --no-deps --no-binary :all: -d "$wdir/src" "horovod==$HVD_VERSION" >"$blog" 2>&1 \
+                || { tail -20 "$blog" >&2; die "cannot download Horovod $HVD_VERSION's source"; }
+            tar -xzf "$wdir/src/horovod-$HVD_VERSION.tar.gz" -C "$wdir/src"
+            src="$wdir/src/horovod-$HVD_VERSION"
+            for p in "${PATCHES[@]}"; do
+                log "patching Horovod: $(basename "$p")"
+                patch -d "$src" -p1 --forward --quiet <"$p" || die "patch $p does not apply to Horovod $HVD_VERSION"
+            done
+        fi
         if ! PATH="$VENV/bin:$PATH" "${PIP[@]}" wheel --no-deps --no-build-isolation --no-binary horovod \
-                -w "$wdir" "horovod==$HVD_VERSION" >"$blog" 2>&1; then
+                -w "$wdir" "$src" >>"$blog" 2>&1; then
             tail -40 "$blog" >&2
             die "Horovod build failed; full log: $blog"
         fi
@@ -173,6 +230,12 @@ check="$(TF_CPP_MIN_LOG_LEVEL=3 PATH="$VENV/bin:$PATH" "$VENV/bin/horovodrun" --
 printf '%s\n' "$check" | sed 's/^/[setup]   /' >&2
 printf '%s\n' "$check" | grep -q '\[X\] TensorFlow' || die "Horovod was built without TensorFlow. Rebuild: rm -rf $CACHE/horovod-* && $0"
 printf '%s\n' "$check" | grep -q '\[X\] MPI' || die "Horovod was built without MPI (is mpicc on PATH?). Rebuild: rm -rf $CACHE/horovod-* && $0"
+# what `hpcdl info` and every record's manifest name as the stack
+"$VPY" - "$STACK" "${PATCHES[@]}" >"$VENV/hpcdl-stack.json" <<'PY'
+import json, os, sys
+print(json.dumps({"stack": sys.argv[1],
+                  "horovod_patches": [os.path.basename(p) for p in sys.argv[2:]]}))
+PY
 "$VENV/bin/hpcdl" info --check >/dev/null || die "'hpcdl info --check' failed"
 printf '%s' "$stamp_text" >"$STAMP"
 log "done in $(( $(date +%s) - t0 )) s"

@@ -11,7 +11,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hpcdl import stack  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
+
+# the stack the tests run on (scripts/setup.sh, HPCDL_STACK), and the TensorFlow series it is
+STACK = stack.setup_facts().get("stack") or (
+    "tf2.21" if stack.keras_3_by_default(stack.tensorflow_version()) else "tf2.15")
+TF_SERIES = {"tf2.15": "2.15", "tf2.21": "2.21"}[STACK]
 
 
 def mpirun(np, args, timeout=180, env=None, cwd=None):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .allreduce import timed
-from .. import box, cluster
+from .. import box, cluster, stack
 from ..costmodel import HOROVOD_DEFAULTS
 from ..errors import UserError
 
@@ -170,7 +170,7 @@ def _start_worker(opts, setting: dict) -> Worker:
     if any(a[0] for a in setting["algorithms"]):
         os.environ["OMPI_MCA_coll_tuned_use_dynamic_rules"] = "1"
     targs = _train_opts(opts)
-    import tensorflow as tf
+    tf = stack.import_tensorflow()
     cluster.apply_tf_threads(tf, threads)
     from mpi4py import MPI
     from .. import workloads

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _as_f32, Backend
+from .. import stack
 from .mpi import decode_mean
 
 
@@ -27,7 +28,7 @@ class HorovodBackend(Backend):
 
     def __init__(self, compression="none"):
         super().__init__(compression)
-        import tensorflow as tf
+        tf = stack.import_tensorflow()
         import horovod.tensorflow as hvd
         if not hvd.is_initialized():
             hvd.init()

@@ -36,7 +36,9 @@ import tensorflow as tf
 
 from .collectives import HorovodCollectives
 from .figures import iteration_rates, slowest_rank_iterations, step_split, summarize_values
-from .. import checks, cluster, records
+from .. import checks, cluster, records, stack
+
+stack.check_keras(tf)      # a clear error where tf.keras is Keras 3, before Keras 2's classes
 
 __all__ = ["ScalingRecorder"]
 

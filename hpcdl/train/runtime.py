@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import box, cluster
+from .. import box, cluster, stack
 from ..comm import tuning as tuning_file
 from ..errors import UserError
 
@@ -68,7 +68,8 @@ def start(timeline: bool = False, tuning: Optional[str] = None, compression: str
     cluster.apply_rank_defaults(timeline=timeline)
     if horovod:
         check_horovod()
-    import tensorflow as tf
+    tf = stack.import_tensorflow()
+    stack.check_keras(tf)
     cluster.apply_tf_threads(tf, threads)
     from . import collectives
     if horovod:

@@ -3,7 +3,7 @@ import json
 import subprocess
 import sys
 
-from hpcdl_testing import ROOT
+from hpcdl_testing import ROOT, STACK, TF_SERIES
 
 
 def _run(*args):
@@ -31,16 +31,24 @@ def test_info_shows_horovod_built_with_tensorflow_and_mpi_without_importing_tens
     hb = info["horovod_build"]
     assert hb["frameworks"]["tensorflow"] is True
     assert hb["controllers"]["mpi"] is True
-    assert info["versions"]["tensorflow"].startswith("2.15")
+    assert info["versions"]["tensorflow"].startswith(TF_SERIES)
     assert "Open MPI" in info["versions"]["mpi"]
     assert "TF_NOT_LOADED" in res.stderr
+    # the stack scripts/setup.sh installed, the Keras tf.keras is, the patches Horovod has
+    assert info["stack"]["stack"] == STACK
+    if STACK == "tf2.21":
+        assert info["versions"]["keras"].startswith("tf-keras 2.21")
+        assert info["versions"]["horovod_patches"] == "0001-build-without-xla-ops.patch"
+    else:
+        assert info["versions"]["keras"].startswith("keras 2.15")
+        assert not info["versions"]["horovod_patches"] and not info["stack"]["horovod_patches"]
 
 
 def test_info_text_names_every_component():
     res = _run("info")
     assert res.returncode == 0
-    for word in ("Python", "TensorFlow", "Horovod", "controllers:", "[X] mpi", "MPI ", "mpi4py",
-                 "numpy", "Launcher"):
+    for word in ("Python", "TensorFlow", "Keras", f"Stack       {STACK}", "Horovod",
+                 "controllers:", "[X] mpi", "MPI ", "mpi4py", "numpy", "Launcher"):
         assert word in res.stdout
 
 

@@ -1,0 +1,118 @@
+"""The TensorFlow stack: which Keras tf.keras is, the clear error where it is Keras 3, and what
+scripts/setup.sh wrote of the stack it installed."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hpcdl import stack
+from hpcdl.errors import UserError
+from hpcdl_testing import ROOT, STACK
+
+
+def test_tensorflow_from_2_16_on_makes_tf_keras_keras_3_unless_told():
+    assert not stack.keras_3_by_default("2.15.1") and not stack.keras_3_by_default(None)
+    assert stack.keras_3_by_default("2.16.0") and stack.keras_3_by_default("2.21.0")
+    assert stack.keras_3_by_default("3.0.0")
+
+
+def test_tf_keras_is_named_by_the_package_it_resolves_to(monkeypatch):
+    found = {"tensorflow-cpu": "2.21.0", "tf-keras": "2.21.0", "keras": "3.15.1"}
+    monkeypatch.setattr(stack, "_version", lambda *names: next(
+        (found[n] for n in names if n in found), None))
+    assert stack.keras({"TF_USE_LEGACY_KERAS": "1"}) == "tf-keras 2.21.0"
+    assert stack.keras({}) == "keras 3.15.1"
+    found.update({"tensorflow-cpu": "2.15.1", "keras": "2.15.0"})
+    assert stack.keras({"TF_USE_LEGACY_KERAS": "1"}) == "keras 2.15.0"   # 2.15 has no switch
+
+
+def test_importing_hpcdl_chooses_legacy_keras_unless_the_user_did():
+    code = "import os, hpcdl; print(os.environ.get('TF_USE_LEGACY_KERAS'))"
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "1", out.stderr
+    out = subprocess.run([sys.executable, "-c", code], env=dict(env, TF_USE_LEGACY_KERAS="0"),
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "0", out.stderr
+
+
+def test_keras_3_is_refused_with_what_to_do():
+    class Keras3:
+        __version__ = "3.15.1"
+
+    class TF:
+        __version__ = "2.21.0"
+        keras = Keras3
+
+    with pytest.raises(UserError, match="TF_USE_LEGACY_KERAS=1 before TensorFlow is imported"):
+        stack.check_keras(TF)
+
+    class TF215(TF):
+        keras = type("Keras2", (), {"__version__": "2.15.0"})
+
+    stack.check_keras(TF215)
+
+
+def test_a_script_that_imports_tensorflow_first_with_keras_3_gets_hpcdls_error_not_horovods():
+    # the real TensorFlow of this stack, told not to use legacy Keras before hpcdl is imported
+    code = ("import tensorflow as tf\n"
+            "try:\n"
+            "    import hpcdl.train.keras\n"
+            "except Exception as exc:\n"
+            "    print('refused:', exc)\n"
+            "else:\n"
+            "    print('accepted: TensorFlow', tf.__version__)\n")
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="0", TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    if STACK == "tf2.21":
+        assert out.stdout.startswith("refused: tf.keras is Keras 3"), out.stdout + out.stderr
+        assert "horovod issue 4290" in out.stdout
+    else:
+        assert out.stdout.strip().startswith("accepted: TensorFlow 2.15"), out.stdout + out.stderr
+
+
+def test_the_stack_file_names_the_stack_and_horovods_patches(tmp_path):
+    assert stack.setup_facts(str(tmp_path)) == {} and stack.horovod_patches(str(tmp_path)) == []
+    (tmp_path / stack.STACK_FILE).write_text(json.dumps(
+        {"stack": "tf2.21", "horovod_patches": ["0001-build-without-xla-ops.patch"]}))
+    assert stack.setup_facts(str(tmp_path))["stack"] == "tf2.21"
+    assert stack.horovod_patches(str(tmp_path)) == ["0001-build-without-xla-ops.patch"]
+
+
+def test_every_patch_says_what_it_fixes_and_why_before_its_diff():
+    patches = sorted((ROOT / "scripts" / "horovod-patches").glob("*/*.patch"))
+    assert patches
+    for p in patches:
+        text = p.read_text()
+        head = text.split("\n--- a/", 1)[0]
+        assert "\n--- a/" in text and "Why:" in head and "What changes:" in head, p
+
+
+def test_tensorflows_cuda_start_up_notes_are_left_out_and_anything_else_it_writes_is_kept(
+        tmp_path):
+    # a stand-in TensorFlow that writes, at import, what TF 2.21's CPU wheel writes and one
+    # line of its own, through file descriptor 2 as the C++ logging does
+    (tmp_path / "tensorflow.py").write_text(
+        "import os\n"
+        "os.write(2, b'WARNING: All log messages before absl::InitializeLog() is called are "
+        "written to STDERR\\n')\n"
+        "os.write(2, b'I0000 00:00:1.2 123 cudart_stub.cc:31] Could not find cuda drivers on "
+        "your machine, GPU will not be used.\\n')\n"
+        "os.write(2, b'E0000 something TensorFlow means\\n')\n")
+    code = "from hpcdl import stack; tf = stack.import_tensorflow(); print(tf.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ, PYTHONPATH=f"{tmp_path}:{ROOT}"))
+    assert out.returncode == 0 and out.stdout.strip() == "tensorflow", out.stderr
+    assert out.stderr == "E0000 something TensorFlow means\n"
+
+
+def test_the_real_tensorflow_of_this_stack_imports_without_a_word_on_stderr():
+    code = "from hpcdl import stack; tf = stack.import_tensorflow(); print(tf.__version__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert out.returncode == 0 and out.stdout.strip(), out.stderr
+    assert out.stderr == ""
