@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from .cluster import prefer_legacy_keras as _prefer_legacy_keras
+from .stack import prefer_legacy_keras as _prefer_legacy_keras
 
 # before anything imports TensorFlow: on TensorFlow >= 2.16 tf.keras is then tf-keras (Keras 2),
 # which Horovod 0.28.1 can train (hpcdl.stack says why)

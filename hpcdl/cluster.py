@@ -4,7 +4,7 @@ This is the only module that reads the environment: the launcher's (``OMPI_COMM_
 ``PMI_*``, ``PMIX_RANK``, ``SLURM_*``, Grid Engine's ``JOB_ID``/``PE_HOSTFILE``) and hpcdl's own settings (:data:`SETTINGS`, read through
 :func:`setting`). It also owns the settings every rank gets before MPI and Horovod start
 (:data:`RANK_DEFAULTS`), and TensorFlow's ``TF_USE_LEGACY_KERAS`` (:func:`prefer_legacy_keras`,
-set when hpcdl is imported). It imports nothing but the standard library, so it can run before
+set or taken away when hpcdl is imported). It imports nothing but the standard library, so it can run before
 TensorFlow starts and set the thread counts TensorFlow reads at start-up.
 
 Past 400 lines because what a rank was granted includes its cgroup's CPU quota: the quota's
@@ -102,9 +102,15 @@ def apply_rank_defaults(environ=None, timeline: bool = False) -> dict:
 LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
 
 
-def prefer_legacy_keras(environ=None) -> None:
-    """Set TF_USE_LEGACY_KERAS=1 unless the user set it: call before TensorFlow is imported."""
-    (os.environ if environ is None else environ).setdefault(LEGACY_KERAS, "1")
+def prefer_legacy_keras(want: bool, environ=None) -> None:
+    """Before TensorFlow is imported: ``want``, set TF_USE_LEGACY_KERAS=1 unless the user set
+    it; else take away a TF_USE_LEGACY_KERAS that asks for tf-keras (which TensorFlow 2.15 then
+    tries to import, and fails to without it: hpcdl.stack.prefer_legacy_keras decides)."""
+    env = os.environ if environ is None else environ
+    if want:
+        env.setdefault(LEGACY_KERAS, "1")
+    elif legacy_keras(env):
+        del env[LEGACY_KERAS]
 
 
 def legacy_keras(environ: Optional[Mapping[str, str]] = None) -> bool:

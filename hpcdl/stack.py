@@ -13,8 +13,8 @@ gradients by ``Variable.ref()``, which Keras 3's variables do not have (horovod 
 its Keras integration (``horovod.tensorflow.keras``: the optimizer wrapper and callbacks that
 users' own ``model.fit`` scripts take) subclasses Keras 2's optimizer. TensorFlow reads
 ``TF_USE_LEGACY_KERAS`` when it is first imported, so importing hpcdl sets it (unless the user
-did: :func:`hpcdl.cluster.prefer_legacy_keras`) before anything imports TensorFlow, and its
-processes' children inherit it; a script that imports TensorFlow itself before hpcdl gets a
+did: :func:`prefer_legacy_keras`) before anything imports TensorFlow, and its processes'
+children inherit it; a script that imports TensorFlow itself before hpcdl gets a
 clear error from :func:`check_keras` instead of Horovod's.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import List, Optional
 
-from .cluster import LEGACY_KERAS, legacy_keras
+from .cluster import LEGACY_KERAS, legacy_keras, prefer_legacy_keras as set_legacy_keras
 from .errors import UserError
 
 STACK_FILE = "hpcdl-stack.json"
@@ -53,6 +53,20 @@ def keras_3_by_default(tf_version: Optional[str]) -> bool:
         return False
     major, minor = (int(x) for x in tf_version.split(".")[:2])
     return (major, minor) >= (2, 16)
+
+
+def prefer_legacy_keras(environ=None) -> None:
+    """Make ``tf.keras`` Keras 2 in this process and its children, before TensorFlow loads: on
+    TensorFlow ≥ 2.16, TF_USE_LEGACY_KERAS=1 unless the user set it; on earlier TensorFlow
+    without tf-keras installed, no TF_USE_LEGACY_KERAS asking for it (TensorFlow 2.15 honours
+    it too, and then fails to import tf.keras: a variable inherited from a tf2.21 environment
+    would break a tf2.15 one)."""
+    tf = tensorflow_version()
+    if tf is None:
+        return
+    new = keras_3_by_default(tf)
+    if new or _version("tf-keras", "tf_keras") is None:
+        set_legacy_keras(new, environ)
 
 
 def keras(environ=None) -> Optional[str]:

@@ -28,15 +28,42 @@ def test_tf_keras_is_named_by_the_package_it_resolves_to(monkeypatch):
     assert stack.keras({"TF_USE_LEGACY_KERAS": "1"}) == "keras 2.15.0"   # 2.15 has no switch
 
 
-def test_importing_hpcdl_chooses_legacy_keras_unless_the_user_did():
+def _legacy_after_import(value):
     code = "import os, hpcdl; print(os.environ.get('TF_USE_LEGACY_KERAS'))"
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    if value is not None:
+        env["TF_USE_LEGACY_KERAS"] = value
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
-    assert out.stdout.strip() == "1", out.stderr
-    out = subprocess.run([sys.executable, "-c", code], env=dict(env, TF_USE_LEGACY_KERAS="0"),
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "0", out.stderr
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_importing_hpcdl_chooses_legacy_keras_on_new_tensorflow_and_never_asks_old_for_it():
+    if STACK == "tf2.21":
+        # tf.keras is tf-keras unless the user chose
+        assert _legacy_after_import(None) == "1" and _legacy_after_import("0") == "0"
+    else:
+        # TensorFlow 2.15 honours the variable too and fails without tf-keras: one inherited
+        # from a tf2.21 environment is taken away, as if it had never been set
+        assert _legacy_after_import(None) == "None" and _legacy_after_import("1") == "None"
+        assert _legacy_after_import("0") == "0"
+
+
+def test_choosing_legacy_keras_follows_the_installed_tensorflow(monkeypatch):
+    found = {"tensorflow-cpu": "2.21.0"}
+    monkeypatch.setattr(stack, "_version", lambda *names: next(
+        (found[n] for n in names if n in found), None))
+    env = {}
+    stack.prefer_legacy_keras(env)
+    assert env == {"TF_USE_LEGACY_KERAS": "1"}
+    found["tensorflow-cpu"] = "2.15.1"
+    stack.prefer_legacy_keras(env)
+    assert env == {}                          # 2.15 without tf-keras: never asked for
+    found["tf-keras"] = "2.15.1"
+    env = {"TF_USE_LEGACY_KERAS": "1"}
+    stack.prefer_legacy_keras(env)
+    assert env == {"TF_USE_LEGACY_KERAS": "1"}  # with tf-keras installed, the user's choice
 
 
 def test_keras_3_is_refused_with_what_to_do():
@@ -116,3 +143,17 @@ def test_the_real_tensorflow_of_this_stack_imports_without_a_word_on_stderr():
                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert out.returncode == 0 and out.stdout.strip(), out.stderr
     assert out.stderr == ""
+
+
+@pytest.mark.parametrize("asked", ["other", "tf9.9"])
+def test_setup_refuses_another_stack_in_an_existing_venv_and_an_unknown_stack(asked):
+    other = "tf2.21" if STACK == "tf2.15" else "tf2.15"
+    stack_asked = other if asked == "other" else asked
+    res = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, text=True,
+                         capture_output=True, timeout=120,
+                         env=dict(os.environ, HPCDL_STACK=stack_asked, HPCDL_VENV=sys.prefix))
+    assert res.returncode == 2, res.stderr
+    if asked == "other":
+        assert f"holds TensorFlow {stack.tensorflow_version()}, not the {other} stack" in res.stderr
+    else:
+        assert "HPCDL_STACK=tf9.9: the stacks are tf2.15 and tf2.21" in res.stderr
