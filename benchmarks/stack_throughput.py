@@ -51,10 +51,10 @@ def run(python: str, ranks: int, model_args, scratch: Path) -> tuple:
     """(samples/s, seconds from launch to the end of the run) of one training."""
     results = scratch / f"r-{time.monotonic_ns()}.jsonl"
     argv = local.mpirun_command(ranks, [python, "-m", "hpcdl", "train", "--workload", "cnn",
-                                        *model_args, "--threads-per-rank", "1",
-                                        "--results", str(results)])
+                                        *model_args, "--results", str(results)])
     t0 = time.monotonic()
-    res = local.run(argv, timeout=1800, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    res = local.run(argv, timeout=1800, env=dict(os.environ, PYTHONPATH=str(ROOT),
+                                                  HPCDL_THREADS="1"))
     wall = time.monotonic() - t0
     if res.returncode != 0 or res.timed_out:
         raise SystemExit(f"{python} on {ranks} rank(s) failed:\n{res.stderr[-2000:]}")
