@@ -10,7 +10,7 @@ left out). Printed: each stack's median over rounds, and the median of the round
 Each run's time to its first step is printed too: the import and the graph's tracing.
 
     python benchmarks/stack_throughput.py --python .venv/bin/python \\
-        --python ../venv-tf2.21/bin/python [--rounds 3] [--ranks 1,2]
+        --python ../venv-tf2.15/bin/python [--rounds 3] [--ranks 1,2] [--models small,resnet50]
 """
 from __future__ import annotations
 
@@ -30,11 +30,11 @@ from hpcdl.launch import local  # noqa: E402
 
 # (name, hpcdl train options): the small CNN of `make run`, and ResNet-50 (the workload's
 # default model) at an image size that keeps a round within minutes on two cores
-MODELS = [("small CNN 64x64, batch 32", ["--model", "small", "--image-size", "64",
+MODELS = {"small": ("small CNN 64x64, batch 32", ["--model", "small", "--image-size", "64",
                                         "--batch-size", "32", "--num-iters", "6"]),
-          ("ResNet-50 96x96, batch 16", ["--model", "resnet50", "--image-size", "96",
-                                        "--batch-size", "16", "--num-iters", "4",
-                                        "--num-batches-per-iter", "3"])]
+          "resnet50": ("ResNet-50 96x96, batch 16", ["--model", "resnet50", "--image-size", "96",
+                                                     "--batch-size", "16", "--num-iters", "4",
+                                                     "--num-batches-per-iter", "3"])}
 
 
 def stack_of(python: str) -> str:
@@ -68,19 +68,23 @@ def main() -> int:
                     help="a stack's Python (give two: the first is the baseline)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ranks", default="1,2")
+    ap.add_argument("--models", default="small,resnet50",
+                    help="of: small (about 2 minutes a round on 2 cores), resnet50 (about 9)")
     opts = ap.parse_args()
     if len(opts.python) != 2:
         ap.error("give --python twice: the two stacks' interpreters")
     ranks = [int(r) for r in opts.ranks.split(",")]
+    models = [MODELS[m] for m in opts.models.split(",")]
     names = [stack_of(p) for p in opts.python]
     print(f"# python benchmarks/stack_throughput.py --python {opts.python[0]} "
-          f"--python {opts.python[1]} --rounds {opts.rounds} --ranks {opts.ranks}")
+          f"--python {opts.python[1]} --rounds {opts.rounds} --ranks {opts.ranks} "
+          f"--models {opts.models}")
     for i, n in enumerate(names):
         print(f"# stack {'AB'[i]}: {n}")
     print("# hpcdl train --workload cnn under mpirun, one thread per rank; samples/s from the "
           "record (timed iterations); rounds alternate which stack runs first")
     with tempfile.TemporaryDirectory() as tmp:
-        for label, args in MODELS:
+        for label, args in models:
             for p in ranks:
                 got = {0: [], 1: []}
                 for r in range(opts.rounds):
