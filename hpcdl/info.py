@@ -80,6 +80,9 @@ def collect() -> dict:
 def _stack_words(facts) -> str:
     if not facts:
         return "not set up by scripts/setup.sh (its stack and Horovod's patches unknown)"
+    if facts.get("system"):
+        return (f"{facts['stack']} (scripts/setup.sh HPCDL_STACK; TensorFlow and Horovod are "
+                "the environment's own, used as they are: their patches unknown)")
     return (f"{facts['stack']} (scripts/setup.sh HPCDL_STACK; Horovod "
             + (f"{len(facts['horovod_patches'])} patch(es) from scripts/horovod-patches/"
                f"{facts['stack']}/" if facts.get("horovod_patches") else "unpatched") + ")")

@@ -5,13 +5,14 @@
 # second run checks stamps and returns in seconds.
 #
 # Stacks (HPCDL_STACK):
-#   tf2.15   tensorflow-cpu 2.15.1 and its Keras 2, Python 3.9-3.11; Horovod unpatched
 #   tf2.21   tensorflow-cpu 2.21.0 with tf-keras 2.21.0 (TF_USE_LEGACY_KERAS=1: Horovod's Keras and
 #            variable code assume Keras 2; Keras 3 fails in it, horovod issue 4290), Python
-#            3.11-3.12; Horovod with scripts/horovod-patches/tf2.21/*.patch
+#            3.11-3.12; Horovod with scripts/horovod-patches/tf2.21/*.patch (the default)
+#   tf2.15   tensorflow-cpu 2.15.1 and its Keras 2, Python 3.9-3.11; Horovod unpatched
 #
 # Environment:
-#   HPCDL_STACK           tf2.15 or tf2.21 (default: the stack of an existing venv, else tf2.15)
+#   HPCDL_STACK           tf2.21 or tf2.15 (default: the stack of an existing venv, else tf2.21,
+#                         the newest stack the whole test suite passes on)
 #   HPCDL_VENV            venv to create/use (default: .venv in the repository)
 #   HPCDL_PYTHON          interpreter to build the venv from (default: the newest python3.X on
 #                         PATH that the stack supports)
@@ -67,19 +68,29 @@ for n in ("tensorflow-cpu", "tensorflow"):
     except m.PackageNotFoundError:
         pass' 2>/dev/null
 }
+stack_of_tf() {   # TensorFlow before 2.16 is the tf2.15 stack (Keras 2), from 2.16 on tf2.21
+    local major minor
+    IFS=. read -r major minor _ <<<"$1"
+    if [ "$major" -gt 2 ] || [ "$minor" -ge 16 ]; then echo tf2.21; else echo tf2.15; fi
+}
 have_tf="$(venv_tf || true)"
-have_stack=""   # TensorFlow before 2.16 is the tf2.15 stack (Keras 2), from 2.16 on the tf2.21 one
-if [ -n "$have_tf" ]; then
-    IFS=. read -r tf_major tf_minor _ <<<"$have_tf"
-    if [ "$tf_major" -gt 2 ] || [ "$tf_minor" -ge 16 ]; then have_stack=tf2.21; else have_stack=tf2.15; fi
+have_stack=""
+[ -z "$have_tf" ] || have_stack="$(stack_of_tf "$have_tf")"
+if [ -z "${HPCDL_STACK:-}" ] && [ -z "$have_tf" ] && command -v python3 >/dev/null; then
+    # no venv yet and no stack asked for: a cluster's module that provides TensorFlow and
+    # Horovod (with MPI) decides, so that it is used as it is (below)
+    sys_tf="$(python3 -c 'import tensorflow as tf, horovod.tensorflow as hvd
+assert hvd.mpi_built()
+print(tf.__version__)' 2>/dev/null | tail -1 || true)"
+    [ -z "$sys_tf" ] || have_stack="$(stack_of_tf "$sys_tf")"
 fi
-STACK="${HPCDL_STACK:-${have_stack:-tf2.15}}"
+STACK="${HPCDL_STACK:-${have_stack:-tf2.21}}"
 case "$STACK" in
     tf2.15) TF_PINS=("tensorflow-cpu==2.15.1" "numpy<2"); PY_MIN=9; PY_MAX=11; LEGACY_KERAS=0 ;;
     tf2.21) TF_PINS=("tensorflow-cpu==2.21.0" "tf-keras==2.21.0"); PY_MIN=11; PY_MAX=12; LEGACY_KERAS=1 ;;
     *) die "HPCDL_STACK=$STACK: the stacks are tf2.15 and tf2.21" ;;
 esac
-if [ -n "$have_tf" ] && [ "$have_stack" != "$STACK" ]; then
+if [ -n "$have_tf" ] && [ "$(stack_of_tf "$have_tf")" != "$STACK" ]; then
     die "$VENV holds TensorFlow $have_tf, not the $STACK stack: remove it (rm -rf $VENV) or set HPCDL_VENV to another folder"
 fi
 PATCHES=()
@@ -231,10 +242,12 @@ printf '%s\n' "$check" | sed 's/^/[setup]   /' >&2
 printf '%s\n' "$check" | grep -q '\[X\] TensorFlow' || die "Horovod was built without TensorFlow. Rebuild: rm -rf $CACHE/horovod-* && $0"
 printf '%s\n' "$check" | grep -q '\[X\] MPI' || die "Horovod was built without MPI (is mpicc on PATH?). Rebuild: rm -rf $CACHE/horovod-* && $0"
 # what `hpcdl info` and every record's manifest name as the stack
-"$VPY" - "$STACK" "${PATCHES[@]}" >"$VENV/hpcdl-stack.json" <<'PY'
+# (a cluster module's own TensorFlow and Horovod: patched or not, not by this script)
+[ "$SYSTEM_STACK" = 1 ] && applied=() || applied=("${PATCHES[@]}")
+"$VPY" - "$STACK" "$SYSTEM_STACK" "${applied[@]}" >"$VENV/hpcdl-stack.json" <<'PY'
 import json, os, sys
-print(json.dumps({"stack": sys.argv[1],
-                  "horovod_patches": [os.path.basename(p) for p in sys.argv[2:]]}))
+print(json.dumps({"stack": sys.argv[1], "system": sys.argv[2] == "1",
+                  "horovod_patches": [os.path.basename(p) for p in sys.argv[3:]]}))
 PY
 "$VENV/bin/hpcdl" info --check >/dev/null || die "'hpcdl info --check' failed"
 printf '%s' "$stamp_text" >"$STAMP"

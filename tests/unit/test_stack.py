@@ -157,3 +157,14 @@ def test_setup_refuses_another_stack_in_an_existing_venv_and_an_unknown_stack(as
         assert f"holds TensorFlow {stack.tensorflow_version()}, not the {other} stack" in res.stderr
     else:
         assert "HPCDL_STACK=tf9.9: the stacks are tf2.15 and tf2.21" in res.stderr
+
+
+def test_hpcdl_info_says_whose_stack_it_is():
+    from hpcdl import info
+    assert "unpatched" in info._stack_words({"stack": "tf2.15", "horovod_patches": []})
+    assert "2 patch(es) from scripts/horovod-patches/tf2.21/" in info._stack_words(
+        {"stack": "tf2.21", "horovod_patches": ["0001-a.patch", "0002-b.patch"]})
+    # a cluster module's TensorFlow and Horovod, used as they are: nothing claimed of patches
+    words = info._stack_words({"stack": "tf2.21", "system": True, "horovod_patches": []})
+    assert "the environment's own" in words and "unpatched" not in words
+    assert "not set up by scripts/setup.sh" in info._stack_words({})
