@@ -7,7 +7,9 @@ by its Python. For each model and rank count, rounds alternate which stack runs 
 figure is the record's mean samples/s (hpcdl's own timing of its timed iterations, warm-up
 left out). Printed: each stack's median over rounds, and the median of the rounds' ratios
 (the second stack over the first), which the machine's drift between rounds affects least.
-Each run's time to its first step is printed too: the import and the graph's tracing.
+Beside it, the step's median and its compute's (the forward and backward pass alone, as the
+record probes it): where the two stacks differ in compute, TensorFlow's kernels differ; where
+only the rest differs, what runs around them (Keras, the step function's dispatch, Horovod).
 
     python benchmarks/stack_throughput.py --python .venv/bin/python \\
         --python ../venv-tf2.15/bin/python [--rounds 3] [--ranks 1,2] [--models small,resnet50]
@@ -48,7 +50,8 @@ def stack_of(python: str) -> str:
 
 
 def run(python: str, ranks: int, model_args, scratch: Path) -> tuple:
-    """(samples/s, seconds from launch to the end of the run) of one training."""
+    """(samples/s, seconds from launch to the end of the run, the step's median s, its compute's
+    median s: the forward and backward pass alone, probed) of one training."""
     results = scratch / f"r-{time.monotonic_ns()}.jsonl"
     argv = local.mpirun_command(ranks, [python, "-m", "hpcdl", "train", "--workload", "cnn",
                                         *model_args, "--results", str(results)])
@@ -59,7 +62,9 @@ def run(python: str, ranks: int, model_args, scratch: Path) -> tuple:
     if res.returncode != 0 or res.timed_out:
         raise SystemExit(f"{python} on {ranks} rank(s) failed:\n{res.stderr[-2000:]}")
     rec = json.loads(results.read_text().splitlines()[-1])
-    return float(rec["metrics"]["throughput"]["mean"]), wall
+    m = rec["metrics"]
+    return (float(m["throughput"]["mean"]), wall, float(m["step_time"]["median"]),
+            float(m["split"]["compute_s"]))
 
 
 def main() -> int:
@@ -96,9 +101,14 @@ def main() -> int:
                 med = [statistics.median(x[0] for x in got[i]) for i in (0, 1)]
                 wall = [statistics.median(x[1] for x in got[i]) for i in (0, 1)]
                 ratio = statistics.median(b[0] / a[0] for a, b in zip(got[0], got[1]))
+                step = [statistics.median(x[2] for x in got[i]) * 1e3 for i in (0, 1)]
+                comp = [statistics.median(x[3] for x in got[i]) * 1e3 for i in (0, 1)]
+                c_ratio = statistics.median(b[3] / a[3] for a, b in zip(got[0], got[1]))
                 print(f"{label:<28} {p} rank(s): A {med[0]:8.1f}/s  B {med[1]:8.1f}/s  "
-                      f"B/A {ratio:.3f} (median of {opts.rounds} rounds' ratios); "
-                      f"run wall A {wall[0]:.0f} s, B {wall[1]:.0f} s")
+                      f"B/A {ratio:.3f} (median of {opts.rounds} rounds' ratios); step A "
+                      f"{step[0]:.1f} ms, B {step[1]:.1f} ms, of which compute A {comp[0]:.1f} "
+                      f"ms, B {comp[1]:.1f} ms (B/A {c_ratio:.3f}); run wall A {wall[0]:.0f} s, "
+                      f"B {wall[1]:.0f} s")
     return 0
 
 
