@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 from . import __version__, cluster, stack
+from .stack import package_version
 from .errors import UserError
 
 SCHEMA = "hpcdl.run/1"
@@ -324,16 +325,6 @@ def check_clean(path) -> None:
                         f"made, and hpcdl/ has uncommitted changes ({', '.join(changes[:3])}"
                         f"{', ...' if len(changes) > 3 else ''}): commit them first, or record "
                         "elsewhere (--results, RESULTS_ROOT)")
-
-
-def package_version(*names: str) -> Optional[str]:
-    from importlib import metadata
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def mpi_library_version() -> Optional[str]:

@@ -34,7 +34,8 @@ from .errors import UserError
 STACK_FILE = "hpcdl-stack.json"
 
 
-def _version(*names: str) -> Optional[str]:
+def package_version(*names: str) -> Optional[str]:
+    """The installed version of the first of ``names`` that is installed, else None."""
     for name in names:
         try:
             return metadata.version(name)
@@ -44,7 +45,7 @@ def _version(*names: str) -> Optional[str]:
 
 
 def tensorflow_version() -> Optional[str]:
-    return _version("tensorflow-cpu", "tensorflow", "tensorflow-gpu", "tf-nightly")
+    return package_version("tensorflow-cpu", "tensorflow", "tensorflow-gpu", "tf-nightly")
 
 
 def keras_3_by_default(tf_version: Optional[str]) -> bool:
@@ -65,7 +66,7 @@ def prefer_legacy_keras(environ=None) -> None:
     if tf is None:
         return
     new = keras_3_by_default(tf)
-    if new or _version("tf-keras", "tf_keras") is None:
+    if new or package_version("tf-keras", "tf_keras") is None:
         set_legacy_keras(new, environ)
 
 
@@ -76,8 +77,8 @@ def keras(environ=None) -> Optional[str]:
     if tf is None:
         return None
     if keras_3_by_default(tf) and legacy_keras(environ):
-        return f"tf-keras {_version('tf-keras', 'tf_keras') or '(not installed)'}"
-    return f"keras {_version('keras') or '(not installed)'}"
+        return f"tf-keras {package_version('tf-keras', 'tf_keras') or '(not installed)'}"
+    return f"keras {package_version('keras') or '(not installed)'}"
 
 
 def check_keras(tf) -> None:

@@ -20,7 +20,7 @@ def test_tensorflow_from_2_16_on_makes_tf_keras_keras_3_unless_told():
 
 def test_tf_keras_is_named_by_the_package_it_resolves_to(monkeypatch):
     found = {"tensorflow-cpu": "2.21.0", "tf-keras": "2.21.0", "keras": "3.15.1"}
-    monkeypatch.setattr(stack, "_version", lambda *names: next(
+    monkeypatch.setattr(stack, "package_version", lambda *names: next(
         (found[n] for n in names if n in found), None))
     assert stack.keras({"TF_USE_LEGACY_KERAS": "1"}) == "tf-keras 2.21.0"
     assert stack.keras({}) == "keras 3.15.1"
@@ -52,7 +52,7 @@ def test_importing_hpcdl_chooses_legacy_keras_on_new_tensorflow_and_never_asks_o
 
 def test_choosing_legacy_keras_follows_the_installed_tensorflow(monkeypatch):
     found = {"tensorflow-cpu": "2.21.0"}
-    monkeypatch.setattr(stack, "_version", lambda *names: next(
+    monkeypatch.setattr(stack, "package_version", lambda *names: next(
         (found[n] for n in names if n in found), None))
     env = {}
     stack.prefer_legacy_keras(env)
