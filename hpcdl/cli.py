@@ -136,6 +136,47 @@ _show_warning = warnings.showwarning
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run one hpcdl command. As the program (``argv`` None), a process that loaded TensorFlow
+    leaves through :func:`_leave` once the command has returned."""
+    code = _command(argv)
+    if argv is None:
+        _leave(code)
+    return code
+
+
+def _leave(code: int) -> None:
+    """End a process that loaded TensorFlow without Python's teardown of its modules.
+
+    Tearing down TensorFlow's thousands of modules costs every process 1.2 s (TensorFlow 2.15)
+    to 1.5 s (2.21) of CPU after its work is done: every rank of every run, every point of a
+    study. What a normal exit does that matters runs first, in its order: non-daemon threads are
+    joined, the atexit handlers run (Horovod's shutdown, logging's flush, TensorFlow's own), MPI
+    is finalised where it is still live (mpi4py would do it at teardown), stdout and stderr are
+    flushed. A process without TensorFlow returns as usual.
+    """
+    if "tensorflow" not in sys.modules:
+        return
+    import atexit
+    import threading
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon and thread.is_alive():
+            thread.join()
+    atexit._run_exitfuncs()
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            mpi.Finalize()
+    except Exception:  # noqa: BLE001 - MPI's own teardown would have met the same error
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _command(argv: Optional[List[str]]) -> int:
     warnings.showwarning = _warning_line
     parser = build_parser()
     opts = parser.parse_args(argv)

@@ -66,3 +66,36 @@ def test_help_offers_every_backend_and_compression_from_their_one_list():
     text = " ".join(_run("train", "--help").stdout.split())
     assert f"gradient exchange: {', '.join(BACKENDS)}" in text
     assert f"gradient compression: {', '.join(COMPRESSIONS)}" in text
+
+
+_LEAVE = """\
+import atexit, sys, threading, time, types
+if sys.argv[1] == "tf":
+    sys.modules["tensorflow"] = types.ModuleType("tensorflow")    # what the exit goes by
+from hpcdl.cli import main
+sys.stdout.write("x" * 200000)                                    # still in the buffer
+atexit.register(lambda: sys.stdout.write("|atexit ran"))
+worker = threading.Thread(target=lambda: (time.sleep(0.5), sys.stdout.write("|thread done")))
+worker.start()
+sys.argv = ["hpcdl", "bench", "fit", "--input", "no-such-file.jsonl"]
+rc = main()
+sys.stdout.write("|main returned %d" % rc)
+sys.exit(rc)
+"""
+
+
+def test_a_command_that_loaded_tensorflow_leaves_at_once_with_its_code_and_nothing_lost():
+    """After TensorFlow, the program skips Python's teardown (seconds of CPU in every rank) but
+    first joins its threads, runs the atexit handlers and flushes its output, and keeps the
+    command's exit status; without TensorFlow, main returns as usual."""
+    for mode in ("tf", "no-tf"):
+        res = subprocess.run([sys.executable, "-c", _LEAVE, mode], capture_output=True,
+                             text=True, cwd=ROOT, timeout=60)
+        assert res.returncode == 2, res.stderr           # bench fit: no such input file
+        assert "no-such-file.jsonl" in res.stderr
+        out = res.stdout
+        assert out.startswith("x" * 200000), out[:100]
+        if mode == "tf":
+            assert out[200000:] == "|thread done|atexit ran", out[200000:]
+        else:
+            assert out[200000:] == "|main returned 2|thread done|atexit ran", out[200000:]
