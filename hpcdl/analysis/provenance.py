@@ -1,7 +1,9 @@
 """Where a study's records come from, whether they may be pooled, and whether runs overlapped.
 
 A figure pooled over records is one measurement only when the records were made by the same code
-(git's tree of ``hpcdl/``; older records name only their commit), from the same study file (its
+(git's tree of ``hpcdl/``; older records name only their commit) on the same software under it
+(TensorFlow, Horovod with its patches, the MPI library: a study continued after a change of
+stack would otherwise pool two), from the same study file (its
 SHA-256, which the study declares in every record), on the same processor (its model and vector
 units, which the manifest names: one host name can stand for machines several times apart in
 speed) and, on the cluster box, on boxes of the same settings: nodes, CPU share, latency and the
@@ -19,19 +21,22 @@ without ``started`` gives only its timed training (``time`` − ``wall_time_s``)
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["Provenance", "Origin", "check", "code_of", "machine_setting", "cpu_of", "interval", "MixedRecords"]
+__all__ = ["Provenance", "Origin", "check", "code_of", "software_of", "machine_setting", "cpu_of",
+           "interval", "MixedRecords"]
 
 # The box's settings that records pooled together must share; its link rate is the network axis.
 BOX_SETTINGS = ("nodes_in_box", "cpus_per_node", "cpu_period_us", "latency", "host", "cores")
 
 
 class MixedRecords(ValueError):
-    """The records come from different code, study files, processors or box settings."""
+    """The records come from different code, software, study files, processors or box
+    settings."""
 
 
 def code_of(rec: dict) -> str:
@@ -44,6 +49,25 @@ def code_of(rec: dict) -> str:
         return f"commit {str(man['git_commit'])[:12]}" + (
             "-dirty" if str(man["git_commit"]).endswith("-dirty") else "")
     return "unknown code"
+
+
+# the MPI library's name and version in either form a record gives (mpi4py's library version
+# line, "Open MPI v4.1.4, package: ...", or mpirun's, "mpirun (Open MPI) 4.1.4")
+_MPI = re.compile(r"(Open MPI|MPICH|Intel\(R\) MPI Library|MVAPICH2?)\D*?(\d+(?:\.\d+)*)")
+
+
+def software_of(rec: dict) -> str:
+    """The software under hpcdl/ that made a record, by version: TensorFlow, Horovod (with the
+    patches it was built with) and the MPI library ("" where the record names none)."""
+    v = (rec.get("manifest") or {}).get("versions") or {}
+    parts = [f"TensorFlow {v['tensorflow']}"] if v.get("tensorflow") else []
+    if v.get("horovod"):
+        parts.append(f"Horovod {v['horovod']}"
+                     + (f" + {v['horovod_patches']}" if v.get("horovod_patches") else ""))
+    mpi = _MPI.search(str(v.get("mpi") or ""))
+    if mpi:
+        parts.append(f"{mpi.group(1)} {mpi.group(2)}")
+    return ", ".join(parts)
 
 
 def study_hash(rec: dict) -> str:
@@ -106,10 +130,10 @@ def _point_id(rec: dict) -> str:
 
 @dataclass
 class Provenance:
-    """What a report pooled: its groups (code, study file, machine → records), the box
-    instances, and the runs that overlapped in time."""
+    """What a report pooled: its groups (code, study file, machine, software → records), the
+    box instances, and the runs that overlapped in time."""
 
-    groups: Dict[Tuple[str, str, str], int]
+    groups: Dict[Tuple[str, str, str, str], int]
     boxes: Dict[str, int] = field(default_factory=dict)
     overlaps: List[dict] = field(default_factory=list)
     estimated: int = 0                # records whose start is only their timed training's
@@ -122,10 +146,11 @@ class Provenance:
     def differences(self) -> List[str]:
         """What differs between the groups: one phrase per part of the key that differs."""
         out = []
-        for i, what in enumerate(("code", "study file", "machine")):
+        unnamed = ("", "", "unnamed processor, off the box", "software not named")
+        for i, what in enumerate(("code", "study file", "machine", "software")):
             values = Counter()
             for key, n in self.groups.items():
-                values[key[i] or "unnamed processor, off the box"] += n
+                values[key[i] or unnamed[i]] += n
             if len(values) > 1:
                 out.append(f"{what}: " + "; ".join(f"{v} ({n} record(s))"
                                                    for v, n in sorted(values.items())))
@@ -137,8 +162,11 @@ class Provenance:
         if self.mixed:
             out.append("- **mixed records** (pooled because --allow-mixed was given): "
                        + " / ".join(self.differences()))
-        for (code, study, setting), n in sorted(self.groups.items()):
-            out.append(f"- {n} record(s): {code}, {study}" + (f", {setting}" if setting else ""))
+        # the versions are listed with the report's other facts; here only when they differ
+        several = len({key[3] for key in self.groups}) > 1
+        for (code, study, setting, software), n in sorted(self.groups.items()):
+            out.append(f"- {n} record(s): {code}, {study}" + (f", {setting}" if setting else "")
+                       + (f", {software or 'software not named'}" if several else ""))
         if self.boxes:
             out.append(f"- {len(self.boxes)} box instance(s): " + ", ".join(
                 f"{b} ({n})" for b, n in sorted(self.boxes.items())))
@@ -155,7 +183,8 @@ class Provenance:
         return out
 
     def as_dict(self) -> dict:
-        return {"groups": [{"code": k[0], "study_file": k[1], "machine": k[2], "records": n}
+        return {"groups": [{"code": k[0], "study_file": k[1], "machine": k[2], "software": k[3],
+                            "records": n}
                            for k, n in sorted(self.groups.items())],
                 "mixed": self.mixed, "allowed": self.allowed, "differences": self.differences(),
                 "boxes": dict(sorted(self.boxes.items())), "overlaps": self.overlaps,
@@ -182,7 +211,7 @@ class Origin:
         self._machine: Dict[tuple, int] = {}
 
     def add(self, r: dict) -> None:
-        self.groups[(code_of(r), study_hash(r), machine_setting(r))] += 1
+        self.groups[(code_of(r), study_hash(r), machine_setting(r), software_of(r))] += 1
         if isinstance(r.get("box"), dict) and r["box"].get("box"):
             self.boxes[str(r["box"]["box"])] += 1
         iv = interval(r)
@@ -247,8 +276,8 @@ class Origin:
 
 def check(recs: Sequence[dict], allow_mixed: bool = False) -> Provenance:
     """The records' provenance; raises :class:`MixedRecords`, saying what differs, when they
-    come from different code, study files, processors or box settings and ``allow_mixed`` is
-    False."""
+    come from different code, software, study files, processors or box settings and
+    ``allow_mixed`` is False."""
     origin = Origin()
     for r in recs:
         origin.add(r)

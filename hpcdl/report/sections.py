@@ -168,8 +168,9 @@ def prediction(ctx: Context) -> Part:
 @section()
 def runs(ctx: Context) -> Part:
     prov = ctx.res.provenance
-    pooled = (["What was pooled (the code in hpcdl/, the study file and the box's settings must "
-               "be the same in every record; runs sharing a machine must not overlap in time):",
+    pooled = (["What was pooled (the code in hpcdl/ and the TensorFlow, Horovod and MPI under it, "
+               "the study file and the box's settings must be the same in every record; runs "
+               "sharing a machine must not overlap in time):",
                ""] + prov.lines() + [""]) if prov else []
     return Part([], ["## Runs", ""] + _manifest_summary(ctx.about, ctx.res.records) + [""] + pooled
                 + _settings_markdown(ctx.about))

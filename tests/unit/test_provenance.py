@@ -1,4 +1,5 @@
-"""What a report pools: records of one code tree, one study file and one machine, or it
+"""What a report pools: records of one code tree (and software under it), one study file and
+one machine, or it
 refuses (unless told) and says what differs; runs sharing a machine that overlapped in time are
 named. Also checked over every committed study in results/."""
 
@@ -10,8 +11,10 @@ from hpcdl_testing import ROOT
 
 
 def _rec(pid, code="t1", sha="s1", box="b1", cpus=0.2, start="2026-11-24T00:00:00+00:00",
-         end="2026-11-24T00:00:30+00:00", rate="200mbit", wall=None, cpu=None):
+         end="2026-11-24T00:00:30+00:00", rate="200mbit", wall=None, cpu=None, versions=None):
     man = {"code_tree": code, "git_commit": "c" + code, "hosts": ["n1"]}
+    if versions:
+        man["versions"] = versions
     if cpu:
         man["cpu"] = cpu
     if start:
@@ -78,6 +81,46 @@ def test_records_of_other_code_study_files_or_machines_are_refused_unless_allowe
     assert what in str(err.value)
     prov = provenance.check(recs, allow_mixed=True)
     assert prov.mixed and "**mixed records**" in prov.lines()[0] and what in prov.lines()[0]
+
+
+TF215 = {"tensorflow": "2.15.1", "horovod": "0.28.1", "horovod_patches": None,
+         "mpi": "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4"}
+TF221 = dict(TF215, tensorflow="2.21.0",
+             horovod_patches="0001-build-without-xla-ops.patch+0002-keras-backend-of-tf-keras.patch")
+
+
+def test_the_software_is_named_alike_from_either_form_of_the_mpi_version():
+    assert provenance.software_of(_rec("a", versions=TF215)) == \
+        "TensorFlow 2.15.1, Horovod 0.28.1, Open MPI 4.1.4"
+    # mpirun --version's line (records made where mpi4py was not loaded) is the same library
+    assert provenance.software_of(_rec("a", versions=dict(TF215, mpi="mpirun (Open MPI) 4.1.4"))) \
+        == "TensorFlow 2.15.1, Horovod 0.28.1, Open MPI 4.1.4"
+    assert provenance.software_of(_rec("a", versions=dict(TF215, mpi="MPICH Version: 4.2.0"))) \
+        .endswith("MPICH 4.2.0")
+    assert provenance.software_of(_rec("a")) == ""
+    recs = [_rec("a", versions=TF215, **_later(0)),
+            _rec("b", versions=dict(TF215, mpi="mpirun (Open MPI) 4.1.4"), **_later(1))]
+    prov = provenance.check(recs)
+    assert not prov.mixed and "TensorFlow" not in "\n".join(prov.lines())   # listed elsewhere
+
+
+def test_records_of_two_tensorflow_stacks_are_refused_unless_allowed_and_then_named():
+    """A study continued after the venv moved from one stack to the other, same hpcdl/ code."""
+    recs = [_rec("a", versions=TF215, **_later(0)), _rec("b", versions=TF221, **_later(1))]
+    with pytest.raises(provenance.MixedRecords, match="--allow-mixed") as err:
+        provenance.check(recs)
+    assert ("software: TensorFlow 2.15.1, Horovod 0.28.1, Open MPI 4.1.4 (1 record(s)); "
+            "TensorFlow 2.21.0, Horovod 0.28.1 + 0001-build-without-xla-ops.patch+") in str(err.value)
+    assert "code:" not in str(err.value)
+    prov = provenance.check(recs, allow_mixed=True)
+    lines = prov.lines()
+    assert prov.mixed and "software: TensorFlow 2.15.1" in lines[0]
+    assert any(ln.endswith("TensorFlow 2.21.0, Horovod 0.28.1 + 0001-build-without-xla-ops.patch"
+                           "+0002-keras-backend-of-tf-keras.patch, Open MPI 4.1.4") for ln in lines)
+    assert [g["software"] for g in prov.as_dict()["groups"]] == [
+        "TensorFlow 2.15.1, Horovod 0.28.1, Open MPI 4.1.4",
+        "TensorFlow 2.21.0, Horovod 0.28.1 + 0001-build-without-xla-ops.patch+"
+        "0002-keras-backend-of-tf-keras.patch, Open MPI 4.1.4"]
 
 
 def test_runs_that_overlapped_on_the_box_are_named_and_runs_on_other_machines_are_not():
