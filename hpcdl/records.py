@@ -344,11 +344,12 @@ def mpi_library_version() -> Optional[str]:
 
 
 def versions() -> dict:
+    tf = stack.tensorflow_version()
     return {
         "python": platform.python_version(),
         "hpcdl": _hpcdl_version(),
-        "tensorflow": stack.tensorflow_version(),
-        "keras": stack.keras(),
+        "tensorflow": tf,
+        "keras": stack.keras(tf=tf),
         "horovod": package_version("horovod"),
         "horovod_patches": "+".join(stack.horovod_patches()) or None,
         "mpi4py": package_version("mpi4py"),

@@ -70,10 +70,11 @@ def prefer_legacy_keras(environ=None) -> None:
         set_legacy_keras(new, environ)
 
 
-def keras(environ=None) -> Optional[str]:
+def keras(environ=None, tf: Optional[str] = "") -> Optional[str]:
     """What ``tf.keras`` is in this environment, as 'package version', read from the installed
-    packages without importing TensorFlow; None without TensorFlow."""
-    tf = tensorflow_version()
+    packages without importing TensorFlow; None without TensorFlow. ``tf``: TensorFlow's
+    version where the caller has looked it up already."""
+    tf = tensorflow_version() if tf == "" else tf
     if tf is None:
         return None
     if keras_3_by_default(tf) and legacy_keras(environ):
