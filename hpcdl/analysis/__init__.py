@@ -622,8 +622,8 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
     """The analysis of one study's records, or of what :class:`.reading.Digest` kept of them
     as they were read (raises ValueError on what cannot be analysed, and
     :class:`provenance.MixedRecords` on records of different code, software, study files,
-    processors or box settings unless ``allow_mixed``). ``exchange_bench``, ``loop_bench`` and ``spread_bench``:
-    see :func:`_predicted`."""
+    processors or box settings unless ``allow_mixed``). ``exchange_bench``, ``loop_bench`` and
+    ``spread_bench``: see :func:`_predicted`."""
     recs = recs if isinstance(recs, Digest) else Digest.of(recs)
     origin = recs.origin.result(allow_mixed)
     rows = rows_of(recs.runs)

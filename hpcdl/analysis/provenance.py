@@ -3,12 +3,12 @@
 A figure pooled over records is one measurement only when the records were made by the same code
 (git's tree of ``hpcdl/``; older records name only their commit) on the same software under it
 (TensorFlow, Horovod with its patches, the MPI library: a study continued after a change of
-stack would otherwise pool two), from the same study file (its
-SHA-256, which the study declares in every record), on the same processor (its model and vector
-units, which the manifest names: one host name can stand for machines several times apart in
-speed) and, on the cluster box, on boxes of the same settings: nodes, CPU share, latency and the
-machine under them (the link rate is the study's network axis, so it may differ between points,
-never within one). :func:`check` groups the records by that key and refuses more than one group
+stack would otherwise pool two), from the same study file (its SHA-256, which the study
+declares in every record), on the same processor (its model and vector units, which the
+manifest names: one host name can stand for machines several times apart in speed) and, on
+the cluster box, on boxes of the same settings: nodes, CPU share, latency and the machine under
+them (the link rate is the study's network axis, so it may differ between points, never within
+one). :func:`check` groups the records by that key and refuses more than one group
 unless told to pool them anyway (``--allow-mixed``); either way :attr:`Provenance.lines` says
 what was pooled.
 

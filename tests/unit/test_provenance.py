@@ -85,16 +85,17 @@ def test_records_of_other_code_study_files_or_machines_are_refused_unless_allowe
 
 TF215 = {"tensorflow": "2.15.1", "horovod": "0.28.1", "horovod_patches": None,
          "mpi": "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4"}
-TF221 = dict(TF215, tensorflow="2.21.0",
-             horovod_patches="0001-build-without-xla-ops.patch+0002-keras-backend-of-tf-keras.patch")
+TF221 = dict(TF215, tensorflow="2.21.0", horovod_patches=(
+    "0001-build-without-xla-ops.patch+0002-keras-backend-of-tf-keras.patch"))
 
 
 def test_the_software_is_named_alike_from_either_form_of_the_mpi_version():
     assert provenance.software_of(_rec("a", versions=TF215)) == \
         "TensorFlow 2.15.1, Horovod 0.28.1, Open MPI 4.1.4"
     # mpirun --version's line (records made where mpi4py was not loaded) is the same library
-    assert provenance.software_of(_rec("a", versions=dict(TF215, mpi="mpirun (Open MPI) 4.1.4"))) \
-        == "TensorFlow 2.15.1, Horovod 0.28.1, Open MPI 4.1.4"
+    mpirun_line = dict(TF215, mpi="mpirun (Open MPI) 4.1.4")
+    assert provenance.software_of(_rec("a", versions=mpirun_line)) == \
+        "TensorFlow 2.15.1, Horovod 0.28.1, Open MPI 4.1.4"
     assert provenance.software_of(_rec("a", versions=dict(TF215, mpi="MPICH Version: 4.2.0"))) \
         .endswith("MPICH 4.2.0")
     assert provenance.software_of(_rec("a")) == ""
@@ -110,7 +111,8 @@ def test_records_of_two_tensorflow_stacks_are_refused_unless_allowed_and_then_na
     with pytest.raises(provenance.MixedRecords, match="--allow-mixed") as err:
         provenance.check(recs)
     assert ("software: TensorFlow 2.15.1, Horovod 0.28.1, Open MPI 4.1.4 (1 record(s)); "
-            "TensorFlow 2.21.0, Horovod 0.28.1 + 0001-build-without-xla-ops.patch+") in str(err.value)
+            "TensorFlow 2.21.0, Horovod 0.28.1 + 0001-build-without-xla-ops.patch+") \
+        in str(err.value)
     assert "code:" not in str(err.value)
     prov = provenance.check(recs, allow_mixed=True)
     lines = prov.lines()
