@@ -21,7 +21,7 @@ test-unit: setup
 	$(PY) -m pytest tests/unit
 
 # The MPI tier on the former stack (TensorFlow 2.15) in its own venv, beside the default's .venv:
-# about 7 minutes of set-up the first time and 16 of tests on 2 cores (docs/training.md says why
+# about 7 minutes of set-up the first time and 15 of tests on 2 cores (docs/training.md says why
 # `make test` does not run it too).
 OTHER := $(CURDIR)/.venv-tf2.15
 test-tf2.15:
