@@ -150,9 +150,16 @@ def kernels():
     return _kernels
 
 
-if __name__ == "__main__":
-    ok = build()
-    if ok:
+def main() -> int:
+    """Build the library where it is missing or older than its source, and say what is in use
+    (scripts/setup.sh runs it on every set-up)."""
+    fresh = LIBRARY.is_file() and LIBRARY.stat().st_mtime >= SOURCE.stat().st_mtime
+    if build():
         usable = kernels() is not None
-        print(f"hpcdl: built {LIBRARY} ({'F16C in use' if usable else 'not usable here: numpy fallback'})")
-    sys.exit(0)
+        print(f"hpcdl: {LIBRARY} {'up to date' if fresh else 'built'} "
+              f"({'F16C in use' if usable else 'not usable here: numpy fallback'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
