@@ -250,7 +250,7 @@ import json, os, sys
 print(json.dumps({"stack": sys.argv[1], "system": sys.argv[2] == "1",
                   "horovod_patches": [os.path.basename(p) for p in sys.argv[3:]]}))
 PY
-info="$("$VENV/bin/hpcdl" info --check 2>/dev/null)" || die "'hpcdl info --check' failed: $info"
+info="$("$VENV/bin/hpcdl" info --check 2>&1)" || die "'hpcdl info --check' failed: $(printf '%s' "$info" | tail -3)"
 printf '%s\n' "$info" | sed -n '/^Stack/,/^MPI/p' | sed 's/^/[setup]   /' >&2
 printf '%s' "$stamp_text" >"$STAMP"
 log "done in $(( $(date +%s) - t0 )) s"
