@@ -177,14 +177,15 @@ fi
 "${PIP[@]}" install --no-deps "mlxtend==0.25.0"
 
 # --- 4. Horovod from source, cached -------------------------------------------------------------
-hvd_ok() {
-    "$VPY" - <<'PY' 2>/dev/null
+hvd_ok() {   # Horovod's TensorFlow module imports, built with MPI (and Gloo: "gloo"); else why not
+    TF_CPP_MIN_LOG_LEVEL=3 "$VPY" - "$@" <<'PY'
 import sys
 import horovod.tensorflow as hvd
-sys.exit(0 if (hvd.mpi_built() and hvd.gloo_built()) else 1)
+assert hvd.mpi_built(), "Horovod was built without MPI (is mpicc on PATH?)"
+assert "gloo" not in sys.argv[1:] or hvd.gloo_built(), "Horovod was built without Gloo"
 PY
 }
-if [ "$SYSTEM_STACK" = 0 ] && ! { hvd_ok && [ -f "$STAMP" ] && grep -q "nccl=$want_nccl" "$STAMP" && grep -q "patches=$patch_sum|" "$STAMP"; }; then
+if [ "$SYSTEM_STACK" = 0 ] && ! { hvd_ok gloo 2>/dev/null && [ -f "$STAMP" ] && grep -q "nccl=$want_nccl" "$STAMP" && grep -q "patches=$patch_sum|" "$STAMP"; }; then
     tf_ver="$(venv_tf)" || die "no TensorFlow installed in $VENV"   # (its metadata: no import)
     pytag="$("$VPY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
     key_text="$(printf '%s|%s|%s|nccl=%s' "$tf_ver" "$pytag" "$mpi_id" "$want_nccl")"
@@ -239,9 +240,7 @@ build_native
 # One import of Horovod's TensorFlow module proves TensorFlow, the extension and MPI together
 # (`horovodrun --check-build` starts a TensorFlow process per framework and controller: about
 # 40 s on 2 cores); `hpcdl info --check` below prints what Horovod was built with.
-hvd_err="$(TF_CPP_MIN_LOG_LEVEL=3 "$VPY" -c 'import horovod.tensorflow as hvd
-assert hvd.mpi_built(), "Horovod was built without MPI (is mpicc on PATH?)"' 2>&1)" \
-    || die "Horovod's TensorFlow module does not work in $VENV: $(printf '%s' "$hvd_err" | tail -3). Rebuild: rm -rf $CACHE/horovod-* && $0"
+hvd_err="$(hvd_ok 2>&1)" || die "Horovod's TensorFlow module does not work in $VENV: $(printf '%s' "$hvd_err" | tail -3). Rebuild: rm -rf $CACHE/horovod-* && $0"
 # what `hpcdl info` and every record's manifest name as the stack
 # (a cluster module's own TensorFlow and Horovod: patched or not, not by this script)
 [ "$SYSTEM_STACK" = 1 ] && applied=() || applied=("${PATCHES[@]}")

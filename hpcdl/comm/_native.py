@@ -27,13 +27,18 @@ _loaded = False
 _kernels = None
 
 
+def _up_to_date() -> bool:
+    """The library is there and not older than its source."""
+    return LIBRARY.is_file() and LIBRARY.stat().st_mtime >= SOURCE.stat().st_mtime
+
+
 def build(cc: str | None = None, quiet: bool = False) -> bool:
     """Compile the library unless it is newer than its source; True when it is there.
 
     A failure leaves numpy in charge and is not an error.
     """
-    if LIBRARY.is_file() and LIBRARY.stat().st_mtime >= SOURCE.stat().st_mtime:
-        return True               # up to date
+    if _up_to_date():
+        return True
     cc = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         if not quiet:
@@ -153,7 +158,7 @@ def kernels():
 def main() -> int:
     """Build the library where it is missing or older than its source, and say what is in use
     (scripts/setup.sh runs it on every set-up)."""
-    fresh = LIBRARY.is_file() and LIBRARY.stat().st_mtime >= SOURCE.stat().st_mtime
+    fresh = _up_to_date()
     if build():
         usable = kernels() is not None
         print(f"hpcdl: {LIBRARY} {'up to date' if fresh else 'built'} "
