@@ -495,7 +495,7 @@ def launcher_env(env: Optional[Mapping[str, str]] = None) -> dict:
     """The launcher and library settings worth recording in a manifest."""
     env = os.environ if env is None else env
     keep = ("HOROVOD_", "NCCL_", "OMPI_MCA_", "SLURM_", "HPCDL_", "OMP_NUM_THREADS", "TF_NUM_",
-            "SGE_", "PE_HOSTFILE", "NSLOTS", "NHOSTS", "JOB_ID", "RESTARTED")
+            "TF_ENABLE_ONEDNN_OPTS", "SGE_", "PE_HOSTFILE", "NSLOTS", "NHOSTS", "JOB_ID", "RESTARTED")
     skip = ("SLURM_JOB_USER", "SLURM_JOB_UID", "SLURM_JOB_GID", "SGE_O_HOME", "SGE_O_MAIL",
             "SGE_O_LOGNAME")
     return {k: v for k, v in sorted(env.items()) if k.startswith(keep) and k not in skip}

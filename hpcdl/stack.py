@@ -109,9 +109,12 @@ def horovod_patches(prefix: Optional[str] = None) -> List[str]:
 
 
 # What TensorFlow 2.21's CPU wheel writes to stderr at import through absl, before its logging is
-# set up and so whatever TF_CPP_MIN_LOG_LEVEL says: twice per process, on every rank.
+# set up and so whatever TF_CPP_MIN_LOG_LEVEL says: twice per process, on every rank. On CPUs
+# where oneDNN's custom operations are on by default (AVX-512 VNNI and newer), also its note
+# that they are, twice (TF_ENABLE_ONEDNN_OPTS; a record's manifest keeps that variable if set).
 _START_NOISE = re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called "
-                          r"are written to STDERR$|cudart_stub\.cc:\d+\] Could not find cuda drivers")
+                          r"are written to STDERR$|cudart_stub\.cc:\d+\] Could not find cuda drivers"
+                          r"|port\.cc:\d+\] oneDNN custom operations are on\.")
 
 
 def import_tensorflow():

@@ -129,6 +129,10 @@ def test_tensorflows_cuda_start_up_notes_are_left_out_and_anything_else_it_write
         "written to STDERR\\n')\n"
         "os.write(2, b'I0000 00:00:1.2 123 cudart_stub.cc:31] Could not find cuda drivers on "
         "your machine, GPU will not be used.\\n')\n"
+        "os.write(2, b'I0000 00:00:1.3 123 port.cc:153] oneDNN custom operations are on. You may "
+        "see slightly different numerical results due to floating-point round-off errors from "
+        "different computation orders. To turn them off, set the environment variable "
+        "`TF_ENABLE_ONEDNN_OPTS=0`.\\n')\n"
         "os.write(2, b'E0000 something TensorFlow means\\n')\n")
     code = "from hpcdl import stack; tf = stack.import_tensorflow(); print(tf.__name__)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
