@@ -14,15 +14,15 @@ setup-slurm:
 run: setup
 	bash scripts/run-default.sh
 
+# The whole suite on the default stack, and the MPI tests on the other stack beside it
+# (scripts/test.sh; HPCDL_OTHER_STACK=none leaves the other stack out).
 test: setup-slurm
-	$(PY) -m pytest
+	bash scripts/test.sh
 
 test-unit: setup
 	$(PY) -m pytest tests/unit
 
-# The MPI tier on the former stack (TensorFlow 2.15) in its own venv, beside the default's .venv:
-# about 7 minutes of set-up the first time and 15 of tests on 2 cores (docs/training.md says why
-# `make test` does not run it too).
+# The MPI tier on the former stack (TensorFlow 2.15) alone, in the venv `make test` uses for it.
 OTHER := $(CURDIR)/.venv-tf2.15
 test-tf2.15:
 	HPCDL_STACK=tf2.15 HPCDL_VENV=$(OTHER) bash scripts/setup.sh

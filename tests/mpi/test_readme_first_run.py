@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -27,8 +28,17 @@ def _first_run_commands():
     return [ln for ln in lines if ln]
 
 
+def _in_this_venv(commands):
+    """The README's commands, with its `source .venv/bin/activate` activating the venv that runs
+    these tests when that is another (the other TensorFlow stack's, `make test`)."""
+    venv = Path(sys.prefix)
+    if commands[0] == "source .venv/bin/activate" and venv.resolve() != (ROOT / ".venv").resolve():
+        return [f"source {venv}/bin/activate"] + commands[1:]
+    return commands
+
+
 def _run(commands, cwd: Path, user=None):
-    # the venv as the README's reader has it: .venv beside the README; a fresh shell environment
+    # the venv as the README's reader has it (.venv beside the README), a fresh shell environment
     script = "set -e\ncd " + str(ROOT) + "\n" + commands[0] + "\ncd " + str(cwd) + "\n" \
         + "\n".join(commands[1:]) + "\n"
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(cwd), "LANG": "C.UTF-8"}
@@ -65,7 +75,7 @@ def test_the_readme_block_is_the_first_run():
 def test_the_first_training_run_works_as_typed_as_root(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("this test runs as root; the next one runs as a normal user")
-    _check(_run(_first_run_commands(), tmp_path), tmp_path)
+    _check(_run(_in_this_venv(_first_run_commands()), tmp_path), tmp_path)
 
 
 def test_the_first_training_run_works_as_typed_as_a_normal_user():
@@ -74,13 +84,13 @@ def test_the_first_training_run_works_as_typed_as_a_normal_user():
     where = Path(tempfile.mkdtemp(prefix="hpcdl-user-"))
     try:
         os.chmod(where, 0o777)
-        python = ROOT / ".venv" / "bin" / "python"
+        python = Path(sys.prefix) / "bin" / "python"
         probe = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
                                 "--clear-groups", "bash", "-c", f"{python} -c pass"],
                                capture_output=True, text=True, timeout=60)
         if probe.returncode != 0:
             pytest.skip(f"user {NOBODY} cannot run this set-up's Python ({python.resolve()}: "
                         f"{probe.stderr.strip()[-120:]}); a normal user runs their own set-up")
-        _check(_run(_first_run_commands(), where, user=NOBODY), where)
+        _check(_run(_in_this_venv(_first_run_commands()), where, user=NOBODY), where)
     finally:
         shutil.rmtree(where, ignore_errors=True)
