@@ -14,8 +14,8 @@ setup-slurm:
 run: setup
 	bash scripts/run-default.sh
 
-# The whole suite on the default stack, and the MPI tests on the other stack beside it
-# (scripts/test.sh; HPCDL_OTHER_STACK=none leaves the other stack out).
+# The whole suite on the default stack, then the MPI tests on the other stack (scripts/test.sh;
+# HPCDL_OTHER_STACK=none leaves the other stack out).
 test: setup-slurm
 	bash scripts/test.sh
 
