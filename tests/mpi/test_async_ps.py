@@ -69,7 +69,10 @@ def test_a_bound_keeps_every_worker_within_s_pushes_of_a_straggler(tmp_path, bou
     assert a["updates"] == 180
     assert a["lead_max"] == bound, a          # reached (the straggler is slow) and never passed
     held = {w["rank"]: w["held_s"] for w in a["per_worker"]}
-    assert held[2] == 0 and held[0] > 0.1 and held[1] > 0.1, held
+    # the fast workers wait for the straggler, not it for them: three ranks on two cores now and
+    # then leave a fast one without a core long enough to hold the straggler too (14 ms of its
+    # run once, against 1.0-1.2 s for each fast worker)
+    assert held[0] > 0.1 and held[1] > 0.1 and held[2] < 0.1 * min(held[0], held[1]), held
 
 
 def test_without_a_bound_the_fast_workers_run_ahead_of_a_straggler(tmp_path):

@@ -69,7 +69,10 @@ def test_a_run_killed_then_stopped_by_max_time_and_the_slurm_limit_resumes_to_th
         "ckpt-000000500.hpcdl", "ckpt-000001000.hpcdl"]
 
     # 2. Resumed at 1000 with --max-time: stops cleanly (exit 75) with a checkpoint, no record.
-    res = mpirun(NP, _args(tmp_path, "--resume", "--max-time", "1.5"), timeout=240)
+    #    A sleep of 2 ms a step (no effect on the weights) keeps the 1,000 steps left longer than
+    #    1.5 s on any machine: on a fast one they once took less, and the run ended instead.
+    res = mpirun(NP, _args(tmp_path, "--resume", "--max-time", "1.5"), timeout=240,
+                 env={"HPCDL_SLOW": "rank=*,phase=compute,delay_ms=2"})
     assert res.returncode == EXIT_INTERRUPTED, res.stderr[-2000:]
     assert _resumed_at(res) == 1000
     step2, reason = _stopped_step(res)
