@@ -75,7 +75,8 @@ if sys.argv[1] == "tf":
 from hpcdl.cli import main
 sys.stdout.write("x" * 200000)                                    # still in the buffer
 atexit.register(lambda: sys.stdout.write("|atexit ran"))
-worker = threading.Thread(target=lambda: (time.sleep(0.5), sys.stdout.write("|thread done")))
+# long enough for main to return first on a loaded machine (0.5 s once was not, in CI)
+worker = threading.Thread(target=lambda: (time.sleep(3.0), sys.stdout.write("|thread done")))
 worker.start()
 sys.argv = ["hpcdl", "bench", "fit", "--input", "no-such-file.jsonl"]
 rc = main()
