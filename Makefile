@@ -21,7 +21,7 @@ test: setup-slurm
 test-unit: setup
 	$(PY) -m pytest tests/unit
 
-# The MPI tier on the former stack (TensorFlow 2.15) alone, in the venv `make test` uses for it.
+# The MPI tier on the former stack (TensorFlow 2.15) alone, in the venv scripts/test.sh uses for it.
 OTHER := $(CURDIR)/.venv-tf2.15
 test-tf2.15:
 	HPCDL_STACK=tf2.15 HPCDL_VENV=$(OTHER) bash scripts/setup.sh

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# `make test`: the whole suite on the default stack (.venv), then the MPI tests on the other
+# Both stacks: the whole suite on the default stack (.venv), then the MPI tests on the other
 # TensorFlow stack (.venv-<stack>, set up here the first time; `make test-tf2.15` alone runs only
 # that part). One after the other: run side by side on two cores, the ranks of both starve each
 # other and timing assertions fail (docs/training.md). Fails if either part fails; arguments go to
 # the default stack's pytest.
 #
-#   HPCDL_OTHER_STACK=none make test      # the default stack only
+#   HPCDL_OTHER_STACK=none bash scripts/test.sh   # the default stack only (what `make test` runs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python

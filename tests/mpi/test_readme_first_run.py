@@ -30,7 +30,7 @@ def _first_run_commands():
 
 def _in_this_venv(commands):
     """The README's commands, with its `source .venv/bin/activate` activating the venv that runs
-    these tests when that is another (the other TensorFlow stack's, `make test`)."""
+    these tests when that is another (the other TensorFlow stack's, scripts/test.sh)."""
     venv = Path(sys.prefix)
     if commands[0] == "source .venv/bin/activate" and venv.resolve() != (ROOT / ".venv").resolve():
         return [f"source {venv}/bin/activate"] + commands[1:]
