@@ -43,9 +43,9 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
 - **step** = compute + fixed + exchange − min(exchange, window × compute): fixed is
   the 1-node step beyond its compute, window the share of the compute the exchange hid behind
   at the calibration points (0 for the parameter server, whose exchange follows the backward
-  pass); beyond the calibrated node count none is taken as hidden. The box studies' 2-node
-  Horovod points hid up to 89% of their exchange, their 4- and 8-node points about none (+6% and
-  −4% on average over 24 axes); carried forward, the 2-node window put 300 Mbit/s 15–23% short. An allreduce starts when its slowest rank is ready, so the step pays the slowest rank's
+  pass); none is taken as hidden beyond the calibrated node count (2-node Horovod points on
+  the box hid up to 89% of their exchange, 4- and 8-node points about none, over 24 axes).
+  An allreduce starts when its slowest rank is ready, so the step pays the slowest rank's
   compute; the parameter server takes each worker's push as it comes, the others' pushes on its
   link while the slowest still computes, so its step pays the ranks' center (on the box CNN
   studies' 4- and 8-node ps points the step beyond its exchange timed alone is 0.86–0.94 × the
