@@ -125,10 +125,14 @@ def test_slow_rank_makes_that_workers_compute_about_factor_times_as_long(tmp_pat
     assert added == pytest.approx(2 * own, rel=0.01, abs=0.002)        # (FACTOR - 1) x its own
     # Rank 1's recorded compute holds the delay in every step (a sleep is never shorter), so it
     # is at least FACTOR - 1 times its own compute. Rank 0 is no yardstick: it also hosts the
-    # server thread, which slows its compute by a varying amount on 2 cores.
+    # server thread, which slows its compute by a varying amount on 2 cores (1.35 ms against
+    # rank 1's 10.5 ms once in CI, where under 5x was asserted); nor is rank 1's own compute
+    # timed as it set the delay (0.45 ms once, against 1.46 ms a step for rank 0 in training).
+    # So the delay applied over and over (a sleep per tensor) is what the bound catches: a step
+    # of rank 1 within 3x rank 0's compute plus one delay.
     comp = {w["rank"]: w["compute_s"] for w in rec["metrics"]["async"]["per_worker"]}
     assert comp[1] >= added / 1e3, (comp, own, added)
-    assert comp[1] / comp[0] < 5.0, comp          # and the delay is not applied over and over
+    assert comp[1] < 3 * (comp[0] + added / 1e3), (comp, own, added)
 
 
 def test_a_killed_then_stopped_asynchronous_run_resumes_to_the_same_weights(tmp_path):
