@@ -19,8 +19,9 @@ float32 byte. :data:`FORMULAS` is the text of each, for reports and tables.
 
 A training step (:class:`StepModel`) is ``compute(b) + fixed + exchange(p, n) - hidden``, where
 the exchange hides behind at most a measured share (``window``) of the compute:
-``hidden = min(exchange, window * compute)``; :func:`calibrate` fits it to measured
-configurations and says when the runs cannot determine it.
+``hidden = min(exchange, window * compute)``, up to the most ranks the window was measured at
+and none beyond; :func:`calibrate` fits it to measured configurations and says when the runs
+cannot determine it.
 :data:`PRESETS` holds the networks that extrapolations are drawn on. numpy only. The module runs
 past 400 lines on purpose: the model is written once, and splitting its formulas from their fit
 and from the step model built on them would give it two homes again.
@@ -395,6 +396,7 @@ class StepModel:
     source: str = ""
     compute_probed: bool = False     # compute(b) comes from probes (else from a step time)
     window_measured: bool = False    # else none of the exchange is taken as hidden
+    window_ranks: int = 0            # the most ranks it was measured at; none hidden beyond
     determined: bool = True
     configs: int = 0                 # distinct multi-rank configurations the exchange was fitted to
     why: List[str] = field(default_factory=list)
@@ -414,9 +416,16 @@ class StepModel:
         a, b = (network.alpha, network.beta) if network else (self.alpha, self.beta)
         return predict(self.algorithm, nbytes, p, a, b, self.gamma)
 
-    def hidden(self, exchange, compute, window=None):
-        """The part of the exchange hidden behind compute: at most ``window`` x compute."""
-        w = self.window if window is None else window
+    def window_at(self, p) -> float:
+        """The window at ``p`` ranks: the measured one up to the most ranks it was measured at,
+        none beyond (on the box the 2-node overlap did not survive at 4 and 8 nodes:
+        :mod:`hpcdl.analysis.predict` holds its held-out points to the same rule)."""
+        return self.window if not self.window_ranks or int(p) <= self.window_ranks else 0.0
+
+    def hidden(self, exchange, compute, window=None, p=None):
+        """The part of the exchange hidden behind compute: at most ``window`` x compute (the
+        window at ``p`` ranks when it is not given)."""
+        w = (self.window if p is None else self.window_at(p)) if window is None else window
         return np.minimum(exchange, w * np.asarray(compute, dtype=float))
 
     def step_time(self, p, b, nbytes, network: Optional[Network] = None, window=None,
@@ -424,7 +433,7 @@ class StepModel:
         """Model step time; ``measured=False`` uses the fitted compute(b) even where probed."""
         c = self.compute(b, p, measured)
         e = self.exchange(p, nbytes, network)
-        return c + self.fixed + e - self.hidden(e, c, window)
+        return c + self.fixed + e - self.hidden(e, c, window, p)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -490,6 +499,7 @@ def _measure_window(m: StepModel, multi: Sequence[Observation]) -> None:
     if shares:
         m.window = float(np.median(shares))
         m.window_measured = True
+        m.window_ranks = max(o.ranks for o in split)
         whole = sum(1 for h, o in zip(hidden, split) if h >= o.exchange)
         m.notes.append(f"window measured: the exchange hid behind {m.window * 100:.0f}% of the "
                        f"compute (median of {len(shares)} configuration(s): (compute + fixed + "
@@ -500,7 +510,9 @@ def _measure_window(m: StepModel, multi: Sequence[Observation]) -> None:
                           if whole else "")
                        + ("; some over 100% (" + ", ".join(f"{r * 100:.0f}%" for r in raw)
                           + "): the median is within range and is what is used"
-                          if any(r > 1 for r in raw) else ""))
+                          if any(r > 1 for r in raw) else "")
+                       + f"; beyond {m.window_ranks} ranks none of the exchange is taken as "
+                       "hidden")
     elif usable:
         m.notes.append("window not determined: no configuration's probed compute is shorter than "
                        "its step; none of the exchange is taken as hidden")

@@ -477,7 +477,7 @@ def extrapolate(model: StepModel, scaling: str, batch: int, nbytes: float,
             t = float(model.step_time(p, b, nbytes, network=net, measured=False))
             x, x1 = p * b / t, batch / t1
             e = float(model.exchange(p, nbytes, net))
-            shown = e - float(model.hidden(e, model.compute(b, p, measured=False)))
+            shown = e - float(model.hidden(e, model.compute(b, p, measured=False), p=p))
             out.append({"network": key, "label": net.name, "ranks": p, "batch_per_rank": b,
                         "step_time_s": t, "throughput": x, "speedup": x / x1,
                         "efficiency": x / x1 / p, "exchange_share": shown / t})
@@ -505,7 +505,8 @@ PUBLISHED_INPUTS = {
     "assumed": "α and β of the 25 GbE preset (90% of line rate), γ = 1/(500 GB/s), one ring "
                "per 64 MiB fusion buffer (Horovod's default threshold)",
     "measured": "the window (share of the compute the exchange hides behind), where this study "
-                "measured one",
+                "measured one at as many ranks (none is carried beyond the ranks it was "
+                "measured at)",
     "derived": "the window the model needs to meet each published figure",
 }
 
@@ -868,7 +869,10 @@ def _model_efficiency(m: StepModel, kind: str, p: int, b: float, nbytes: float, 
 
 
 def _measured_window(model: StepModel) -> Optional[float]:
-    return model.window if model.window_measured else None
+    """The study's window where it reaches the published comparison's GPU count (measured at as
+    many ranks or more), else None: it is not carried beyond the ranks it was measured at."""
+    return (model.window if model.window_measured
+            and model.window_ranks >= PUBLISHED_SETUP["gpus"] else None)
 
 
 def load_fit(doc: dict, backend: str = "horovod", compression: str = "none") -> Optional[dict]:
