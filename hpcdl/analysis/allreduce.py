@@ -4,6 +4,7 @@ and receives over one connection at once. Numpy-free."""
 from __future__ import annotations
 
 import math
+from typing import Tuple
 
 from .. import costmodel
 from ..records import lookup as _get
@@ -41,36 +42,46 @@ def ompi_allreduce(p: int, nbytes: float) -> int:
     return next((alg for size, alg in limits if nbytes < size), last)
 
 
-def link_bytes(algorithm: str, n: float, p: int) -> float:
-    """Bytes one rank's link carries each way in one allreduce of ``n`` bytes on ``p`` ranks
-    (one rank per node)."""
+def link_parts(algorithm: str, n: float, p: int) -> Tuple[float, float]:
+    """Bytes one rank's link carries in one allreduce of ``n`` bytes on ``p`` ranks (one rank
+    per node), on the slowest rank's path, split in two: those it sends while receiving as much
+    from the same peer (one connection carrying data both ways at once), and those sent one way
+    only. Beyond a power of two q, Open MPI's Rabenseifner and recursive doubling fold the r = p - q
+    extra ranks in first and send them the result last (coll_base_allreduce.c): Rabenseifner's
+    pairs swap halves (n/2 both ways), the odd rank sends its reduced half (n/2 one way) and at
+    the end gets the whole result (n one way); recursive doubling's send the whole buffer in (n)
+    and the result out (n), one way each."""
     if p <= 1:
-        return 0.0
-    lg = math.log2(p)
+        return 0.0, 0.0
+    q = 1 << (int(p).bit_length() - 1)     # the largest power of two <= p
+    fold = q < p
     if algorithm in ("ring", "segmented ring"):
-        return 2.0 * (p - 1) / p * n
+        ring = 2.0 * (p - 1) / p * n
+        return (ring, 0.0) if p == 2 else (0.0, ring)     # two ranks: the neighbours are one
     if algorithm == "rabenseifner":
-        q = 2 ** int(lg)                      # the ranks beyond a power of two fold in first
-        return 2.0 * (q - 1) / q * n + (2.0 * n if q < p else 0.0)
+        core = 2.0 * (q - 1) / q * n
+        return core + (0.5 * n if fold else 0.0), (1.5 * n if fold else 0.0)
     if algorithm == "recursive doubling":
-        return math.ceil(lg) * n
+        return math.log2(q) * n, (2.0 * n if fold else 0.0)
     if algorithm in ("linear", "nonoverlapping", "ps"):
-        return 2.0 * (p - 1) * n              # the root's link carries everyone's buffer
+        return 0.0, 2.0 * (p - 1) * n         # the root's link carries everyone's buffer
     if algorithm == "allgather":
-        return (p - 1) * n
+        return ((p - 1) * n, 0.0) if p == 2 else (0.0, (p - 1) * n)
     raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")
 
 
+def link_bytes(algorithm: str, n: float, p: int) -> float:
+    """Bytes one rank's link carries each way in one allreduce of ``n`` bytes on ``p`` ranks
+    (one rank per node), both parts of :func:`link_parts`."""
+    return sum(link_parts(algorithm, n, p))
+
+
 def pairwise(algorithm: str, p: int) -> bool:
-    """Whether every step of the algorithm sends to and receives from the same peer at once
-    (one connection carrying data both ways): recursive halving and doubling always; a ring of
-    two ranks, whose left and right neighbour are one rank. The ring of three or more sends to
-    one neighbour and receives from another; a parameter server gathers, then sends back."""
-    if p < 2:
-        return False
-    if algorithm in ("rabenseifner", "recursive doubling"):
-        return True
-    return algorithm in ("ring", "segmented ring", "allgather") and p == 2
+    """Whether some of the algorithm's bytes go both ways over one connection at once
+    (:func:`link_parts`): recursive halving and doubling always; a ring of two ranks, whose left
+    and right neighbour are one rank. The ring of three or more sends to one neighbour and
+    receives from another; a parameter server gathers, then sends back."""
+    return link_parts(algorithm, 1.0, p)[0] > 0.0
 
 
 def algorithm_of(rec: dict, p: int, nbytes: float) -> str:
@@ -91,6 +102,15 @@ def algorithm_of(rec: dict, p: int, nbytes: float) -> str:
     return OMPI_ALLREDUCE[ompi_allreduce(p, nbytes)]
 
 
-def on_link(algorithm: str, wire: float, p: int, rate: float) -> float:
-    """Seconds the link's bytes take one way at the payload rate of a ``rate`` bit/s link."""
-    return link_bytes(algorithm, wire, p) / (rate / 8.0 * FRAMING)
+def on_link(algorithm: str, wire: float, p: int, rate: float, duplex: float = 0.0) -> float:
+    """Seconds the link's bytes take one way at the payload rate of a ``rate`` bit/s link, those
+    sent both ways at once over one connection ``1 + duplex`` times as long."""
+    both, one = link_parts(algorithm, wire, p)
+    return (both * (1.0 + duplex) + one) / (rate / 8.0 * FRAMING)
+
+
+def duplex_of(exchange: float, algorithm: str, wire: float, p: int, rate: float) -> float:
+    """The share ``duplex`` that makes :func:`on_link` the measured ``exchange`` (s): what it
+    took beyond the bytes at the payload rate, over the time of the bytes sent both ways."""
+    both, _ = link_parts(algorithm, wire, p)
+    return (exchange - on_link(algorithm, wire, p, rate)) / (both / (rate / 8.0 * FRAMING))

@@ -26,7 +26,7 @@ is used only for records of that machine, and :meth:`HostSpread.misses` says why
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -62,6 +62,13 @@ class HostSpread(MachineFile):
             self._miss(f"{self.path}: no spread at more than one node")
             return None
         return out
+
+    def round_factors(self, expected_max: Callable[[Sequence[float], int], float]
+                      ) -> Dict[str, List[float]]:
+        """{k: each round's own expected maximum over k draws} for k > 1, so that a report
+        shows a round far from the others (the model pools every round's deviations)."""
+        return {str(k): [expected_max(run, int(k)) for run in runs]
+                for k, runs in ((self.doc or {}).get("spread") or {}).items() if int(k) > 1}
 
 
 def at(spreads: Optional[Dict[int, np.ndarray]], p: int) -> Optional[np.ndarray]:

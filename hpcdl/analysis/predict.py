@@ -70,7 +70,7 @@ from . import floor, host_spread, loop_share, transfer
 from .exchange_bench import Bench
 from .host_spread import HostSpread
 from .loop_share import LoopShare
-from .allreduce import link_bytes, on_link, pairwise
+from .allreduce import duplex_of, link_bytes, on_link, pairwise
 from .baselines import conformal_quantile, naive, noise, one_parameter, scores
 from .baselines import relative_error as _err
 from .measured import Runs, median as _med, points as _points, spread, summary as _summary
@@ -139,9 +139,9 @@ class PartModel:
         if ex and self.rated:
             pair = [c for c in ex if pairwise(c["algorithm"], c["ranks"])]
             if pair:
-                self.duplex = float(np.median([
-                    c["m"]["exchange"] / on_link(c["algorithm"], c["wire"], c["ranks"], c["rate"])
-                    - 1.0 for c in pair]))
+                self.duplex = float(np.median([duplex_of(
+                    c["m"]["exchange"], c["algorithm"], c["wire"], c["ranks"], c["rate"])
+                    for c in pair]))
             else:
                 self.per_exchange = max(0.0, float(np.median([
                     c["m"]["exchange"] - on_link(c["algorithm"], c["wire"], c["ranks"], c["rate"])
@@ -186,8 +186,7 @@ class PartModel:
         if self.fit is not None:
             return float(costmodel.predict_fit(self.fit, wire, p))
         if self.rated and rate:
-            both = self.duplex if pairwise(algorithm, p) else 0.0
-            return on_link(algorithm, wire, p, rate) * (1.0 + both) + self.per_exchange
+            return on_link(algorithm, wire, p, rate, self.duplex) + self.per_exchange
         if self.seconds_per_byte is not None:
             return link_bytes(algorithm, wire, p) * self.seconds_per_byte
         return None
@@ -397,4 +396,5 @@ def _benches(bench: Optional[Bench], loop: Optional[LoopShare], spread: Optional
                 "axes": [ax["axis"] for ax in out_axes if ax["model"]["loop_shares"]]},
             "spread_bench": None if spread is None else {
                 "source": spread.source, "misses": spread.misses(), "coupled": spread.coupled,
+                "rounds": spread.round_factors(expected_max),
                 "axes": [ax["axis"] for ax in out_axes if ax["model"]["host_spread"]]}}

@@ -855,7 +855,11 @@ def _spread_words(pred) -> List[str]:
            "as the study's runs do" if spread.get("coupled") else
            "computing the workload at once (each node alone, nothing exchanged)")
         + ", measured by a short benchmark on it at the largest node count k <= p: "
-        f"{spread['source']}."))
+        f"{spread['source']}. The model pools the rounds; each round alone would give "
+        + "; ".join(f"×{'/'.join(f'{f:.3f}' for f in fs)} at {k} nodes"
+                    for k, fs in sorted((spread.get("rounds") or {}).items(),
+                                        key=lambda kv: int(kv[0])))
+        + "."))
 
 
 def _axis_words(ax) -> str:

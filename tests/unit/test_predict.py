@@ -58,6 +58,25 @@ def test_bytes_on_a_link_and_which_algorithms_exchange_both_ways_with_one_peer()
     assert not allreduce.pairwise("ring", 4) and not allreduce.pairwise("ps", 2)
 
 
+def test_beyond_a_power_of_two_the_ranks_fold_in_and_out_one_way_as_open_mpi_sends_them():
+    """Open MPI's Rabenseifner on 3 or 6 ranks: the extra ranks' pairs swap halves (both ways),
+    then send a half and at the end the whole result one way; only the swap and the core's
+    recursive halving and doubling send both ways over one connection."""
+    n = 1000.0
+    assert allreduce.link_parts("rabenseifner", n, 2) == pytest.approx((1000, 0))
+    assert allreduce.link_parts("rabenseifner", n, 3) == pytest.approx((1000 + 500, 1500))
+    assert allreduce.link_parts("rabenseifner", n, 6) == pytest.approx((1500 + 500, 1500))
+    assert allreduce.link_parts("rabenseifner", n, 8) == pytest.approx((1750, 0))
+    assert allreduce.link_parts("recursive doubling", n, 6) == pytest.approx((2000, 2000))
+    assert allreduce.link_parts("ring", n, 3) == pytest.approx((0, 2000 * 2 / 3))
+    assert allreduce.link_parts("ps", n, 3) == pytest.approx((0, 4000))
+    # the time: the both-ways bytes 1 + duplex times as long, the one-way bytes at the rate
+    rate, d = 8e6 / allreduce.FRAMING, 0.5              # 1 MB/s of payload
+    assert allreduce.on_link("rabenseifner", n, 3, rate, d) == pytest.approx(
+        (1500 * 1.5 + 1500) / 1e6)
+    assert allreduce.on_link("rabenseifner", n, 2, rate, d) == pytest.approx(1000 * 1.5 / 1e6)
+
+
 def test_expected_maximum_of_draws():
     assert predict.expected_max([1.0, 2.0], 1) == pytest.approx(1.5)
     assert predict.expected_max([1.0, 2.0], 2) == pytest.approx(1.75)
@@ -89,8 +108,8 @@ def truth(p, b=128, per_sample=3.2e-3, k=0.05, duplex=0.9, window=0.1, fixed=2e-
             else allreduce.OMPI_ALLREDUCE[pin or allreduce.ompi_allreduce(p, wire)])
     ex = 0.0
     if p > 1:
-        ex = allreduce.link_bytes(algo, wire, p) / (rate / 8 * allreduce.FRAMING)
-        ex *= 1 + (duplex if allreduce.pairwise(algo, p) else 0.0)
+        both, one = allreduce.link_parts(algo, wire, p)
+        ex = (both * (1 + duplex) + one) / (rate / 8 * allreduce.FRAMING)
         ex *= (ex_factor or {}).get(p, 1.0)
     step_c = center * predict.expected_max(spread, p)
     # the exchange hides behind compute at 2 nodes, the calibration, and not beyond
@@ -160,6 +179,22 @@ def test_a_study_made_by_known_parts_is_predicted_exactly_at_every_held_out_poin
     assert h["mae_naive"] > h["mae_one_parameter"] > 0
     # across rates the model needs only the other rate
     assert res["cross_rate"] and all(abs(c["error"]) < 1e-9 for c in res["cross_rate"])
+
+
+def test_at_3_and_6_nodes_the_duplex_share_calibrated_at_2_costs_only_the_bytes_sent_both_ways():
+    res = _run(study(nodes=(1, 2, 3, 6)))
+    (ax,) = res["axes"]
+    assert ax["model"]["duplex"] == pytest.approx(0.9)
+    held = [pt for pt in ax["points"] if pt["nodes"] in (3, 6)]
+    assert len(held) == 2
+    for pt in held:
+        p, ex = pt["nodes"], pt["measured"]["exchange"]
+        assert pt["algorithm"] == "rabenseifner"
+        assert pt["predicted"]["exchange"] == pytest.approx(ex, rel=1e-9)
+        # the share on every byte, as if the fold went both ways, would cost 20-27% more
+        wire = costmodel.wire_bytes(MB // 4, "none")
+        every = allreduce.on_link("rabenseifner", wire, p, RATE) * 1.9
+        assert every > 1.2 * ex
 
 
 def test_the_first_probe_is_left_out_and_the_slowest_rank_is_the_expected_maximum():
@@ -688,6 +723,10 @@ def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(t
     assert res["spread_bench"]["axes"] == [a["axis"] for a in res["axes"]]
     words = "\n".join(sections._spread_words(res))
     assert "on 2 axis(es)" in words and "spread.json (2 round(s), links 200mbit" in words
+    # each round's own factor is shown, so that a round far from the others is seen
+    rounds = [predict.expected_max(run, 8) for run in SPREAD["8"]]
+    assert res["spread_bench"]["rounds"]["8"] == pytest.approx(rounds)
+    assert f"×{rounds[0]:.3f}/{rounds[1]:.3f} at 8 nodes" in words
     # a file without the flag was made by independent nodes (as every file was before it)
     assert "each node alone, nothing exchanged" in words and "one short training" not in words
     assert "×1.0" in sections._axis_words(res["axes"][0]) and "node medians at 8 nodes" in \
