@@ -418,8 +418,8 @@ class StepModel:
 
     def window_at(self, p) -> float:
         """The window at ``p`` ranks: the measured one up to the most ranks it was measured at,
-        none beyond (on the box the 2-node overlap did not survive at 4 and 8 nodes:
-        :mod:`hpcdl.analysis.predict` holds its held-out points to the same rule)."""
+        none beyond (on the box the 2-node overlap did not survive at 4, 6 and 8 nodes, though
+        at 3 it did: :mod:`hpcdl.analysis.predict` holds its held-out points to the same rule)."""
         return self.window if not self.window_ranks or int(p) <= self.window_ranks else 0.0
 
     def hidden(self, exchange, compute, window=None, p=None):

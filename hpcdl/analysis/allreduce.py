@@ -46,11 +46,11 @@ def link_parts(algorithm: str, n: float, p: int) -> Tuple[float, float]:
     """Bytes one rank's link carries in one allreduce of ``n`` bytes on ``p`` ranks (one rank
     per node), on the slowest rank's path, split in two: those it sends while receiving as much
     from the same peer (one connection carrying data both ways at once), and those sent one way
-    only. Beyond a power of two q, Open MPI's Rabenseifner and recursive doubling fold the r = p - q
-    extra ranks in first and send them the result last (coll_base_allreduce.c): Rabenseifner's
-    pairs swap halves (n/2 both ways), the odd rank sends its reduced half (n/2 one way) and at
-    the end gets the whole result (n one way); recursive doubling's send the whole buffer in (n)
-    and the result out (n), one way each."""
+    only. Beyond a power of two q, Open MPI's Rabenseifner and recursive doubling fold the
+    r = p - q extra ranks in first and send them the result last (coll_base_allreduce.c):
+    Rabenseifner's pairs swap halves (n/2 both ways), the odd rank sends its reduced half (n/2
+    one way) and at the end gets the whole result (n one way); recursive doubling's send the
+    whole buffer in (n) and the result out (n), one way each."""
     if p <= 1:
         return 0.0, 0.0
     q = 1 << (int(p).bit_length() - 1)     # the largest power of two <= p

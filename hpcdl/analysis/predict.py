@@ -44,7 +44,7 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   the 1-node step beyond its compute, window the share of the compute the exchange hid behind
   at the calibration points (0 for the parameter server, whose exchange follows the backward
   pass); none is taken as hidden beyond the calibrated node count (2-node Horovod points on
-  the box hid up to 89% of their exchange, 4- and 8-node points about none, over 24 axes).
+  the box hid up to 89% of their exchange, 4-, 6- and 8-node points about none; 3-node ~55%).
   An allreduce starts when its slowest rank is ready, so the step pays the slowest rank's
   compute; the parameter server takes each worker's push as it comes, the others' pushes on its
   link while the slowest still computes, so its step pays the ranks' center (on the box CNN
