@@ -422,18 +422,16 @@ class StepModel:
         at 3 it did: :mod:`hpcdl.analysis.predict` holds its held-out points to the same rule)."""
         return self.window if not self.window_ranks or int(p) <= self.window_ranks else 0.0
 
-    def hidden(self, exchange, compute, window=None, p=None):
-        """The part of the exchange hidden behind compute: at most ``window`` x compute (the
-        window at ``p`` ranks when it is not given)."""
-        w = (self.window if p is None else self.window_at(p)) if window is None else window
-        return np.minimum(exchange, w * np.asarray(compute, dtype=float))
+    def hidden(self, p, exchange, compute):
+        """The part of the exchange hidden behind compute at ``p`` ranks: at most the window
+        there (:meth:`window_at`) x compute."""
+        return np.minimum(exchange, self.window_at(p) * np.asarray(compute, dtype=float))
 
-    def step_time(self, p, b, nbytes, network: Optional[Network] = None, window=None,
-                  measured: bool = True):
+    def step_time(self, p, b, nbytes, network: Optional[Network] = None, measured: bool = True):
         """Model step time; ``measured=False`` uses the fitted compute(b) even where probed."""
         c = self.compute(b, p, measured)
         e = self.exchange(p, nbytes, network)
-        return c + self.fixed + e - self.hidden(e, c, window, p)
+        return c + self.fixed + e - self.hidden(p, e, c)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -477,7 +477,7 @@ def extrapolate(model: StepModel, scaling: str, batch: int, nbytes: float,
             t = float(model.step_time(p, b, nbytes, network=net, measured=False))
             x, x1 = p * b / t, batch / t1
             e = float(model.exchange(p, nbytes, net))
-            shown = e - float(model.hidden(e, model.compute(b, p, measured=False), p=p))
+            shown = e - float(model.hidden(p, e, model.compute(b, p, measured=False)))
             out.append({"network": key, "label": net.name, "ranks": p, "batch_per_rank": b,
                         "step_time_s": t, "throughput": x, "speedup": x / x1,
                         "efficiency": x / x1 / p, "exchange_share": shown / t})

@@ -102,15 +102,20 @@ def algorithm_of(rec: dict, p: int, nbytes: float) -> str:
     return OMPI_ALLREDUCE[ompi_allreduce(p, nbytes)]
 
 
+def payload(rate: float) -> float:
+    """Bytes of TCP payload a second on a ``rate`` bit/s link (:data:`FRAMING`)."""
+    return rate / 8.0 * FRAMING
+
+
 def on_link(algorithm: str, wire: float, p: int, rate: float, duplex: float = 0.0) -> float:
     """Seconds the link's bytes take one way at the payload rate of a ``rate`` bit/s link, those
     sent both ways at once over one connection ``1 + duplex`` times as long."""
     both, one = link_parts(algorithm, wire, p)
-    return (both * (1.0 + duplex) + one) / (rate / 8.0 * FRAMING)
+    return (both * (1.0 + duplex) + one) / payload(rate)
 
 
 def duplex_of(exchange: float, algorithm: str, wire: float, p: int, rate: float) -> float:
     """The share ``duplex`` that makes :func:`on_link` the measured ``exchange`` (s): what it
     took beyond the bytes at the payload rate, over the time of the bytes sent both ways."""
     both, _ = link_parts(algorithm, wire, p)
-    return (exchange - on_link(algorithm, wire, p, rate)) / (both / (rate / 8.0 * FRAMING))
+    return (exchange - on_link(algorithm, wire, p, rate)) / (both / payload(rate))

@@ -52,12 +52,18 @@ class HostSpread(MachineFile):
         """Whether the k nodes ran one k-rank training (else k independent one-node ones)."""
         return bool(((self.doc or {}).get("made_for") or {}).get("coupled"))
 
+    def _rounds(self) -> Dict[int, List[Sequence[float]]]:
+        """{k: each round's deviations at k nodes} for k > 1 with any round (empty without a
+        file)."""
+        return {int(k): runs for k, runs in ((self.doc or {}).get("spread") or {}).items()
+                if int(k) > 1 and runs}
+
     def spreads(self) -> Optional[Dict[int, np.ndarray]]:
         """{k: every round's deviations at k nodes} for k > 1, None without a usable file."""
         if self.doc is None:
             return None
-        out = {int(k): np.asarray([d for run in runs for d in run], dtype=float)
-               for k, runs in (self.doc.get("spread") or {}).items() if int(k) > 1 and runs}
+        out = {k: np.asarray([d for run in runs for d in run], dtype=float)
+               for k, runs in self._rounds().items()}
         if not out:
             self._miss(f"{self.path}: no spread at more than one node")
             return None
@@ -67,8 +73,8 @@ class HostSpread(MachineFile):
                       ) -> Dict[str, List[float]]:
         """{k: each round's own expected maximum over k draws} for k > 1, so that a report
         shows a round far from the others (the model pools every round's deviations)."""
-        return {str(k): [expected_max(run, int(k)) for run in runs]
-                for k, runs in ((self.doc or {}).get("spread") or {}).items() if int(k) > 1}
+        return {str(k): [expected_max(run, k) for run in runs]
+                for k, runs in self._rounds().items()}
 
 
 def at(spreads: Optional[Dict[int, np.ndarray]], p: int) -> Optional[np.ndarray]:
