@@ -708,7 +708,8 @@ def _prediction_table(pred) -> Table:
                     "compute": "the slowest rank's median probe, first probe left out",
                     "exchange": "the slowest rank's median exchange timed alone",
                     "band": f"conformal, {pred['nominal'] * 100:.0f}% nominal, "
-                            f"±{_f(pred['band_halfwidth'], pct=True)}",
+                            f"±{_f(pred['band_halfwidth'], pct=True)}; beyond the calibration "
+                            "its lower edge from the step with the exchange hidden as there",
                     "naive": "efficiency stays at the largest calibrated point's",
                     "one_beta": "1-node step + one beta (alpha = 0) from the largest calibrated "
                                 "point's excess"})
@@ -945,7 +946,10 @@ def _prediction_markdown(pred, by_name) -> List[str]:
                          f"{pred['nominal'] * 100:.0f}% conformal quantile of "
                          f"{pred['band_residuals']} out-of-sample errors (each multi-rank "
                          "calibration run predicted by the model calibrated without its repeat, "
-                         f"all axes pooled); nominal coverage {pred['nominal'] * 100:.0f}%, "
+                         "all axes pooled), about the predicted step; beyond the calibrated "
+                         "node count its lower edge is below the step as if the exchange hid as "
+                         "much as at the calibration, since how much hides there is not known; "
+                         f"nominal coverage {pred['nominal'] * 100:.0f}%, "
                          f"measured {h['covered']} of {h['banded']} held-out points "
                          f"({_f(h['coverage'], pct=True)}).")
     if pred["cross_rate"]:
