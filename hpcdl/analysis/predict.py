@@ -44,7 +44,7 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   the 1-node step beyond its compute, window the share of the compute the exchange hid behind
   at the calibration points (0 for the parameter server, whose exchange follows the backward
   pass); none is taken as hidden beyond the calibrated node count (on the box 2-node Horovod
-  points hid up to 89% of their exchange, 3-node 55%, 4-, 6- and 8-node about none).
+  points hid up to 89% of their exchange, 3-node 16–61%, 5-node 18–31%, 4, 6 and 8 about none).
   An allreduce starts when its slowest rank is ready, so the step pays the slowest rank's
   compute; the parameter server takes each worker's push as it comes, the others' pushes on its
   link while the slowest still computes, so its step pays the ranks' center (on the box CNN
@@ -195,7 +195,7 @@ class PartModel:
     def step(self, p: int, b: float, algorithm: str, wire: float, rate: float,
              exchange: Optional[float] = None, carried: bool = False) -> Optional[float]:
         """The step, its exchange from the model or ``exchange`` where given (a bench's);
-        ``carried``: were the window carried beyond the calibration (the band's other edge)."""
+        ``carried``: as if the calibration's window held at p too (the band's lower edge)."""
         e = self.exchange(p, algorithm, wire, rate) if exchange is None else exchange
         if e is None:
             return None

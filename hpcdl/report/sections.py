@@ -709,7 +709,7 @@ def _prediction_table(pred) -> Table:
                     "exchange": "the slowest rank's median exchange timed alone",
                     "band": f"conformal, {pred['nominal'] * 100:.0f}% nominal, "
                             f"±{_f(pred['band_halfwidth'], pct=True)}; beyond the calibration "
-                            "its lower edge from the step with the exchange hidden as there",
+                            "its lower edge as if the exchange hid as at the calibration",
                     "naive": "efficiency stays at the largest calibrated point's",
                     "one_beta": "1-node step + one beta (alpha = 0) from the largest calibrated "
                                 "point's excess"})

@@ -825,8 +825,8 @@ def test_every_point_at_a_node_count_under_predicted_is_said_to_be_a_bias():
 
 def test_beyond_the_calibration_the_band_reaches_down_to_the_step_with_the_exchange_hidden():
     """How much of the exchange hides beyond the calibrated node count is not known (box 3-node
-    points hid about half, 4- to 8-node about none): the point is predicted with none hidden,
-    and the band's lower edge is the step as if as much hid as at the calibration."""
+    points hid 16-61% in two studies, 4- to 8-node about none): the point is predicted with none
+    hidden, and the band's lower edge is the step as if as much hid as at the calibration."""
     rng = random.Random(2)
     recs = study(repeats=9, window=0.3)
     for r in recs:
