@@ -364,8 +364,8 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     for ax in out_axes:
         for pt in ax["points"]:
             step = pt["predicted"]["step"]
-            low = min(step, pt["step_if_hidden"]) if step is not None else None
-            pt["band"] = None if low is None or q is None else [low * (1 - q), step * (1 + q)]
+            low = pt["step_if_hidden"]          # never above the step: hidden >= 0
+            pt["band"] = None if step is None or q is None else [low * (1 - q), step * (1 + q)]
             pt["naive_error"] = _err(pt["naive"], pt["measured"]["step"])
             pt["one_parameter_error"] = _err(pt["one_parameter"], pt["measured"]["step"])
             if not pt["fitted"]:
