@@ -9,8 +9,11 @@ both parts within 15%, and the mean absolute step error of the two baselines the
 beside the model (one beta from the largest calibrated point's excess; efficiency stays); then,
 pooled over every study, per node count, the mean signed errors and the sign test each report
 applies to its own points (a bias at a node count that one study's few points cannot show);
-last, from the studies' records (``runs.jsonl``), how the Horovod ranks' compute probes lay apart
-by node count: what a held-out point's slowest rank is predicted from.
+then, from the studies' records (``runs.jsonl``), how the Horovod ranks' compute probes lay apart
+by node count: what a held-out point's slowest rank is predicted from; last, where two studies
+ran the same configuration (the same workload, settings, box setting and node count; two box
+sessions), how far apart the two measured the held-out step over the calibrated one, beside the
+model's prediction of that ratio in each: what no prediction from the calibration can follow.
 
 A bias near zero with a large absolute error is noise; a step bias near zero whose parts carry
 opposite biases is cancellation, which the per-part columns show.
@@ -156,6 +159,84 @@ def _print_rank_spread(folders) -> None:
               f" of probes{cpu}")
 
 
+# what makes two studies' points the same configuration: the workload and its settings, the
+# exchange, the box setting, the node count, the MPI library's allreduce in force and the
+# Horovod and Open MPI settings the job ran with (not the repeats, the seed or the commit)
+SAME_PARAMS = ("workload", "model", "image_size", "num_classes", "batch_size", "global_batch",
+               "batches_per_iter", "steps", "warmup", "threads_per_rank", "parallel", "backend",
+               "compression", "lr")
+SAME_BOX = ("link_rate", "cpus_per_node", "cpu_period_us", "nodes_in_box", "latency", "cores")
+
+
+def configurations(folder: Path) -> dict:
+    """(axis label, nodes) -> the configuration its records ran, from the study's runs.jsonl."""
+    path = (folder if folder.is_dir() else folder.parent) / "runs.jsonl"
+    out = {}
+    for rec in (records.iter_records(path) if path.is_file() else ()):
+        if not records.ok_train(rec) or not rec.get("box"):
+            continue
+        par, box = rec.get("params") or {}, rec["box"]
+        label = f"{par.get('backend')}/{par.get('compression')}@{box.get('link_rate')}"
+        nodes = len(box.get("nodes") or [])
+        env = (rec.get("manifest") or {}).get("env") or {}
+        out[(label, nodes)] = (tuple(par.get(k) for k in SAME_PARAMS),
+                               tuple(box.get(k) for k in SAME_BOX), nodes,
+                               json.dumps((rec.get("tuning") or {}).get("in_force"), sort_keys=True),
+                               tuple(sorted((k, v) for k, v in env.items()
+                                            if k.startswith(("HOROVOD_", "OMPI_MCA_")))))
+    return out
+
+
+def same_configuration(folders) -> list:
+    """For each held-out point that two studies both ran: the measured step over the calibrated
+    point's in each, and the model's prediction of that ratio in each."""
+    seen, out = {}, []
+    for folder in folders:
+        path = folder / "report.json" if folder.is_dir() else folder
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        confs = configurations(folder)
+        for axis in (doc.get("prediction") or {}).get("axes") or []:
+            pts = {pt["nodes"]: pt for pt in axis.get("points") or []}
+            cal = max((n for n, pt in pts.items() if pt.get("fitted")), default=None)
+            for n, pt in sorted(pts.items()):
+                # the calibrated point must be the same configuration too (not so in strong
+                # scaling against weak: the same 4-node point, another 2-node batch)
+                key = (confs.get((axis.get("axis"), n)), confs.get((axis.get("axis"), cal)))
+                if pt.get("fitted") is not False or cal is None or None in key:
+                    continue
+                c = pts[cal]
+                got = (path.parent.name, axis["axis"], n,
+                       pt["measured"]["step"] / c["measured"]["step"],
+                       pt["predicted"]["step"] / c["predicted"]["step"], pt["error"]["step"])
+                if key in seen:
+                    out.append((seen[key], got))
+                seen.setdefault(key, got)
+    return out
+
+
+def _print_same_configuration(folders) -> None:
+    pairs = same_configuration(folders)
+    if not pairs:
+        return
+    print()
+    print("# the same configuration in two studies (two box sessions; each later study against"
+          " the first given that ran it): the held-out step over the calibrated point's step as"
+          " each measured it and as the model predicted it there; the sessions' own difference is"
+          " what no prediction from the calibration can follow")
+    apart = []
+    for a, b in pairs:
+        apart.append(abs(b[3] / a[3] - 1))
+        print(f"  {a[1]:<22} {a[2]} nodes: {a[0]} measured {a[3]:.3f}, predicted {a[4]:.3f}"
+              f" (step {_pct(a[5], True)}); {b[0]} measured {b[3]:.3f}, predicted {b[4]:.3f}"
+              f" (step {_pct(b[5], True)}); the sessions {apart[-1] * 100:.1f}% apart")
+    print(f"  {len(pairs)} shared points: the sessions' measured ratios lay {median(apart) * 100:.1f}%"
+          f" apart (median), {max(apart) * 100:.1f}% at most; {sum(x > 0.10 for x in apart)} more"
+          " than 10% apart")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("studies", type=Path, nargs="+", help="study results folders (or report.json)")
@@ -191,6 +272,7 @@ def main(argv=None) -> int:
               f"{b['under']} under, {b['over']} over, sign test p = {b['sign_p']:.3f}"
               + (" (a bias)" if b["biased"] else ""))
     _print_rank_spread(a.studies)
+    _print_same_configuration(a.studies)
     return 0
 
 
