@@ -14,7 +14,7 @@ setup-slurm:
 run: setup
 	bash scripts/run-default.sh
 
-# The default stack only: both stacks (scripts/test.sh) failed MPI tests on tf2.15 in CI (docs/training.md).
+# The default stack only: both stacks (scripts/test.sh) take 34 minutes on a fresh 2-core machine (docs/training.md).
 test: setup-slurm
 	$(PY) -m pytest
 
