@@ -181,7 +181,8 @@ def configurations(folder: Path) -> dict:
         env = (rec.get("manifest") or {}).get("env") or {}
         out[(label, nodes)] = (tuple(par.get(k) for k in SAME_PARAMS),
                                tuple(box.get(k) for k in SAME_BOX), nodes,
-                               json.dumps((rec.get("tuning") or {}).get("in_force"), sort_keys=True),
+                               json.dumps((rec.get("tuning") or {}).get("in_force"),
+                                          sort_keys=True),
                                tuple(sorted((k, v) for k, v in env.items()
                                             if k.startswith(("HOROVOD_", "OMPI_MCA_")))))
     return out
@@ -232,9 +233,9 @@ def _print_same_configuration(folders) -> None:
         print(f"  {a[1]:<22} {a[2]} nodes: {a[0]} measured {a[3]:.3f}, predicted {a[4]:.3f}"
               f" (step {_pct(a[5], True)}); {b[0]} measured {b[3]:.3f}, predicted {b[4]:.3f}"
               f" (step {_pct(b[5], True)}); the sessions {apart[-1] * 100:.1f}% apart")
-    print(f"  {len(pairs)} shared points: the sessions' measured ratios lay {median(apart) * 100:.1f}%"
-          f" apart (median), {max(apart) * 100:.1f}% at most; {sum(x > 0.10 for x in apart)} more"
-          " than 10% apart")
+    print(f"  {len(pairs)} shared points: the sessions' measured ratios lay"
+          f" {median(apart) * 100:.1f}% apart (median), {max(apart) * 100:.1f}% at most;"
+          f" {sum(x > 0.10 for x in apart)} more than 10% apart")
 
 
 def main(argv=None) -> int:

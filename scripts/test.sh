@@ -2,9 +2,9 @@
 # Both stacks: the whole suite on the default stack (.venv), then the MPI tests on the other
 # TensorFlow stack (.venv-<stack>; `make test-tf2.15` alone runs only that part). The tests run one
 # after the other: side by side on two cores, the ranks of both starve each other and timing
-# assertions fail (docs/training.md). The other stack's set-up (its wheels and Horovod's build, 200 s
-# on a fresh 2-core machine) runs beside the default stack's suite, in a session of its own at the
-# lowest CPU priority, so that it takes only what the suite leaves idle; its log is
+# assertions fail (docs/training.md). The other stack's set-up (its wheels and Horovod's build,
+# 200 s on a fresh 2-core machine) runs beside the default stack's suite, in a session of its own
+# at the lowest CPU priority, so that it takes only what the suite leaves idle; its log is
 # .venv-<stack>.setup.log. Fails if either part fails; arguments go to the default stack's pytest.
 #
 #   HPCDL_OTHER_STACK=none bash scripts/test.sh   # the default stack only (what `make test` runs)
@@ -39,11 +39,12 @@ if [[ "$other" == none ]]; then
     exit "$rc"
 fi
 
-echo "[test] the default stack's suite took $((SECONDS - t0)) s; the MPI tests on the $other stack," \
-     "in $venv, next (HPCDL_OTHER_STACK=none leaves them out)"
+echo "[test] the default stack's suite took $((SECONDS - t0)) s; the MPI tests on the $other" \
+     "stack, in $venv, next (HPCDL_OTHER_STACK=none leaves them out)"
 t1=$SECONDS
 if wait "$setup_pid"; then
-    echo "[test] its set-up: $(tail -n 1 "$venv.setup.log"), beside the suite; waited $((SECONDS - t1)) s"
+    echo "[test] its set-up: $(tail -n 1 "$venv.setup.log"), beside the suite;" \
+         "waited $((SECONDS - t1)) s"
     PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest tests/mpi -p no:cacheprovider
     orc=$?
 else
@@ -52,7 +53,8 @@ else
     echo "[test] the $other stack's set-up failed (exit $orc; log $venv.setup.log)" >&2
 fi
 trap - EXIT
-echo "[test] the $other stack's MPI tests took $((SECONDS - t1)) s with the wait for its set-up;" \
-     "the default stack's suite $([[ $rc == 0 ]] && echo passed || echo "FAILED (pytest exit $rc)")"
+verdict="$([[ $rc == 0 ]] && echo passed || echo "FAILED (pytest exit $rc)")"
+echo "[test] the $other stack's MPI tests took $((SECONDS - t1)) s with the wait for its" \
+     "set-up; the default stack's suite $verdict"
 if [[ "$rc" != 0 ]]; then exit "$rc"; fi
 exit "$orc"

@@ -44,5 +44,6 @@ def test_the_same_configuration_in_two_studies_is_paired_with_each_sessions_rati
 def test_another_batch_or_another_horovod_setting_is_not_the_same_configuration(tmp_path):
     a = _study(tmp_path / "a", (1.0, 1.1))
     other_batch = _study(tmp_path / "b", (2.0, 2.6), batch=64)
-    pinned = _study(tmp_path / "c", (2.0, 2.6), env={"OMPI_MCA_coll_tuned_allreduce_algorithm": "4"})
+    pinned = _study(tmp_path / "c", (2.0, 2.6),
+                    env={"OMPI_MCA_coll_tuned_allreduce_algorithm": "4"})
     assert heldout_check.same_configuration([a, other_batch, pinned]) == []
