@@ -8,7 +8,7 @@ from . import args, modes
 from .. import cluster
 from ..comm import COMPRESSIONS, tuning
 from ..errors import UserError
-from ..workloads import resolve
+from ..workloads import mnist, resolve
 
 DEFAULT_RESULTS = "results/runs.jsonl"
 
@@ -145,9 +145,6 @@ def validate(opts):
     if opts.checkpoint_every and not opts.checkpoint_dir:
         raise UserError("--checkpoint-every needs --checkpoint-dir")
     # A missing dataset is named here, before every rank spends seconds starting TensorFlow.
-    data = opts.data or cluster.setting("HPCDL_DATA")
-    if opts.workload == "mnist" and data and data not in ("mnist-5k", "sklearn-digits") \
-            and not Path(data).is_file():
-        raise UserError(f"--data {data}: no such file; give the path of the standard mnist.npz "
-                        "(or HPCDL_DATA), or use --data mnist-5k or --data sklearn-digits")
+    if opts.workload == "mnist":
+        mnist.check_data(opts.data or cluster.setting("HPCDL_DATA"))
     return mode

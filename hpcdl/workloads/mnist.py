@@ -94,14 +94,23 @@ def load_npz(path):
     return arrays
 
 
-def build(opts) -> Workload:
-    import tensorflow as tf
-
-    data = getattr(opts, "data", None) or cluster.setting("HPCDL_DATA")
+def check_data(data) -> str:
+    """The data set ``--data`` (or ``HPCDL_DATA``) names, checked without TensorFlow: named, or
+    the path of a file; else WorkloadError saying what to give."""
     if not data:
         raise WorkloadError("mnist needs its data and downloads nothing: give the standard "
                             f"mnist.npz with --data PATH (or HPCDL_DATA), --data {MNIST5K} or "
                             f"--data {DIGITS}")
+    if data not in NAMED and not Path(data).is_file():
+        raise WorkloadError(f"--data {data}: no such file; give the path of the standard mnist.npz "
+                            f"(or HPCDL_DATA), or use --data {MNIST5K} or --data {DIGITS}")
+    return data
+
+
+def build(opts) -> Workload:
+    import tensorflow as tf
+
+    data = check_data(getattr(opts, "data", None) or cluster.setting("HPCDL_DATA"))
     if data == MNIST5K:
         x_train, y_train, x_test, y_test = mnist5k_arrays()
     elif data == DIGITS:

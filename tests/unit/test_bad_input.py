@@ -168,6 +168,8 @@ CASES = [
      "nosuch.toml: no such study file"),
     ("missing dataset path", ["train", "--workload", "mnist", "--data", "/nonexistent/mnist.npz"], None,
      "--data /nonexistent/mnist.npz: no such file"),
+    ("no dataset at all", ["train", "--workload", "mnist"], lambda t: {"HPCDL_DATA": ""},
+     "mnist needs its data and downloads nothing: give the standard mnist.npz with --data PATH"),
     ("mpirun not found", ["study", "run", str(ROOT / "jobs" / "local-expmlp-strong.toml"), "--dry-run",
                           "--results-root", "results-bad-input"],
      lambda t: {"PATH": str(t)}, "mpirun not found on PATH"),
@@ -197,6 +199,23 @@ def test_bad_input_gives_one_line_exit_2_and_no_traceback(tmp_path, argv, env, e
     assert len(err_lines) == 1, proc.stderr[-3000:]
     assert err_lines[0].startswith(f"hpcdl {argv[0]}: error: ")
     assert expect in err_lines[0]
+
+
+@pytest.mark.parametrize("data", ["", "/nonexistent/mnist.npz"])
+def test_a_missing_dataset_is_named_before_tensorflow_starts(tmp_path, data):
+    """On a cluster every rank would first spend its TensorFlow start-up (seconds, a minute from a
+    shared file system at scale): the data is checked before. A TensorFlow that cannot be
+    imported shows it is not."""
+    fake = tmp_path / "fake" / "tensorflow"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('TensorFlow was imported')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM_"))}
+    env.update(PYTHONPATH=f"{fake.parent}:{ROOT}", HPCDL_DATA=data)
+    proc = subprocess.run([sys.executable, "-m", "hpcdl", "train", "--workload", "mnist"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "TensorFlow was imported" not in proc.stderr
+    assert "mnist.npz" in proc.stderr and "--data" in proc.stderr
 
 
 def test_find_mpirun_raises_a_user_error_when_mpirun_is_not_on_path(monkeypatch, tmp_path):
