@@ -34,12 +34,25 @@ from hpcdl.analysis import baselines  # noqa: E402
 PARTS = ("compute", "exchange", "step")
 
 
-def heldout(folder: Path):
-    """(study, backend, point) for every held-out point of the study's report, else nothing."""
+def _report(folder: Path):
+    """(path, document) of a study's report.json (the folder's, or the file given); document None
+    where it cannot be read."""
     path = folder / "report.json" if folder.is_dir() else folder
     try:
-        doc = json.loads(path.read_text())
+        return path, json.loads(path.read_text())
     except (OSError, ValueError):
+        return path, None
+
+
+def _runs(folder: Path) -> Path:
+    """The study's runs.jsonl, beside its report."""
+    return (folder if folder.is_dir() else folder.parent) / "runs.jsonl"
+
+
+def heldout(folder: Path):
+    """(study, backend, point) for every held-out point of the study's report, else nothing."""
+    path, doc = _report(folder)
+    if doc is None:
         return []
     name = (doc.get("study") or {}).get("name") if isinstance(doc.get("study"), dict) else None
     name = name or path.parent.name
@@ -116,7 +129,7 @@ def rank_spread(folders) -> dict:
     slowest; a probe's wall time over its CPU time; the median rank's CPU a probe."""
     out = defaultdict(lambda: defaultdict(list))
     for folder in folders:
-        path = (folder if folder.is_dir() else folder.parent) / "runs.jsonl"
+        path = _runs(folder)
         if not path.is_file():
             continue
         for rec in records.iter_records(path):
@@ -170,7 +183,7 @@ SAME_BOX = ("link_rate", "cpus_per_node", "cpu_period_us", "nodes_in_box", "late
 
 def configurations(folder: Path) -> dict:
     """(axis label, nodes) -> the configuration its records ran, from the study's runs.jsonl."""
-    path = (folder if folder.is_dir() else folder.parent) / "runs.jsonl"
+    path = _runs(folder)
     out = {}
     for rec in (records.iter_records(path) if path.is_file() else ()):
         if not records.ok_train(rec) or not rec.get("box"):
@@ -193,10 +206,8 @@ def same_configuration(folders) -> list:
     point's in each, and the model's prediction of that ratio in each."""
     seen, out = {}, []
     for folder in folders:
-        path = folder / "report.json" if folder.is_dir() else folder
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+        path, doc = _report(folder)
+        if doc is None:
             continue
         confs = configurations(folder)
         for axis in (doc.get("prediction") or {}).get("axes") or []:

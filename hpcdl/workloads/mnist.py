@@ -81,10 +81,8 @@ def write_digits_npz(path, seed: int = 0) -> Path:
 
 
 def load_npz(path):
+    """The four arrays of an mnist.npz file (check_data has found the file)."""
     path = Path(path)
-    if not path.is_file():
-        raise WorkloadError(f"MNIST data not found at {path}: give the standard mnist.npz with "
-                            f"--data PATH (or HPCDL_DATA), or use --data {MNIST5K} or {DIGITS}")
     try:
         with np.load(path) as f:
             arrays = [f[k] for k in ("x_train", "y_train", "x_test", "y_test")]

@@ -184,12 +184,15 @@ CASES = [
 ]
 
 
+def _one_process_env() -> dict:
+    """This environment without MPI's and Slurm's: one process, whatever launched the tests."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM_"))}
+
+
 @pytest.mark.parametrize("argv, env, expect", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_gives_one_line_exit_2_and_no_traceback(tmp_path, argv, env, expect):
     argv = argv(tmp_path) if callable(argv) else argv
-    full_env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    for key in [k for k in full_env if k.startswith(("OMPI_", "PMI", "SLURM_"))]:
-        del full_env[key]                  # one process, whatever launched the test session
+    full_env = dict(_one_process_env(), PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     full_env.update(env(tmp_path) if env else {})
     proc = subprocess.run([sys.executable, "-m", "hpcdl", *argv], capture_output=True, text=True,
                           env=full_env, cwd=tmp_path, timeout=180)
@@ -209,7 +212,7 @@ def test_a_missing_dataset_is_named_before_tensorflow_starts(tmp_path, data):
     fake = tmp_path / "fake" / "tensorflow"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('TensorFlow was imported')\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM_"))}
+    env = _one_process_env()
     env.update(PYTHONPATH=f"{fake.parent}:{ROOT}", HPCDL_DATA=data)
     proc = subprocess.run([sys.executable, "-m", "hpcdl", "train", "--workload", "mnist"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
