@@ -172,3 +172,51 @@ def test_hpcdl_info_says_whose_stack_it_is():
     words = info._stack_words({"stack": "tf2.21", "system": True, "horovod_patches": []})
     assert "the environment's own" in words and "unpatched" not in words
     assert "not set up by scripts/setup.sh" in info._stack_words({})
+
+
+def _core_linked_in(exe) -> bool:
+    out = subprocess.run(["ldd", str(exe)], capture_output=True, text=True, timeout=30)
+    return out.returncode == 0 and "libpython" not in out.stdout
+
+
+def _interpreters_of_this_version():
+    """This machine's python3.X of the running version, by whether its core is linked into the
+    executable: {True: [...], False: [...]}."""
+    import glob
+    import shutil
+    name = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    found = {os.path.realpath(p) for p in glob.glob(f"/root/.pyenv/versions/*/bin/{name}")}
+    found |= {os.path.realpath(os.path.join(d, name)) for d in os.environ["PATH"].split(":")
+              if os.access(os.path.join(d, name), os.X_OK)}
+    found |= {os.path.realpath(p) for p in [shutil.which(name, path="/usr/bin:/usr/local/bin")]
+              if p}
+    kinds = {True: [], False: []}
+    for exe in sorted(found):
+        kinds[_core_linked_in(exe)].append(exe)
+    return name, kinds
+
+
+def test_setup_builds_a_new_venv_from_an_interpreter_with_its_core_linked_in(tmp_path):
+    name, kinds = _interpreters_of_this_version()
+    if not kinds[True] or not kinds[False]:
+        pytest.skip(f"needs a {name} with its core linked in and one that loads libpython "
+                    f"(found: {kinds})")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / name).symlink_to(kinds[False][0])          # first on PATH, loading libpython
+    env = dict(os.environ, PATH=f"{shared}:{os.environ['PATH']}", HPCDL_STACK=STACK,
+               HPCDL_VENV=str(tmp_path / "venv"))
+    env.pop("HPCDL_PYTHON", None)
+
+    def which(**extra):
+        res = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh"), "--which-python"],
+                             capture_output=True, text=True, timeout=120, env=dict(env, **extra))
+        assert res.returncode == 0, res.stderr
+        return res.stdout.strip()
+
+    chosen = which()
+    assert chosen.endswith("(its core linked into the executable)"), chosen
+    assert _core_linked_in(chosen.split(" (")[0]), chosen
+    assert not (tmp_path / "venv").exists()                 # nothing made, nothing installed
+    # asked for by name, the interpreter loading libpython is taken as it is
+    assert which(HPCDL_PYTHON=str(shared / name)) == f"{shared / name} (HPCDL_PYTHON)"
