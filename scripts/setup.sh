@@ -120,6 +120,7 @@ PY
 # Python faster than one that loads libpython3.X.so (as pyenv and most modules build theirs): a
 # 2-rank start of TensorFlow and Horovod took 18% less CPU and time on a 2-core machine. Of the
 # interpreters of the newest version the stack supports, the set-up takes such a one if any.
+minor_of() { "$1" -c 'import sys; print(sys.version_info[:2])' 2>/dev/null; }
 core_linked_in() { ldd "$1" >/dev/null 2>&1 && ! ldd "$1" 2>/dev/null | grep -q libpython; }
 pick_python() {   # the interpreter to build the venv from, and why, on two lines
     local c exe real first fast
@@ -163,6 +164,11 @@ elif grep -q 'include-system-site-packages = true' "$VENV/pyvenv.cfg" 2>/dev/nul
     SYSTEM_STACK=1
 fi
 VPY="$VENV/bin/python"
+if [ "$SYSTEM_STACK" = 0 ] && [ "$PY_WHY" != HPCDL_PYTHON ] && ! core_linked_in "$VPY" \
+        && core_linked_in "$PY" && [ "$(minor_of "$VPY")" = "$(minor_of "$PY")" ]; then
+    log "note: $VENV's Python loads libpython; $PY has its core linked in and starts TensorFlow" \
+        "faster (docs/training.md): rm -rf $VENV and set up again to use it"
+fi
 PIP=("$VPY" -m pip --disable-pip-version-check -q)
 # Open MPI refuses to start ranks as root unless told: the venv's activate tells it, for root only,
 # so that 'source .venv/bin/activate; mpirun -np 2 hpcdl train' works as typed (tested).

@@ -7,7 +7,9 @@
 # at the lowest CPU priority, so that it takes only what the suite leaves idle; its log is
 # .venv-<stack>.setup.log. Fails if either part fails; arguments go to the default stack's pytest.
 #
-#   HPCDL_OTHER_STACK=none bash scripts/test.sh   # the default stack only (what `make test` runs)
+# `make test` (and so CI) runs this after the set-up.
+#
+#   HPCDL_OTHER_STACK=none bash scripts/test.sh   # the default stack only
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
