@@ -17,11 +17,11 @@
 #   HPCDL_PYTHON          interpreter to build the venv from (default: the newest python3.X on
 #                         PATH that the stack supports, one with its core linked into the
 #                         executable where there is one: see pick_python)
-#
-#   bash scripts/setup.sh --which-python   # name the interpreter a new venv would be made from
 #   HPCDL_CACHE           where the built Horovod wheel is cached (default: ~/.cache/hpcdl)
 #   HOROVOD_GPU_OPERATIONS=NCCL   force an NCCL build (auto-detected when nvcc and nccl.h exist)
 #   HPCDL_WITH_SLURM=1    also install Debian's Slurm packages (for the real-cluster tests)
+#
+#   bash scripts/setup.sh --which-python   # name the interpreter a new venv would be made from
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
