@@ -82,10 +82,10 @@ def mnist5k_arrays():
 
 def digits_arrays(seed: int = 0):
     """scikit-learn's 1,797 real 8x8 digits as 28x28 uint8 images, split 80/20 by the seed."""
-    table = np.loadtxt(digits_file(), delimiter=",")           # as its load_digits reads it
+    path = digits_file()
+    table = np.loadtxt(path, delimiter=",")                     # as its load_digits reads it
     if table.ndim != 2 or table.shape[1] != 65:
-        raise WorkloadError(f"{digits_file()}: expected rows of 64 pixels and a label, "
-                            f"found {table.shape}")
+        raise WorkloadError(f"{path}: expected rows of 64 pixels and a label, found {table.shape}")
     images, target = table[:, :64].reshape(-1, 8, 8), table[:, 64].astype(int)
     img = np.kron(images, np.ones((3, 3)))                    # 8x8 -> 24x24
     img = np.pad(img, ((0, 0), (2, 2), (2, 2)))                # -> 28x28, centred like MNIST
