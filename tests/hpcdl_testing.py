@@ -32,6 +32,24 @@ def mpirun(np, args, timeout=180, env=None, cwd=None):
     return res
 
 
+SPY = ROOT / "tests" / "mpi" / "exchange_spy.py"
+# a quick sweep of `hpcdl bench allreduce`: 4 B to 64 KiB in steps of 16x, a few iterations
+BENCH_QUICK = ["-b", "4", "-e", "64K", "-f", "16", "-n", "2", "--max-iters", "4", "-w", "1"]
+
+
+def spied(np, out, args, timeout=180):
+    """Run ``hpcdl ARGS`` on ``np`` ranks under tests/mpi/exchange_spy.py, which records which
+    exchange method of each backend ran (it changes nothing they compute): the result and what
+    was called, per backend label."""
+    argv = local.mpirun_command(np, [sys.executable, str(SPY), str(out), *args])
+    res = local.run(argv, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    if res.timed_out:
+        pytest.fail(f"mpirun -np {np} timed out after {timeout} s (hang?)\n"
+                    f"stdout:\n{res.stdout[-3000:]}\nstderr:\n{res.stderr[-3000:]}")
+    check(res)
+    return res, json.loads(Path(out).read_text())
+
+
 def check(res):
     assert res.returncode == 0, (f"exit {res.returncode}\nstdout:\n{res.stdout[-4000:]}\n"
                                  f"stderr:\n{res.stderr[-4000:]}")

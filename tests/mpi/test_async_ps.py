@@ -15,13 +15,15 @@ from hpcdl_testing import check, mpirun, read_records
 
 ARGS = ["train", "--workload", "expmlp", "--batch-size", "32", "--warmup", "5",
         "--log-every", "20", "--seed", "5", "--probes", "0"]
+STEPS = 400          # of the runs compared with one another, and of the resumed one
 
 
-def _train(tmp_path, np_, extra, env=None, steps=100, name="run"):
+def _train(tmp_path, np_, extra, env=None, steps=None, name="run"):
     weights = tmp_path / f"{name}.npz"
     results = tmp_path / f"{name}.jsonl"
-    res = check(mpirun(np_, ARGS + ["--steps", str(steps), "--save-weights", str(weights),
-                                    "--results", str(results)] + extra, timeout=180, env=env))
+    res = check(mpirun(np_, ARGS + ["--steps", str(steps or STEPS), "--save-weights",
+                                    str(weights), "--results", str(results)] + extra,
+                       timeout=180, env=env))
     assert "Replicas identical: yes" in res.stdout, res.stdout[-2000:]
     with np.load(weights) as z:
         arrays = [z[k] for k in sorted(z.files, key=lambda k: int(k[1:]))]
@@ -30,31 +32,42 @@ def _train(tmp_path, np_, extra, env=None, steps=100, name="run"):
 
 @pytest.fixture(scope="module")
 def synchronous(tmp_path_factory):
-    """The synchronous parameter server's run (weights, record) on two ranks."""
-    ref, rec, _ = _train(tmp_path_factory.mktemp("ps"), 2, ["--backend", "ps"], name="ps")
-    return ref, rec
+    """The synchronous parameter server's run on two ranks: its weights, its record and the
+    folder of the checkpoints it wrote."""
+    tmp = tmp_path_factory.mktemp("ps")
+    ckpt = tmp / "ckpt"
+    ref, rec, _ = _train(tmp, 2, ["--backend", "ps", "--checkpoint-dir", str(ckpt),
+                                  "--checkpoint-every", "100"], name="ps")
+    return ref, rec, ckpt
 
 
-def test_staleness_zero_ends_with_the_synchronous_parameter_servers_weights(tmp_path, synchronous):
-    ref, _ = synchronous
-    got, rec, res = _train(tmp_path, 2, ["--backend", "ps-async", "--staleness", "0"],
-                           name="async0")
+@pytest.fixture(scope="module")
+def staleness_zero(tmp_path_factory):
+    """The asynchronous server with staleness 0 on two ranks, uninterrupted."""
+    return _train(tmp_path_factory.mktemp("async0"), 2, ["--backend", "ps-async", "--staleness",
+                                                         "0"], name="async0")
+
+
+def test_staleness_zero_ends_with_the_synchronous_parameter_servers_weights(synchronous,
+                                                                             staleness_zero):
+    ref = synchronous[0]
+    got, rec, res = staleness_zero
     for a, b in zip(got, ref):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
     a = rec["metrics"]["async"]
     assert rec["params"]["backend"] == "ps-async" and rec["params"]["staleness"] == "0"
-    assert a["updates"] == 100 and a["samples_per_update"] == 64
+    assert a["updates"] == STEPS and a["samples_per_update"] == 64
     assert a["staleness"]["max"] == 0 and a["lead_max"] == 0
-    assert [w["pushes"] for w in a["per_worker"]] == [100, 100]
-    assert "Update 100: loss" in res.stdout
+    assert [w["pushes"] for w in a["per_worker"]] == [STEPS, STEPS]
+    assert f"Update {STEPS}: loss" in res.stdout
 
 
 def test_downpour_is_not_the_synchronous_result_and_still_learns(tmp_path, synchronous):
-    ref, _ = synchronous
+    ref = synchronous[0]
     got, rec, _ = _train(tmp_path, 2, ["--backend", "ps-async"], name="downpour")
     a = rec["metrics"]["async"]
     assert rec["params"]["staleness"] == "inf"
-    assert a["updates"] == 200 and a["samples_per_update"] == 32
+    assert a["updates"] == 2 * STEPS and a["samples_per_update"] == 32
     assert sum(int(k) * v for k, v in a["staleness"]["hist"].items()) > 0   # some were stale
     assert max(float(np.abs(x - y).max()) for x, y in zip(got, ref)) > 1e-4
     assert rec["metrics"]["test_loss"] < rec["metrics"]["first_loss"] / 4, rec["metrics"]
@@ -138,34 +151,33 @@ def test_slow_rank_makes_that_workers_compute_about_factor_times_as_long(tmp_pat
     assert comp[1] < 3 * (comp[0] + added / 1e3), (comp, own, added)
 
 
-def test_a_killed_then_stopped_asynchronous_run_resumes_to_the_same_weights(tmp_path):
+def test_a_killed_then_stopped_asynchronous_run_resumes_to_the_same_weights(tmp_path,
+                                                                           staleness_zero):
     """Staleness 0 is deterministic: a run killed after a checkpoint, resumed, stopped by
     --max-time (exit 75 with a checkpoint) and resumed again ends with the uninterrupted
     run's weights."""
     sync = ["--backend", "ps-async", "--staleness", "0"]
-    ref, _, _ = _train(tmp_path, 2, sync, steps=400, name="ref")
+    ref = staleness_zero[0]
     ck = ["--checkpoint-dir", str(tmp_path / "ckpt")]
-    res = mpirun(2, ARGS + ["--steps", "400", "--results", "-", "--checkpoint-every", "40"]
+    res = mpirun(2, ARGS + ["--steps", str(STEPS), "--results", "-", "--checkpoint-every", "40"]
                  + sync + ck, timeout=180, env={"HPCDL_FAULT": "rank=1,step=70,kind=kill"})
     assert res.returncode != 0 and "injecting 'kill' at step 70" in res.stderr
-    res = mpirun(2, ARGS + ["--steps", "400", "--results", "-", "--resume", "--max-time", "0.3"]
-                 + sync + ck, timeout=180)
+    res = mpirun(2, ARGS + ["--steps", str(STEPS), "--results", "-", "--resume",
+                            "--max-time", "0.3"] + sync + ck, timeout=180)
     assert res.returncode == 75, res.stderr[-3000:]
     assert re.search(r"Resumed from \S+ckpt-000000040\.hpcdl at update 40", res.stdout)
     m = re.search(r"Stopped after (\d+) updates \(a worker asked to stop\); checkpoint (\S+)",
                   res.stdout)
-    assert m and 40 < int(m.group(1)) < 400, res.stdout[-2000:]
+    assert m and 40 < int(m.group(1)) < STEPS, res.stdout[-2000:]
     assert (tmp_path / "ckpt" / "INTERRUPTED").read_text().startswith(m.group(1))
-    got, rec, res = _train(tmp_path, 2, sync + ck + ["--resume"], steps=400, name="resumed")
+    got, rec, res = _train(tmp_path, 2, sync + ck + ["--resume"], name="resumed")
     assert rec["resumed_from"]["step"] == int(m.group(1))
     for a, b in zip(got, ref):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
-def test_a_synchronous_checkpoint_is_not_resumed_by_the_asynchronous_server(tmp_path):
-    ck = ["--checkpoint-dir", str(tmp_path / "ckpt"), "--results", "-"]
-    check(mpirun(2, ARGS + ["--steps", "30", "--backend", "ps", "--checkpoint-every", "10"] + ck,
-                 timeout=120))
-    res = mpirun(2, ARGS + ["--steps", "30", "--backend", "ps-async", "--resume"] + ck,
+def test_a_synchronous_checkpoint_is_not_resumed_by_the_asynchronous_server(synchronous):
+    res = mpirun(2, ARGS + ["--steps", str(STEPS), "--backend", "ps-async", "--resume",
+                            "--checkpoint-dir", str(synchronous[2]), "--results", "-"],
                  timeout=120)
     assert res.returncode == 2 and "was written by a synchronous run" in res.stderr, res.stderr

@@ -9,9 +9,11 @@ import textwrap
 
 import pytest
 
+from hpcdl import analysis
 from hpcdl_testing import ROOT, read_records
 
 SCRIPT_RATE = "Script img/sec per rank: ([0-9.]+)"
+SCRIPT_BATCHES = r"Script img/sec per rank: [0-9.]+ over (\d+) batches"
 
 
 def hpcdl(*args, timeout=420, expect=0):
@@ -46,21 +48,34 @@ def write_study(tmp_path, name, ranks, extra_args, scrape):
 
 
 def test_the_example_under_study_run_records_the_throughput_its_own_timing_says(tmp_path):
+    """The study's points are the example as users run it, on one process and on two ranks: the
+    record hpcdl's Keras callback (ScalingRecorder) writes is checked here, point by point."""
     path = write_study(tmp_path, "own-script", [1, 2], ["--epochs", "2"],
-                       {"script_rate": SCRIPT_RATE})
+                       {"script_rate": SCRIPT_RATE, "script_batches": SCRIPT_BATCHES})
     out = hpcdl("study", "run", str(path), "--results-root", str(tmp_path / "r"), "--report")
     assert "record from hpcdl's callback" in out
-    recs = read_records(tmp_path / "r" / "own-script" / "runs.jsonl")
+    recs = read_records(tmp_path / "r" / "own-script" / "runs.jsonl")      # rank 0 only, once
     assert [r["point"]["id"] for r in recs] == ["n1-r1-script-none-rep0", "n1-r2-script-none-rep0"]
     for rec in recs:
-        cmd = rec["command"]
+        cmd, np_ = rec["command"], rec["point"]["ranks"]
         assert rec["status"] == "ok" and cmd["recorder"] and cmd["exit_status"] == 0
-        assert rec["layout"]["size"] == rec["point"]["ranks"]
+        assert rec["source"] == "keras-callback" and rec["layout"]["size"] == np_
+        assert rec["params"]["backend"] == "horovod"      # the script always calls hvd.init()
+        assert rec["params"]["global_batch"] == 32 * np_
+        m = rec["metrics"]
         own = cmd["scraped"]["script_rate"]["value"]            # the script's own figure
-        rate = rec["metrics"]["throughput_per_rank"]["overall"]   # all samples over all time
+        rate = m["throughput_per_rank"]["overall"]              # all samples over all time
         assert abs(rate / own - 1) <= 0.05, (rec["point"]["id"], rate, own)
+        assert m["step_time"]["n"] == cmd["scraped"]["script_batches"]["value"]  # batches timed
+        assert m["throughput"]["mean"] == pytest.approx(m["throughput_per_rank"]["mean"] * np_)
+        assert [e["epoch"] for e in m["epochs"]] == [1, 2]
+        assert m["final_loss"] == m["epochs"][-1]["loss"]
+        assert m["split"]["method"] == "probe" and m["split"]["probes"] == 10
+        assert ("exchange_alone_s" in m["split"]) == (np_ > 1)
+        rows = analysis.group_records([rec])
+        assert rows[0].ranks == np_ and rows[0].throughput == pytest.approx(m["throughput"]["mean"])
     two = recs[1]["metrics"]["split"]
-    assert two["method"] == "probe" and two["probes"] >= 1 and two["exchange_alone_s"] > 0
+    assert two["exchange_alone_s"] > 0
     report = (tmp_path / "r" / "own-script" / "report.md").read_text()
     assert "## Your command" in report and "| n1-r2-script-none-rep0 | 2 | ok | 0 |" in report
     res = json.loads((tmp_path / "r" / "own-script" / "report.json").read_text())
