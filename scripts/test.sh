@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Both stacks: the whole suite on the default stack (.venv), then the MPI tests on the other
-# TensorFlow stack (.venv-<stack>; `make test-tf2.15` alone runs only that part). The tests run one
-# after the other: side by side on two cores, the ranks of both starve each other and timing
-# assertions fail (docs/training.md). The other stack's set-up (its wheels and Horovod's build,
-# 200 s on a fresh 2-core machine) runs beside the default stack's suite, in a session of its own
-# at the lowest CPU priority, so that it takes only what the suite leaves idle; its log is
-# .venv-<stack>.setup.log. Fails if either part fails; arguments go to the default stack's pytest.
+# TensorFlow stack (.venv-<stack>; `make test-tf2.15` alone runs only that part). Tests that time
+# something run one after the other: side by side on two cores, the ranks of two MPI tests starve
+# each other and timing assertions fail (docs/training.md). Work that times nothing runs beside
+# them in a session of its own at the lowest CPU priority, so that it takes only the CPU they
+# leave idle: the other stack's set-up (its wheels and Horovod's build, 200 s on a fresh 2-core
+# machine; log .venv-<stack>.setup.log), and the default stack's unit tests (log
+# .test-unit.log), beside the Slurm and box tests, which wait on the scheduler much of their time,
+# then the MPI tests. Fails if any part fails. Arguments go to one pytest of the default stack in
+# the foreground instead of the split above.
 #
 # `make test` (and so CI) runs this after the set-up.
 #
@@ -23,19 +26,39 @@ esac
 other="${HPCDL_OTHER_STACK:-$other}"
 
 venv=".venv-$other"
+bg=()
+trap 'for p in "${bg[@]}"; do kill -- -"$p" 2>/dev/null; done' EXIT
+# `low CMD... &`: CMD in a session, and so a scheduler autogroup, of its own, whose nice 19 weighs
+# 15 against the foreground's 1024 (where autogroups are off, the nice of each process does the
+# same). exec: the background job's pid is the session's, which the EXIT trap kills.
+low() {
+    exec setsid -w bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' _ "$@"
+}
 if [[ "$other" != none ]]; then
     echo "[test] setting the $other stack up in $venv beside the suite (log: $venv.setup.log)"
-    # setsid: a session, and so a scheduler autogroup, of its own, whose nice 19 weighs 15 against
-    # the suite's 1024 (where autogroups are off, the nice of each process does the same)
-    setsid -w bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 env \
-        HPCDL_STACK="$1" HPCDL_VENV="$2" bash scripts/setup.sh' _ "$other" "$venv" \
+    low env HPCDL_STACK="$other" HPCDL_VENV="$venv" bash scripts/setup.sh \
         > "$venv.setup.log" 2>&1 < /dev/null &
     setup_pid=$!
-    trap 'kill -- -"$setup_pid" 2>/dev/null' EXIT
+    bg+=("$setup_pid")
 fi
 t0=$SECONDS
-"$PY" -m pytest "$@"
-rc=$?
+if [[ $# -gt 0 ]]; then
+    "$PY" -m pytest "$@"
+    rc=$?
+else
+    echo "[test] the unit tests beside the Slurm, box and MPI tests (log: .test-unit.log)"
+    low "$PY" -m pytest tests/unit -p no:cacheprovider > .test-unit.log 2>&1 < /dev/null &
+    unit_pid=$!
+    bg+=("$unit_pid")
+    "$PY" -m pytest tests/box tests/slurm tests/mpi
+    rc=$?
+    tu=$SECONDS
+    wait "$unit_pid"
+    urc=$?
+    cat .test-unit.log
+    echo "[test] the unit tests ended $((SECONDS - tu)) s after the others (exit $urc)"
+    [[ $rc == 0 ]] && rc=$urc
+fi
 if [[ "$other" == none ]]; then
     echo "[test] the default stack only (HPCDL_OTHER_STACK=none, or .venv is not one of hpcdl's stacks)"
     exit "$rc"
