@@ -109,8 +109,8 @@ def _digits_npz(tmp_path):
 
 def test_mnist_softmax_reaches_91_percent_after_1000_steps_of_batch_100(tmp_path):
     # The real loader reads an mnist.npz; the file holds scikit-learn's real handwritten digits.
-    # A target no softmax regression reaches (one wrong test digit in 360 at most) is also given:
-    # the run goes its 1,000 steps, evaluated every 1,000 samples, and that is a valid outcome.
+    # A target no softmax regression reaches (at most one wrong of the 360 held-out digits) is
+    # also given: the run goes its 1,000 steps, evaluated every 1,000 samples, a valid outcome.
     data = _digits_npz(tmp_path)
     res = check(mpirun(2, ["train", "--workload", "mnist", "--data", str(data), "--steps", "1000",
                            "--batch-size", "50", "--log-every", "500", "--target",
