@@ -15,8 +15,8 @@ run: setup
 	bash scripts/run-default.sh
 
 # Both stacks: the whole suite on the default one, then the MPI tests on the other (scripts/test.sh;
-# HPCDL_OTHER_STACK=none for the default stack alone). 25 min on a fresh clone of a 2-core Zen 3
-# machine with the wheels cached, 35 on a day the host ran slower (docs/training.md).
+# HPCDL_OTHER_STACK=none for the default stack alone). 22-25 min on a fresh clone of a 2-core Zen 3
+# machine with the wheels cached, 30-35 on a day the host ran slower (docs/training.md).
 test: setup-slurm
 	bash scripts/test.sh
 
