@@ -121,7 +121,9 @@ PY
 # 2-rank start of TensorFlow and Horovod took 18% less CPU and time on a 2-core machine. Of the
 # interpreters of the newest version the stack supports, the set-up takes such a one if any.
 minor_of() { "$1" -c 'import sys; print(sys.version_info[:2])' 2>/dev/null; }
-core_linked_in() { ldd "$1" >/dev/null 2>&1 && ! ldd "$1" 2>/dev/null | grep -q libpython; }
+# (ldd's whole output first: under pipefail, `ldd | grep -q` fails when grep quits early and ldd
+# dies of SIGPIPE, which read as "linked in" for an interpreter that loads libpython)
+core_linked_in() { local out; out="$(ldd "$1" 2>/dev/null)" || return 1; [[ $out != *libpython* ]]; }
 pick_python() {   # the interpreter to build the venv from, and why, on two lines
     local c exe real first fast
     for c in $(seq -f "python3.%g" "$PY_MAX" -1 "$PY_MIN") python3; do
