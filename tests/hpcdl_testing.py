@@ -20,9 +20,10 @@ STACK = stack.setup_facts().get("stack") or (
 TF_SERIES = {"tf2.15": "2.15", "tf2.21": "2.21"}[STACK]
 
 
-def mpirun(np, args, timeout=180, env=None, cwd=None):
-    """Run ``python -m hpcdl ARGS`` on ``np`` real MPI ranks; fail the test on a timeout."""
-    argv = local.mpirun_command(np, local.hpcdl_command(args))
+def mpirun(np, args, timeout=180, env=None, cwd=None, command=None):
+    """Run ``python -m hpcdl ARGS`` (or ``command`` followed by ARGS) on ``np`` real MPI ranks;
+    fail the test on a timeout."""
+    argv = local.mpirun_command(np, [*command, *args] if command else local.hpcdl_command(args))
     full_env = dict(os.environ, PYTHONPATH=str(ROOT))
     full_env.update(env or {})
     res = local.run(argv, timeout=timeout, env=full_env, cwd=cwd)
@@ -41,12 +42,7 @@ def spied(np, out, args, timeout=180):
     """Run ``hpcdl ARGS`` on ``np`` ranks under tests/mpi/exchange_spy.py, which records which
     exchange method of each backend ran (it changes nothing they compute): the result and what
     was called, per backend label."""
-    argv = local.mpirun_command(np, [sys.executable, str(SPY), str(out), *args])
-    res = local.run(argv, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    if res.timed_out:
-        pytest.fail(f"mpirun -np {np} timed out after {timeout} s (hang?)\n"
-                    f"stdout:\n{res.stdout[-3000:]}\nstderr:\n{res.stderr[-3000:]}")
-    check(res)
+    res = check(mpirun(np, args, timeout, command=[sys.executable, str(SPY), str(out)]))
     return res, json.loads(Path(out).read_text())
 
 
