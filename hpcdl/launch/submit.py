@@ -191,10 +191,11 @@ def plan_study(study, software: Software, force: bool = False,
 
 def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
                 overrides: Mapping, box: Optional[dict], tune: Sequence[str]) -> List[Step]:
-    """A ``hpcdl tune`` job for each tuning file that ``points`` lack, on their layout, under
-    the points' own settings, taking the box's licence like them."""
+    """A ``hpcdl tune`` job for each tuning file that ``points`` lack (those they run with, and
+    those [model] calibrate.exchange names for the report), on their layout, under the points'
+    own settings, taking the box's licence like them."""
     steps = []
-    for path, nodes, rpn, comps, _lacking in study.lacking_tuning(points):
+    for path, nodes, rpn, comps, _lacking in study.lacking_tuning(points, calibration=True):
         # none first: tune's search follows the first (a study refuses int8 with a tuning file)
         comps = [c for c in ("none", "fp16") if c in comps]
         stem = Path(path).stem

@@ -259,9 +259,14 @@ class Point:
     @property
     def tuning_path(self) -> str:
         """[run] tuning with this point's {nodes}, {ranks}, {ranks_per_node} and {network}."""
+        return self.placeholders_filled(self.tuning_file)
+
+    def placeholders_filled(self, path: str) -> str:
+        """A tuning file's ``path`` with this point's {nodes}, {ranks}, {ranks_per_node} and
+        {network}."""
         values = {"nodes": self.nodes, "ranks": self.ranks, "ranks_per_node": self.ranks_per_node,
                   "network": self.network}
-        return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), self.tuning_file)
+        return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), path)
 
     def command(self, results_path) -> List[str]:
         """``["train", *train_args]``: the full hpcdl argument list."""
@@ -377,14 +382,21 @@ class Study:
         done = self.done_ids(runs_path)
         return [p for p in self.points() if p.id not in done]
 
-    def lacking_tuning(self, points: Iterable[Point]) -> List[Tuple[str, int, int, List[str], List[str]]]:
+    def lacking_tuning(self, points: Iterable[Point], calibration: bool = False
+                       ) -> List[Tuple[str, int, int, List[str], List[str]]]:
         """The tuning files these points need that do not exist (relative to where the study is
         run from) or hold no pick for a point's compression: (path, nodes, ranks per node, every
-        compression its points need, those the file has no pick for)."""
+        compression its points need, those the file has no pick for). ``calibration``: also the
+        [model] calibrate.exchange files the report reads for the Horovod points beyond
+        nodes_max (the points run without them; the report's model stands in where one lacks)."""
         need: Dict[Tuple[str, int, int], set] = {}
         for p in points:
             if p.tuned:
                 need.setdefault((p.tuning_path, p.nodes, p.ranks_per_node), set()).add(p.compression)
+            if (calibration and self.calibrate_exchange and p.backend == "horovod"
+                    and p.nodes > self.calibrate_nodes_max and p.compression in ("none", "fp16")):
+                path = p.placeholders_filled(self.calibrate_exchange)
+                need.setdefault((path, p.nodes, p.ranks_per_node), set()).add(p.compression)
         out = []
         for (path, n, rpn), comps in sorted(need.items()):
             try:

@@ -199,7 +199,8 @@ def add_submit_arguments(p) -> None:
     p.add_argument("--tune", nargs="?", const="", default=None, metavar="'TUNE OPTIONS'",
                    help="make the tuning files the tuned points lack first: a job per layout "
                         "runs 'hpcdl tune' (with these options, e.g. '--knobs algorithm "
-                        "--rounds 1') and the layout's tuned points start after it")
+                        "--rounds 1') and the layout's tuned points start after it; the "
+                        "same for the files [model] calibrate.exchange names for the report")
 
 
 def submit_main(opts) -> int:

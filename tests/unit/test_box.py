@@ -144,6 +144,45 @@ def test_submit_tune_makes_this_boxs_missing_tuning_files_first_and_the_tuned_po
     assert submit.plan_study(st, Software.here(), unchecked_box=True, tune=[]).tunes == []
 
 
+def test_submit_tune_makes_the_calibrations_tuning_files_for_the_held_out_horovod_points(
+        tmp_path, monkeypatch):
+    import io
+    from hpcdl import study
+    from hpcdl.launch import submit
+    from hpcdl.launch.jobscript import Software
+    f = tmp_path / "t.toml"
+    f.write_text('[study]\nname = "t"\nscaling = "weak"\n[workload]\nname = "expmlp"\n'
+                 'batch_size = 100\n[layout]\nnodes = [1, 2, 4]\nranks_per_node = 1\n[axes]\n'
+                 'exchange = ["horovod", "ps", "horovod+fp16"]\nnetwork = ["200mbit", "1gbit"]\n'
+                 '[model]\ncalibrate = { nodes_max = 2, exchange = '
+                 f'"{tmp_path}/tuning/c-{{nodes}}n-{{network}}.json" }}\n')
+    st = study.load(f, results_root=tmp_path / "results")
+    monkeypatch.setenv("HPCDL_BOX", str(tmp_path / "box.json"))
+    (tmp_path / "box.json").write_text(json.dumps(BOX))
+    # the points run without the files: submitting without --tune queues them all, no tuning job
+    assert submit.plan_study(st, Software.here(), unchecked_box=True).tunes == []
+    plan = submit.plan_study(st, Software.here(), unchecked_box=True, tune=["--rounds", "1"])
+    # only the held-out node count, this box's rate, Horovod's compressions (ps has no tune)
+    want = f"{tmp_path}/tuning/c-4n-200mbit.json"
+    assert [t.tuning for t in plan.tunes] == [want]
+    assert (f"-m hpcdl tune --study {f} --compression none,fp16 --rounds 1 --out {want}"
+            in plan.tunes[0].text)
+    assert "#SBATCH --nodes=4" in plan.tunes[0].text.splitlines()
+    out = io.StringIO()
+    submit.submit_study(plan, dry_run=True, out=out)
+    lines = out.getvalue().splitlines()
+    assert lines[next(k for k, x in enumerate(lines) if x.startswith("Would submit"))].startswith(
+        f"Would submit the tuning job for {want}")
+    # no point waits for it: the points do not run with the file, the report reads it
+    assert not any("afterany" in x for x in lines if x.startswith("Would submit point"))
+    (tmp_path / "tuning").mkdir()
+    open(want, "w").write(json.dumps({"picks": {"none": {}}}))
+    assert [t.tuning for t in submit.plan_study(st, Software.here(), unchecked_box=True,
+                                                 tune=[]).tunes] == [want]    # no fp16 pick
+    open(want, "w").write(json.dumps({"picks": {"none": {}, "fp16": {}}}))
+    assert submit.plan_study(st, Software.here(), unchecked_box=True, tune=[]).tunes == []
+
+
 @pytest.mark.parametrize("v2", [True, False])
 def test_a_nodes_quota_is_set_on_cgroup_v2_and_v1_and_a_quota_under_1_ms_refused(tmp_path, v2):
     if v2:
