@@ -100,21 +100,37 @@ def test_submit_on_a_checked_box_takes_the_points_of_its_link_rate_and_exports_i
     assert dict(sw.exports)["OMPI_MCA_btl_tcp_if_include"] == "10.77.0.0/24"
 
 
-def test_submit_tune_makes_this_boxs_missing_tuning_files_first_and_the_tuned_points_wait_for_them(
-        tmp_path, monkeypatch):
-    import io
+def _study_on_the_box(tmp_path, monkeypatch, rest: str):
+    """Study "t" (expmlp, weak) with ``rest`` after its [layout] header, loaded, and the box BOX
+    up: (the study file, the study)."""
     from hpcdl import study
-    from hpcdl.launch import submit
-    from hpcdl.launch.jobscript import Software
     f = tmp_path / "t.toml"
     f.write_text('[study]\nname = "t"\nscaling = "weak"\n[workload]\nname = "expmlp"\n'
-                 'batch_size = 100\n[layout]\nnodes = [1, 2]\nranks_per_node = 1\n[axes]\n'
-                 'exchange = ["horovod+fp16", "horovod"]\nnetwork = ["200mbit", "1gbit"]\n'
-                 'tuning = ["default", "tuned"]\n[run]\n'
-                 f'tuning = "{tmp_path}/tuning/box-{{nodes}}n-{{network}}.json"\n')
-    st = study.load(f, results_root=tmp_path / "results")
+                 'batch_size = 100\n[layout]\n' + rest)
     monkeypatch.setenv("HPCDL_BOX", str(tmp_path / "box.json"))
     (tmp_path / "box.json").write_text(json.dumps(BOX))
+    return f, study.load(f, results_root=tmp_path / "results")
+
+
+def _dry_run(plan):
+    """What ``hpcdl study submit --dry-run`` prints for ``plan``, line by line."""
+    import io
+    from hpcdl.launch import submit
+    out = io.StringIO()
+    submit.submit_study(plan, dry_run=True, out=out)
+    return out.getvalue().splitlines()
+
+
+def test_submit_tune_makes_this_boxs_missing_tuning_files_first_and_the_tuned_points_wait_for_them(
+        tmp_path, monkeypatch):
+    from hpcdl.launch import submit
+    from hpcdl.launch.jobscript import Software
+    f, st = _study_on_the_box(tmp_path, monkeypatch,
+                              'nodes = [1, 2]\nranks_per_node = 1\n[axes]\n'
+                              'exchange = ["horovod+fp16", "horovod"]\n'
+                              'network = ["200mbit", "1gbit"]\ntuning = ["default", "tuned"]\n'
+                              '[run]\ntuning = '
+                              f'"{tmp_path}/tuning/box-{{nodes}}n-{{network}}.json"\n')
     want = f"{tmp_path}/tuning/box-2n-200mbit.json"
     # without --tune the missing file is refused, and only this box's: 1gbit's is made on its box
     with pytest.raises(UserError, match="need tuning files") as err:
@@ -128,9 +144,7 @@ def test_submit_tune_makes_this_boxs_missing_tuning_files_first_and_the_tuned_po
     assert (f"-m hpcdl tune --study {f} --compression none,fp16 --knobs algorithm --out {want}"
             in text)
     assert "OMPI_MCA_btl_tcp_if_include" in text
-    out = io.StringIO()
-    submit.submit_study(plan, dry_run=True, out=out)
-    lines = out.getvalue().splitlines()
+    lines = _dry_run(plan)
     first = next(k for k, line in enumerate(lines) if line.startswith("Would submit"))
     assert lines[first].startswith(f"Would submit the tuning job for {want}")
     tuned = [line for line in lines if "-ttuned-" in line and "n2-" in line and "Would" in line]
@@ -146,19 +160,14 @@ def test_submit_tune_makes_this_boxs_missing_tuning_files_first_and_the_tuned_po
 
 def test_submit_tune_makes_the_calibrations_tuning_files_for_the_held_out_horovod_points(
         tmp_path, monkeypatch):
-    import io
-    from hpcdl import study
     from hpcdl.launch import submit
     from hpcdl.launch.jobscript import Software
-    f = tmp_path / "t.toml"
-    f.write_text('[study]\nname = "t"\nscaling = "weak"\n[workload]\nname = "expmlp"\n'
-                 'batch_size = 100\n[layout]\nnodes = [1, 2, 4]\nranks_per_node = 1\n[axes]\n'
-                 'exchange = ["horovod", "ps", "horovod+fp16"]\nnetwork = ["200mbit", "1gbit"]\n'
-                 '[model]\ncalibrate = { nodes_max = 2, exchange = '
-                 f'"{tmp_path}/tuning/c-{{nodes}}n-{{network}}.json" }}\n')
-    st = study.load(f, results_root=tmp_path / "results")
-    monkeypatch.setenv("HPCDL_BOX", str(tmp_path / "box.json"))
-    (tmp_path / "box.json").write_text(json.dumps(BOX))
+    f, st = _study_on_the_box(tmp_path, monkeypatch,
+                              'nodes = [1, 2, 4]\nranks_per_node = 1\n[axes]\n'
+                              'exchange = ["horovod", "ps", "horovod+fp16"]\n'
+                              'network = ["200mbit", "1gbit"]\n[model]\n'
+                              'calibrate = { nodes_max = 2, exchange = '
+                              f'"{tmp_path}/tuning/c-{{nodes}}n-{{network}}.json" }}\n')
     # the points run without the files: submitting without --tune queues them all, no tuning job
     assert submit.plan_study(st, Software.here(), unchecked_box=True).tunes == []
     plan = submit.plan_study(st, Software.here(), unchecked_box=True, tune=["--rounds", "1"])
@@ -168,9 +177,7 @@ def test_submit_tune_makes_the_calibrations_tuning_files_for_the_held_out_horovo
     assert (f"-m hpcdl tune --study {f} --compression none,fp16 --rounds 1 --out {want}"
             in plan.tunes[0].text)
     assert "#SBATCH --nodes=4" in plan.tunes[0].text.splitlines()
-    out = io.StringIO()
-    submit.submit_study(plan, dry_run=True, out=out)
-    lines = out.getvalue().splitlines()
+    lines = _dry_run(plan)
     assert lines[next(k for k, x in enumerate(lines) if x.startswith("Would submit"))].startswith(
         f"Would submit the tuning job for {want}")
     # no point waits for it: the points do not run with the file, the report reads it
