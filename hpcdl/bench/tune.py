@@ -535,7 +535,7 @@ def main(opts) -> int:
     comps = [c.strip() for c in opts.compression.split(",") if c.strip()]
     knobs = [k.strip() for k in opts.knobs.split(",") if k.strip()]
     bad = [k for k in knobs if k not in KNOBS and k not in ("algorithm", "backend")]
-    if not comps or set(comps) - set(tuning.COMPRESSIONS):
+    if not comps or set(comps) - {"none", "fp16"}:
         raise UserError(f"--compression {opts.compression}: tune none, fp16 or both")
     if bad:
         raise UserError(f"--knobs: unknown {', '.join(bad)}; choose from algorithm, "

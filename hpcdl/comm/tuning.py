@@ -37,9 +37,6 @@ SETTINGS = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_HIERARCHI
 OFF = ("default", "none")
 # What a pick's backend may be: Horovod, or one of hpcdl's flat exchanges over mpi4py
 PICKABLE = ("horovod", "mpi", "ring")
-# The compressions 'hpcdl tune' tunes, in the order it searches them (its search follows the
-# first); int8 has no exchange settings of its own to pick
-COMPRESSIONS = ("none", "fp16")
 
 
 def path_of(flag: Optional[str], env: Optional[Mapping[str, str]] = None) -> Optional[str]:

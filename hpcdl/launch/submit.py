@@ -194,11 +194,10 @@ def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Softwa
     """A ``hpcdl tune`` job for each tuning file that ``points`` lack (those they run with, and
     those [model] calibrate.exchange names for the report), on their layout, under the points'
     own settings, taking the box's licence like them."""
-    from ..comm import tuning
     steps = []
     for path, nodes, rpn, comps, _lacking in study.lacking_tuning(points, calibration=True):
         # none first: tune's search follows the first (a study refuses int8 with a tuning file)
-        comps = [c for c in tuning.COMPRESSIONS if c in comps]
+        comps = [c for c in ("none", "fp16") if c in comps]
         stem = Path(path).stem
         job = _job_for(study, f"hpcdl-{study.name}-tune-{stem}", nodes, rpn, overrides,
                        licence=(box or {}).get("licence"))

@@ -389,14 +389,12 @@ class Study:
         compression its points need, those the file has no pick for). ``calibration``: also the
         [model] calibrate.exchange files the report reads for the Horovod points beyond
         nodes_max (the points run without them; the report's model stands in where one lacks)."""
-        from ..comm import tuning
         need: Dict[Tuple[str, int, int], set] = {}
         for p in points:
             if p.tuned:
                 need.setdefault((p.tuning_path, p.nodes, p.ranks_per_node), set()).add(p.compression)
             if (calibration and self.calibrate_exchange and p.backend == "horovod"
-                    and p.nodes > self.calibrate_nodes_max
-                    and p.compression in tuning.COMPRESSIONS):
+                    and p.nodes > self.calibrate_nodes_max and p.compression in ("none", "fp16")):
                 path = p.placeholders_filled(self.calibrate_exchange)
                 need.setdefault((path, p.nodes, p.ranks_per_node), set()).add(p.compression)
         out = []
