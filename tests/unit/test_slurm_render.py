@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import subprocess
 import textwrap
@@ -245,11 +246,14 @@ def _fake_tool(bin_dir: Path, name: str, body: str) -> None:
     path.chmod(0o755)
 
 
-def _usr1_to_trap_script(tmp_path: Path, srun_body: str, env_extra=None):
-    """Render train.sbatch with stand-ins for srun (``srun_body``) and scontrol, run it, send the
-    batch shell USR1 once srun has started; return (script, env, exit status, output, calls)."""
+def _usr1_to_trap_script(tmp_path: Path, srun_body: str, env_extra=None, tools=None):
+    """Render train.sbatch with stand-ins for srun (``srun_body``), scontrol and ``tools`` (name:
+    body), run it, send the batch shell USR1 once srun has started; return (script, env, exit
+    status, output, calls)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    for name, body in (tools or {}).items():
+        _fake_tool(bin_dir, name, body)
     log = tmp_path / "calls.log"
     _fake_tool(bin_dir, "srun", f'echo "srun $*" >> {log}\n' + srun_body)
     _fake_tool(bin_dir, "scontrol", f'echo "scontrol $*" >> {log}\n')
@@ -346,6 +350,21 @@ def test_clean_stop_is_requeued_even_when_srun_reports_the_killed_ranks_status(t
     else:
         assert rc == 143, out
         assert not any(c.startswith("scontrol") for c in calls)
+
+
+@pytest.mark.parametrize("status", [0, 75])
+def test_the_launchers_own_status_survives_when_it_ends_while_the_usr1_trap_runs(tmp_path, status):
+    """USR1 ends the batch shell's ``wait`` early (status 138). If the launcher ends while the trap
+    still runs (here ``touch`` lingers after making the STOP file), the job must report the
+    launcher's own status, not 138: a run that finished is not a failure, and one that
+    checkpointed (75) is requeued."""
+    lingering_touch = f'{shutil.which("touch")} "$@"; sleep 1\n'
+    _, _, rc, out, calls = _usr1_to_trap_script(
+        tmp_path, 'for i in $(seq 1 100); do [ -e "$HPCDL_STOP_FILE" ] && break; sleep 0.05; done\n'
+        f'exit {status}\n', tools={"touch": lingering_touch})
+    assert "USR1: asking the ranks to checkpoint and stop" in out
+    assert rc == 0, out
+    assert (calls[-1] == "scontrol requeue 42") == (status == 75), calls
 
 
 def test_a_grid_engine_study_renders_qsub_scripts_and_chains_the_report_with_hold_jid(tmp_path):
