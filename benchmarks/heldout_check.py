@@ -13,7 +13,11 @@ then, from the studies' records (``runs.jsonl``), how the Horovod ranks' compute
 by node count: what a held-out point's slowest rank is predicted from; last, where two studies
 ran the same configuration (the same workload, settings, box setting and node count; two box
 sessions), how far apart the two measured the held-out step over the calibrated one, beside the
-model's prediction of that ratio in each: what no prediction from the calibration can follow.
+model's prediction of that ratio in each: what no prediction from the calibration can follow;
+and over every configuration run in two sessions or more, how far that ratio and each predictor's
+step error move between sessions (a part of the error no correction of a configuration's bias
+removes), how much of it the repeats' own noise makes, and what it leaves a predictor with no
+bias at all: its mean absolute error, and the chance that all of a study's points lie within 10%.
 
 A bias near zero with a large absolute error is noise; a step bias near zero whose parts carry
 opposite biases is cancellation, which the per-part columns show.
@@ -22,6 +26,7 @@ opposite biases is cancellation, which the per-part columns show.
 """
 import argparse
 import json
+import math
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -32,6 +37,7 @@ from hpcdl import records  # noqa: E402
 from hpcdl.analysis import baselines  # noqa: E402
 
 PARTS = ("compute", "exchange", "step")
+SQRT_2_PI = math.sqrt(2.0 / math.pi)     # E|X| / sd of a normal X of mean 0
 
 
 def _report(folder: Path):
@@ -201,10 +207,12 @@ def configurations(folder: Path) -> dict:
     return out
 
 
-def same_configuration(folders) -> list:
-    """For each held-out point that two studies both ran: the measured step over the calibrated
-    point's in each, and the model's prediction of that ratio in each."""
-    seen, out = {}, []
+def by_configuration(folders) -> dict:
+    """Each held-out point that the studies ran, grouped by configuration (its own and its
+    calibrated point's, as :func:`configurations` reads them), in the order the studies are given:
+    (study, axis, nodes, measured step over the calibrated point's, the model's prediction of that
+    ratio, the report's point, the order it was read in)."""
+    out, seq = defaultdict(list), 0
     for folder in folders:
         path, doc = _report(folder)
         if doc is None:
@@ -220,13 +228,79 @@ def same_configuration(folders) -> list:
                 if pt.get("fitted") is not False or cal is None or None in key:
                     continue
                 c = pts[cal]
-                got = (path.parent.name, axis["axis"], n,
-                       pt["measured"]["step"] / c["measured"]["step"],
-                       pt["predicted"]["step"] / c["predicted"]["step"], pt["error"]["step"])
-                if key in seen:
-                    out.append((seen[key], got))
-                seen.setdefault(key, got)
+                out[key].append((path.parent.name, axis["axis"], n,
+                                 pt["measured"]["step"] / c["measured"]["step"],
+                                 pt["predicted"]["step"] / c["predicted"]["step"], pt, seq))
+                seq += 1
     return out
+
+
+def same_configuration(folders) -> list:
+    """For each held-out point that two studies both ran: the measured step over the calibrated
+    point's in each, and the model's prediction of that ratio in each (each later study against
+    the first that ran it), with the model's step error."""
+    pairs = [(runs[0], r) for runs in by_configuration(folders).values() for r in runs[1:]]
+    return [tuple(x[:5] + (x[5]["error"]["step"],) for x in pair)
+            for pair in sorted(pairs, key=lambda pair: pair[1][6])]
+
+
+# the step's predictors a report prints, and where each one's error is in a point
+PREDICTORS = (("the model", lambda pt: pt["error"]["step"]),
+              ("one beta", lambda pt: pt.get("one_parameter_error")),
+              ("naive", lambda pt: pt.get("naive_error")))
+
+
+def _pooled_sd(groups) -> float:
+    """The standard deviation within groups, pooled (each group's own mean taken out)."""
+    squares = sum((x - mean(g)) ** 2 for g in groups for x in g)
+    return (squares / sum(len(g) - 1 for g in groups)) ** 0.5
+
+
+def _floor(folder: Path):
+    """The floor the study's report printed (:mod:`hpcdl.analysis.floor`), else None."""
+    _, doc = _report(folder)
+    return (((doc or {}).get("prediction") or {}).get("floor") or {}).get("floor")
+
+
+def session_residuals(folders) -> dict:
+    """Over the configurations that two or more studies (box sessions) ran: how far, between the
+    sessions of one configuration, the measured held-out step over the calibrated one moves
+    (relative to its mean), and how far each predictor's step error moves (standard deviations
+    within a configuration, pooled); each predictor's mean absolute error over the same points.
+    A correction of a configuration's bias removes none of that movement. ``repeats``: the part
+    of it the repeats' own noise makes (the sd behind each report's floor, root mean square over
+    the studies whose points are grouped). Empty when no configuration was run twice."""
+    groups = [runs for runs in by_configuration(folders).values() if len(runs) > 1]
+    if not groups:
+        return {}
+    per_study = defaultdict(int)
+    for runs in groups:
+        for r in runs:
+            per_study[r[0]] += 1
+    floors = [f for f in (_floor(folder) for folder in folders
+                          if _report(folder)[0].parent.name in per_study) if f is not None]
+    out = {"configurations": len(groups), "points": sum(len(g) for g in groups),
+           "repeats": (mean((f / SQRT_2_PI) ** 2 for f in floors) ** 0.5 if floors else None),
+           "dof": sum(len(g) - 1 for g in groups), "study_points": max(per_study.values()),
+           "measured": _pooled_sd([[r[3] / mean(x[3] for x in g) for r in g] for g in groups]),
+           "predictors": {}}
+    for name, error in PREDICTORS:
+        errs = [[error(r[5]) for r in g] for g in groups]
+        if any(e is None for g in errs for e in g):
+            continue
+        out["predictors"][name] = {"moves": _pooled_sd(errs),
+                                   "mae": mean(abs(e) for g in errs for e in g)}
+    return out
+
+
+def attainable(moves: float, within: float, points: int, target_mae: float) -> dict:
+    """What an error that moves ``moves`` (sd) between sessions allows a predictor with no bias at
+    all, errors normal: its expected absolute error, the chance a point lies within ``within``,
+    the chance all ``points`` of a study do (independent points), and the largest sd whose
+    expected absolute error meets ``target_mae``."""
+    one = math.erf(within / (moves * math.sqrt(2.0)))
+    return {"mae": SQRT_2_PI * moves, "within": one, "all_within": one ** points,
+            "moves_for_target": target_mae / SQRT_2_PI}
 
 
 def _print_same_configuration(folders) -> None:
@@ -247,6 +321,39 @@ def _print_same_configuration(folders) -> None:
     print(f"  {len(pairs)} shared points: the sessions' measured ratios lay"
           f" {median(apart) * 100:.1f}% apart (median), {max(apart) * 100:.1f}% at most;"
           f" {sum(x > 0.10 for x in apart)} more than 10% apart")
+    _print_session_residuals(folders)
+
+
+def _print_session_residuals(folders) -> None:
+    res = session_residuals(folders)
+    if not res or "one beta" not in res["predictors"]:
+        return
+    print()
+    print(f"# between the sessions of one configuration ({res['configurations']} configurations,"
+          f" {res['points']} held-out points, {res['dof']} degrees of freedom): how far the"
+          " measured held-out step over the calibrated one moves, and how far each predictor's"
+          " step error moves (sd within a configuration, pooled); no correction of a"
+          " configuration's bias removes it. Beside it each predictor's mean absolute error over"
+          " these points")
+    print(f"  measured ratio: moves {_pct(res['measured'])}")
+    for name, p in res["predictors"].items():
+        print(f"  {name:<10} error moves {_pct(p['moves'])}, mean absolute error {_pct(p['mae'])}")
+    least = min(p["moves"] for p in res["predictors"].values())
+    half = res["predictors"]["one beta"]["mae"] / 2
+    a = attainable(least, 0.10, res["study_points"], half)
+    print(f"  what the least of these allows a predictor with no bias at all (errors normal):"
+          f" mean absolute error {_pct(a['mae'])}; a point within 10% with probability"
+          f" {a['within'] * 100:.0f}%, all {res['study_points']} of a study's"
+          f" (independent) {a['all_within'] * 100:.0f}%; half of one beta's mean absolute error"
+          f" here, {_pct(half)}, needs an error that moves at most {_pct(a['moves_for_target'])}")
+    if res["repeats"] is not None and res["repeats"] < least:
+        own = (least ** 2 - res["repeats"] ** 2) ** 0.5
+        b = attainable(own, 0.10, res["study_points"], half)
+        print(f"  of that {_pct(least)}, the repeats' own noise makes {_pct(res['repeats'])} (the"
+              f" sd behind these reports' floors) and the sessions {_pct(own)}: with repeats"
+              f" without end, a predictor with no bias would err {_pct(b['mae'])} on average"
+              f" and put all {res['study_points']} points within 10%"
+              f" {b['all_within'] * 100:.0f}% of the time")
 
 
 def main(argv=None) -> int:

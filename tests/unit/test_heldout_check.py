@@ -1,7 +1,10 @@
 """benchmarks/heldout_check.py pairs a held-out point that two studies ran in the same
-configuration, and only then: the sessions' own difference is what no prediction can follow."""
+configuration, and only then: the sessions' own difference is what no prediction can follow;
+and it measures how far that difference moves each predictor's error."""
 import importlib.util
 import json
+import math
+from statistics import mean, stdev
 
 from hpcdl_testing import ROOT
 
@@ -11,16 +14,20 @@ heldout_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(heldout_check)
 
 
-def _study(folder, steps, env=None, batch=128):
+def _study(folder, steps, env=None, batch=128, floor=None):
     """A study folder: report.json with one Horovod axis calibrated at 2 nodes and predicted at 4
-    (measured steps ``steps`` at 2 and 4 nodes, predicted 1.0 and 1.2), and runs.jsonl."""
+    (measured steps ``steps`` at 2 and 4 nodes, predicted 1.0 and 1.2; the baselines 1.1 and
+    0.9 at 4 nodes; the report's floor ``floor``), and runs.jsonl."""
     folder.mkdir()
     axis = "horovod/none@200mbit"
     points = [{"nodes": n, "fitted": n == 2, "measured": {"step": s},
-               "predicted": {"step": p}, "error": {"step": p / s - 1}}
+               "predicted": {"step": p}, "error": {"step": p / s - 1},
+               "one_parameter_error": 1.1 / s - 1, "naive_error": 0.9 / s - 1}
               for n, s, p in ((2, steps[0], 1.0), (4, steps[1], 1.2))]
-    (folder / "report.json").write_text(json.dumps(
-        {"prediction": {"axes": [{"axis": axis, "backend": "horovod", "points": points}]}}))
+    prediction = {"axes": [{"axis": axis, "backend": "horovod", "points": points}]}
+    if floor is not None:
+        prediction["floor"] = {"floor": floor}
+    (folder / "report.json").write_text(json.dumps({"prediction": prediction}))
     recs = [{"schema": "hpcdl.run/1", "kind": "train", "status": "ok",
              "params": {"workload": "cnn", "batch_size": batch, "backend": "horovod",
                         "compression": "none"},
@@ -47,3 +54,32 @@ def test_another_batch_or_another_horovod_setting_is_not_the_same_configuration(
     pinned = _study(tmp_path / "c", (2.0, 2.6),
                     env={"OMPI_MCA_coll_tuned_allreduce_algorithm": "4"})
     assert heldout_check.same_configuration([a, other_batch, pinned]) == []
+
+
+def test_how_far_a_configuration_and_each_predictors_error_move_between_sessions(tmp_path):
+    """Three sessions of one configuration: the measured 4-over-2-node ratio and each predictor's
+    error are spread as their standard deviation over the sessions (the configuration's own mean
+    taken out); the repeats' part is the sd behind the reports' floors."""
+    steps = ((1.0, 1.1), (2.0, 2.6), (1.0, 1.2))
+    studies = [_study(tmp_path / name, st, floor=f)
+               for name, st, f in zip("abc", steps, (0.02, 0.04, None))]
+    lone = _study(tmp_path / "d", (1.0, 1.5), batch=64, floor=0.5)   # run once: not counted
+    res = heldout_check.session_residuals(studies + [lone])
+    assert (res["configurations"], res["points"], res["dof"], res["study_points"]) == (1, 3, 2, 1)
+    ratios = [s4 / s2 for s2, s4 in steps]
+    assert math.isclose(res["measured"], stdev(r / mean(ratios) for r in ratios))
+    for name, at4 in (("the model", 1.2), ("one beta", 1.1), ("naive", 0.9)):
+        errors = [at4 / s4 - 1 for _, s4 in steps]
+        assert math.isclose(res["predictors"][name]["moves"], stdev(errors)), name
+        assert math.isclose(res["predictors"][name]["mae"], mean(abs(e) for e in errors)), name
+    sd_behind = [f / math.sqrt(2 / math.pi) for f in (0.02, 0.04)]
+    assert math.isclose(res["repeats"], math.sqrt(mean(x * x for x in sd_behind)))
+    assert heldout_check.session_residuals(studies[:1] + [lone]) == {}
+
+
+def test_what_an_error_that_moves_between_sessions_allows_a_predictor_without_bias():
+    a = heldout_check.attainable(0.05, 0.10, 12, 0.04)
+    assert math.isclose(a["within"], 0.954499736, rel_tol=1e-8)       # within two sd
+    assert math.isclose(a["all_within"], 0.954499736 ** 12, rel_tol=1e-7)
+    assert math.isclose(a["mae"], 0.05 * math.sqrt(2 / math.pi))
+    assert math.isclose(a["moves_for_target"], 0.04 / math.sqrt(2 / math.pi))
