@@ -267,7 +267,8 @@ def session_residuals(folders) -> dict:
     sessions of one configuration, the measured held-out step over the calibrated one moves
     (relative to its mean), and how far each predictor's step error moves (standard deviations
     within a configuration, pooled); each predictor's mean absolute error over the same points.
-    A correction of a configuration's bias removes none of that movement. ``repeats``: the part
+    A correction of a configuration's bias removes none of that movement. ``parts``: how far the
+    model's compute and exchange errors move the same way. ``repeats``: the part
     of it the repeats' own noise makes (the sd behind each report's floor, root mean square over
     the studies whose points are grouped). Empty when no configuration was run twice."""
     groups = [runs for runs in by_configuration(folders).values() if len(runs) > 1]
@@ -290,6 +291,11 @@ def session_residuals(folders) -> dict:
             continue
         out["predictors"][name] = {"moves": _pooled_sd(errs),
                                    "mae": mean(abs(e) for g in errs for e in g)}
+    out["parts"] = {}
+    for part in ("compute", "exchange"):
+        errs = [[(r[5].get("error") or {}).get(part) for r in g] for g in groups]
+        if all(e is not None for g in errs for e in g):
+            out["parts"][part] = _pooled_sd(errs)
     return out
 
 
@@ -346,6 +352,11 @@ def _print_session_residuals(folders) -> None:
           f" {a['within'] * 100:.0f}%, all {res['study_points']} of a study's"
           f" (independent) {a['all_within'] * 100:.0f}%; half of one beta's mean absolute error"
           f" here, {_pct(half)}, needs an error that moves at most {_pct(a['moves_for_target'])}")
+    for part, moves in res["parts"].items():
+        c = attainable(moves, 0.15, res["study_points"], 0.0)
+        print(f"  the model's {part} error moves {_pct(moves)}: a predicted {part} with no bias"
+              f" that moved as much puts all {res['study_points']} of a study's within 15%"
+              f" {c['all_within'] * 100:.0f}% of the time")
     if res["repeats"] is not None and res["repeats"] < least:
         own = (least ** 2 - res["repeats"] ** 2) ** 0.5
         b = attainable(own, 0.10, res["study_points"], half)

@@ -6,6 +6,8 @@ import json
 import math
 from statistics import mean, stdev
 
+import pytest
+
 from hpcdl_testing import ROOT
 
 _spec = importlib.util.spec_from_file_location("heldout_check",
@@ -21,7 +23,8 @@ def _study(folder, steps, env=None, batch=128, floor=None):
     folder.mkdir()
     axis = "horovod/none@200mbit"
     points = [{"nodes": n, "fitted": n == 2, "measured": {"step": s},
-               "predicted": {"step": p}, "error": {"step": p / s - 1},
+               "predicted": {"step": p},
+               "error": {"step": p / s - 1, "compute": s / 10, "exchange": -s / 10},
                "one_parameter_error": 1.1 / s - 1, "naive_error": 0.9 / s - 1}
               for n, s, p in ((2, steps[0], 1.0), (4, steps[1], 1.2))]
     prediction = {"axes": [{"axis": axis, "backend": "horovod", "points": points}]}
@@ -72,6 +75,8 @@ def test_how_far_a_configuration_and_each_predictors_error_move_between_sessions
         errors = [at4 / s4 - 1 for _, s4 in steps]
         assert math.isclose(res["predictors"][name]["moves"], stdev(errors)), name
         assert math.isclose(res["predictors"][name]["mae"], mean(abs(e) for e in errors)), name
+    spread = stdev(s4 / 10 for _, s4 in steps)
+    assert res["parts"] == pytest.approx({"compute": spread, "exchange": spread})
     sd_behind = [f / math.sqrt(2 / math.pi) for f in (0.02, 0.04)]
     assert math.isclose(res["repeats"], math.sqrt(mean(x * x for x in sd_behind)))
     assert heldout_check.session_residuals(studies[:1] + [lone]) == {}
