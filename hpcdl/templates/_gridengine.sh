@@ -21,6 +21,7 @@ LAUNCH=(mpirun -npernode {{ranks_per_node}} -np {{ranks}} --bind-to none "${FORW
 
 say() { echo "[hpcdl-job $(date +%T)] job ${JOB_ID:-?}: $*" >&2; }
 on_stop() {
+    trapped=1   # the wait below was cut short: it waits again
     say "$1: asking the ranks to checkpoint and stop"
     touch "$HPCDL_STOP_FILE"
 }

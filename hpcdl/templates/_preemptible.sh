@@ -20,6 +20,7 @@ esac
 
 say() { echo "[hpcdl-job $(date +%T)] job ${SLURM_JOB_ID:-?}: $*" >&2; }
 on_usr1() {
+    trapped=1   # the wait below was cut short: it waits again
     say "USR1: asking the ranks to checkpoint and stop"
     touch "$HPCDL_STOP_FILE"
 }
