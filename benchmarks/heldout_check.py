@@ -31,13 +31,14 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 from statistics import mean, median, pstdev
+from typing import NamedTuple, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hpcdl import records  # noqa: E402
 from hpcdl.analysis import baselines  # noqa: E402
+from hpcdl.analysis.floor import SQRT_2_PI  # noqa: E402
 
 PARTS = ("compute", "exchange", "step")
-SQRT_2_PI = math.sqrt(2.0 / math.pi)     # E|X| / sd of a normal X of mean 0
 
 
 def _report(folder: Path):
@@ -207,18 +208,31 @@ def configurations(folder: Path) -> dict:
     return out
 
 
+class Held(NamedTuple):
+    """A held-out point of a study, as :func:`by_configuration` read it."""
+    study: str
+    axis: str
+    nodes: int
+    measured: float           # the measured step over the calibrated point's
+    predicted: float          # the model's prediction of that ratio
+    point: dict               # the report's point
+    floor: Optional[float]    # the floor the study's report printed (:mod:`hpcdl.analysis.floor`)
+    order: int                # the order it was read in
+
+
 def by_configuration(folders) -> dict:
-    """Each held-out point that the studies ran, grouped by configuration (its own and its
-    calibrated point's, as :func:`configurations` reads them), in the order the studies are given:
-    (study, axis, nodes, measured step over the calibrated point's, the model's prediction of that
-    ratio, the report's point, the order it was read in)."""
+    """Each held-out point that the studies ran (a :class:`Held`), grouped by configuration (its
+    own and its calibrated point's, as :func:`configurations` reads them), in the order the
+    studies are given."""
     out, seq = defaultdict(list), 0
     for folder in folders:
         path, doc = _report(folder)
         if doc is None:
             continue
         confs = configurations(folder)
-        for axis in (doc.get("prediction") or {}).get("axes") or []:
+        prediction = doc.get("prediction") or {}
+        floor = (prediction.get("floor") or {}).get("floor")
+        for axis in prediction.get("axes") or []:
             pts = {pt["nodes"]: pt for pt in axis.get("points") or []}
             cal = max((n for n, pt in pts.items() if pt.get("fitted")), default=None)
             for n, pt in sorted(pts.items()):
@@ -228,20 +242,22 @@ def by_configuration(folders) -> dict:
                 if pt.get("fitted") is not False or cal is None or None in key:
                     continue
                 c = pts[cal]
-                out[key].append((path.parent.name, axis["axis"], n,
-                                 pt["measured"]["step"] / c["measured"]["step"],
-                                 pt["predicted"]["step"] / c["predicted"]["step"], pt, seq))
+                out[key].append(Held(path.parent.name, axis["axis"], n,
+                                     pt["measured"]["step"] / c["measured"]["step"],
+                                     pt["predicted"]["step"] / c["predicted"]["step"], pt, floor,
+                                     seq))
                 seq += 1
     return out
 
 
-def same_configuration(folders) -> list:
-    """For each held-out point that two studies both ran: the measured step over the calibrated
-    point's in each, and the model's prediction of that ratio in each (each later study against
-    the first that ran it), with the model's step error."""
-    pairs = [(runs[0], r) for runs in by_configuration(folders).values() for r in runs[1:]]
-    return [tuple(x[:5] + (x[5]["error"]["step"],) for x in pair)
-            for pair in sorted(pairs, key=lambda pair: pair[1][6])]
+def same_configuration(groups: dict) -> list:
+    """For each held-out point that two studies both ran (``groups``: :func:`by_configuration`):
+    the measured step over the calibrated point's in each, and the model's prediction of that
+    ratio in each (each later study against the first that ran it), with the model's step
+    error."""
+    pairs = [(runs[0], r) for runs in groups.values() for r in runs[1:]]
+    return [tuple(x[:5] + (x.point["error"]["step"],) for x in pair)
+            for pair in sorted(pairs, key=lambda pair: pair[1].order)]
 
 
 # the step's predictors a report prints, and where each one's error is in a point
@@ -256,14 +272,9 @@ def _pooled_sd(groups) -> float:
     return (squares / sum(len(g) - 1 for g in groups)) ** 0.5
 
 
-def _floor(folder: Path):
-    """The floor the study's report printed (:mod:`hpcdl.analysis.floor`), else None."""
-    _, doc = _report(folder)
-    return (((doc or {}).get("prediction") or {}).get("floor") or {}).get("floor")
-
-
-def session_residuals(folders) -> dict:
-    """Over the configurations that two or more studies (box sessions) ran: how far, between the
+def session_residuals(groups: dict) -> dict:
+    """Over the configurations that two or more studies (box sessions) ran (``groups``:
+    :func:`by_configuration`): how far, between the
     sessions of one configuration, the measured held-out step over the calibrated one moves
     (relative to its mean), and how far each predictor's step error moves (standard deviations
     within a configuration, pooled); each predictor's mean absolute error over the same points.
@@ -271,46 +282,51 @@ def session_residuals(folders) -> dict:
     model's compute and exchange errors move the same way. ``repeats``: the part
     of it the repeats' own noise makes (the sd behind each report's floor, root mean square over
     the studies whose points are grouped). Empty when no configuration was run twice."""
-    groups = [runs for runs in by_configuration(folders).values() if len(runs) > 1]
+    groups = [runs for runs in groups.values() if len(runs) > 1]
     if not groups:
         return {}
-    per_study = defaultdict(int)
+    per_study, floors = defaultdict(int), {}
     for runs in groups:
         for r in runs:
-            per_study[r[0]] += 1
-    floors = [f for f in (_floor(folder) for folder in folders
-                          if _report(folder)[0].parent.name in per_study) if f is not None]
+            per_study[r.study] += 1
+            if r.floor is not None:
+                floors[r.study] = r.floor
     out = {"configurations": len(groups), "points": sum(len(g) for g in groups),
-           "repeats": (mean((f / SQRT_2_PI) ** 2 for f in floors) ** 0.5 if floors else None),
+           "repeats": (mean((f / SQRT_2_PI) ** 2 for f in floors.values()) ** 0.5
+                       if floors else None),
            "dof": sum(len(g) - 1 for g in groups), "study_points": max(per_study.values()),
-           "measured": _pooled_sd([[r[3] / mean(x[3] for x in g) for r in g] for g in groups]),
+           "measured": _pooled_sd([[r.measured / mean(x.measured for x in g) for r in g]
+                                   for g in groups]),
            "predictors": {}}
     for name, error in PREDICTORS:
-        errs = [[error(r[5]) for r in g] for g in groups]
+        errs = [[error(r.point) for r in g] for g in groups]
         if any(e is None for g in errs for e in g):
             continue
         out["predictors"][name] = {"moves": _pooled_sd(errs),
                                    "mae": mean(abs(e) for g in errs for e in g)}
     out["parts"] = {}
     for part in ("compute", "exchange"):
-        errs = [[(r[5].get("error") or {}).get(part) for r in g] for g in groups]
+        errs = [[(r.point.get("error") or {}).get(part) for r in g] for g in groups]
         if all(e is not None for g in errs for e in g):
             out["parts"][part] = _pooled_sd(errs)
     return out
 
 
-def attainable(moves: float, within: float, points: int, target_mae: float) -> dict:
+def attainable(moves: float, within: float, points: int,
+               target_mae: Optional[float] = None) -> dict:
     """What an error that moves ``moves`` (sd) between sessions allows a predictor with no bias at
     all, errors normal: its expected absolute error, the chance a point lies within ``within``,
-    the chance all ``points`` of a study do (independent points), and the largest sd whose
-    expected absolute error meets ``target_mae``."""
+    the chance all ``points`` of a study do (independent points), and, given ``target_mae``, the
+    largest sd whose expected absolute error meets it."""
     one = math.erf(within / (moves * math.sqrt(2.0)))
-    return {"mae": SQRT_2_PI * moves, "within": one, "all_within": one ** points,
-            "moves_for_target": target_mae / SQRT_2_PI}
+    out = {"mae": SQRT_2_PI * moves, "within": one, "all_within": one ** points}
+    if target_mae is not None:
+        out["moves_for_target"] = target_mae / SQRT_2_PI
+    return out
 
 
-def _print_same_configuration(folders) -> None:
-    pairs = same_configuration(folders)
+def _print_same_configuration(groups: dict) -> None:
+    pairs = same_configuration(groups)
     if not pairs:
         return
     print()
@@ -327,11 +343,10 @@ def _print_same_configuration(folders) -> None:
     print(f"  {len(pairs)} shared points: the sessions' measured ratios lay"
           f" {median(apart) * 100:.1f}% apart (median), {max(apart) * 100:.1f}% at most;"
           f" {sum(x > 0.10 for x in apart)} more than 10% apart")
-    _print_session_residuals(folders)
 
 
-def _print_session_residuals(folders) -> None:
-    res = session_residuals(folders)
+def _print_session_residuals(groups: dict) -> None:
+    res = session_residuals(groups)
     if not res or "one beta" not in res["predictors"]:
         return
     print()
@@ -353,7 +368,7 @@ def _print_session_residuals(folders) -> None:
           f" (independent) {a['all_within'] * 100:.0f}%; half of one beta's mean absolute error"
           f" here, {_pct(half)}, needs an error that moves at most {_pct(a['moves_for_target'])}")
     for part, moves in res["parts"].items():
-        c = attainable(moves, 0.15, res["study_points"], 0.0)
+        c = attainable(moves, 0.15, res["study_points"])
         print(f"  the model's {part} error moves {_pct(moves)}: a predicted {part} with no bias"
               f" that moved as much puts all {res['study_points']} of a study's within 15%"
               f" {c['all_within'] * 100:.0f}% of the time")
@@ -402,7 +417,9 @@ def main(argv=None) -> int:
               f"{b['under']} under, {b['over']} over, sign test p = {b['sign_p']:.3f}"
               + (" (a bias)" if b["biased"] else ""))
     _print_rank_spread(a.studies)
-    _print_same_configuration(a.studies)
+    groups = by_configuration(a.studies)
+    _print_same_configuration(groups)
+    _print_session_residuals(groups)
     return 0
 
 

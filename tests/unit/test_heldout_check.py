@@ -45,7 +45,7 @@ def _study(folder, steps, env=None, batch=128, floor=None):
 def test_the_same_configuration_in_two_studies_is_paired_with_each_sessions_ratio(tmp_path):
     a = _study(tmp_path / "a", (1.0, 1.1))
     b = _study(tmp_path / "b", (2.0, 2.6))
-    ((first, second),) = heldout_check.same_configuration([a, b])
+    ((first, second),) = heldout_check.same_configuration(heldout_check.by_configuration([a, b]))
     assert first[:3] == ("a", "horovod/none@200mbit", 4) and second[0] == "b"
     assert abs(first[3] - 1.1) < 1e-12 and abs(second[3] - 1.3) < 1e-12   # measured s4/s2
     assert abs(first[4] - 1.2) < 1e-12 and abs(second[4] - 1.2) < 1e-12   # predicted s4/s2
@@ -56,7 +56,8 @@ def test_another_batch_or_another_horovod_setting_is_not_the_same_configuration(
     other_batch = _study(tmp_path / "b", (2.0, 2.6), batch=64)
     pinned = _study(tmp_path / "c", (2.0, 2.6),
                     env={"OMPI_MCA_coll_tuned_allreduce_algorithm": "4"})
-    assert heldout_check.same_configuration([a, other_batch, pinned]) == []
+    assert heldout_check.same_configuration(
+        heldout_check.by_configuration([a, other_batch, pinned])) == []
 
 
 def test_how_far_a_configuration_and_each_predictors_error_move_between_sessions(tmp_path):
@@ -67,7 +68,8 @@ def test_how_far_a_configuration_and_each_predictors_error_move_between_sessions
     studies = [_study(tmp_path / name, st, floor=f)
                for name, st, f in zip("abc", steps, (0.02, 0.04, None))]
     lone = _study(tmp_path / "d", (1.0, 1.5), batch=64, floor=0.5)   # run once: not counted
-    res = heldout_check.session_residuals(studies + [lone])
+    res = heldout_check.session_residuals(
+        heldout_check.by_configuration(studies + [lone]))
     assert (res["configurations"], res["points"], res["dof"], res["study_points"]) == (1, 3, 2, 1)
     ratios = [s4 / s2 for s2, s4 in steps]
     assert math.isclose(res["measured"], stdev(r / mean(ratios) for r in ratios))
@@ -79,7 +81,8 @@ def test_how_far_a_configuration_and_each_predictors_error_move_between_sessions
     assert res["parts"] == pytest.approx({"compute": spread, "exchange": spread})
     sd_behind = [f / math.sqrt(2 / math.pi) for f in (0.02, 0.04)]
     assert math.isclose(res["repeats"], math.sqrt(mean(x * x for x in sd_behind)))
-    assert heldout_check.session_residuals(studies[:1] + [lone]) == {}
+    assert heldout_check.session_residuals(
+        heldout_check.by_configuration(studies[:1] + [lone])) == {}
 
 
 def test_what_an_error_that_moves_between_sessions_allows_a_predictor_without_bias():
