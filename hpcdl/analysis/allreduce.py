@@ -4,7 +4,7 @@ and receives over one connection at once. Numpy-free."""
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Callable, List, Tuple
 
 from .. import costmodel
 from ..records import lookup as _get
@@ -68,6 +68,37 @@ def link_parts(algorithm: str, n: float, p: int) -> Tuple[float, float]:
     if algorithm == "allgather":
         return ((p - 1) * n, 0.0) if p == 2 else (0.0, (p - 1) * n)
     raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")
+
+
+def steps(algorithm: str, n: float, p: int) -> List[Tuple[float, int]]:
+    """The messages on the slowest rank's path of one allreduce of ``n`` bytes on ``p`` ranks,
+    as (bytes of one message, how many in turn): what a per-message cost adds up over. Their
+    bytes are :func:`link_bytes`'s; their count is the latency term a link-rate model leaves
+    out, which grows with p (a ring's 2(p-1) steps of n/p bytes, recursive halving's log2 p)."""
+    if p <= 1:
+        return []
+    q = 1 << (int(p).bit_length() - 1)
+    fold = q < p
+    k = int(math.log2(q))
+    if algorithm in ("ring", "segmented ring"):
+        return [(n / p, 2 * (p - 1))]
+    if algorithm == "rabenseifner":
+        halving = [(n / 2 ** i, 2) for i in range(1, k + 1)]
+        return halving + ([(n / 2, 2), (n, 1)] if fold else [])
+    if algorithm == "recursive doubling":
+        return [(n, k)] + ([(n, 2)] if fold else [])
+    if algorithm in ("linear", "nonoverlapping", "ps"):
+        return [(n, 2 * (p - 1))]
+    if algorithm == "allgather":
+        return [(n, p - 1)]
+    raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")
+
+
+def exchange_time(algorithm: str, n: float, p: int,
+                  per_message: Callable[[float], float]) -> float:
+    """Seconds of one allreduce: ``per_message(bytes)`` (a link's α + bytes·β, or what a
+    2-node sweep measured a message of that size to take) summed over :func:`steps`."""
+    return float(sum(count * per_message(m) for m, count in steps(algorithm, n, p)))
 
 
 def link_bytes(algorithm: str, n: float, p: int) -> float:
