@@ -619,12 +619,14 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
             fit_label: Optional[str] = None, scaling: Optional[str] = None,
             algorithm: Optional[str] = None, max_ranks: int = 1024, allow_mixed: bool = False,
             exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
-            spread_bench: Optional[str] = None) -> StudyAnalysis:
+            spread_bench: Optional[str] = None,
+            forecast: Sequence[int] = predict.FORECAST) -> StudyAnalysis:
     """The analysis of one study's records, or of what :class:`.reading.Digest` kept of them
     as they were read (raises ValueError on what cannot be analysed, and
     :class:`provenance.MixedRecords` on records of different code, software, study files,
     processors or box settings unless ``allow_mixed``). ``exchange_bench``, ``loop_bench`` and
-    ``spread_bench``: see :func:`_predicted`."""
+    ``spread_bench``: see :func:`_predicted`; ``forecast``: the node counts the part-by-part
+    model forecasts."""
     recs = recs if isinstance(recs, Digest) else Digest.of(recs)
     origin = recs.origin.result(allow_mixed)
     rows = rows_of(recs.runs)
@@ -635,21 +637,53 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
     # point for the rest; beside a declared calibration subset, with the subset's points
     nodes_max = declared_nodes_max(recs)
     fit_for = _fit_for(fit_doc, fit_label)
-    everything: Dict[str, StepModel] = {}
     cores = recs.cores
     flag_rows(rows, cores)
-    models = {}
     # an axis whose records time no step (a script seen only from outside) has no model, nor
     # one whose step is no allreduce (the asynchronous parameter server, a pipeline)
     timed = [a for a in axes(rows)
              if any(math.isfinite(r.step_time) and r.modelled for r in rows if r.axis == a)]
-    for axis in timed:
+    pattern, loop = exchange_bench or declared_bench(recs), loop_bench or declared_loop(recs)
+    spread = spread_bench or declared_spread(recs)
+    ahead = _predicted(recs, origin, nodes_max, kind, fit_for, pattern, loop, spread, forecast)
+    _heldout_from(ahead, rows)
+    for r in rows:
+        r.fitted = r.nodes <= nodes_max if nodes_max else r.fitted
+    models, everything, first, batch, extra, why, flat, src = _whole_step(
+        rows, timed, kind, nodes_max, fit_for, algorithm, fit_doc is not None, max_ranks,
+        bool(ahead))
+    spent = budget.of_points(recs.budget, rows)
+    return StudyAnalysis(
+        study=name, workload=recs.workload, scaling=kind,
+        scaling_source=source, calibration=_calibration_text(fit_label if fit_doc else None,
+                                                             nodes_max, pattern, loop, spread),
+        records=recs.records, rows=rows, models=models, extrapolation=extra,
+        extrapolation_axis=first, extrapolation_batch=batch,
+        extrapolation_bytes=next(r.wire_bytes for r in rows if r.axis == first), cores=cores,
+        extrapolation_why=why, extrapolation_flat=flat,
+        extrapolation_source=("every point of the axis" if first in everything else
+                              f"{src.configs} multi-rank configurations" if src else ""),
+        published=published_comparison(measured_window=None if why else _measured_window(src)),
+        all_points_models=everything,
+        convergence=recs.curves.result({(r.axis, r.ranks): r.speedup for r in rows}),
+        # where the part-by-part prediction gives the remedies (and checks them), it alone does
+        budget=spent, remedies=[] if ahead else remedies(rows, models, spent, kind),
+        systems=systems_of(recs.systems),
+        provenance=origin, prediction=ahead)
+
+
+def _whole_step(rows: List[Row], timed: List[str], kind: str, nodes_max: int, fit_for,
+                algorithm: Optional[str], from_fit: bool, max_ranks: int, predicted: bool):
+    """The whole-step model per axis and its extrapolation, for a study the part-by-part model
+    does not predict (one model: where it does, ``predicted``, none is made)."""
+    models: Dict[str, StepModel] = {}
+    everything: Dict[str, StepModel] = {}
+    for axis in ([] if predicted else timed):
         sel = [r for r in rows if r.axis == axis]
         algo = algorithm or costmodel.algorithm_for(sel[0].backend, sel[0].compression)
         fit = fit_for(sel[0].backend, sel[0].compression) if fit_for else None
         if nodes_max:
             models[axis] = calibrate_on_few_nodes(sel, algo, nodes_max, fit=fit)
-            # beside it, the parameters that every point of the axis gives (not a prediction)
             everything[axis] = costmodel.calibrate([r.observation() for r in sel], algo,
                                                    bandwidth_only=True)
             continue
@@ -658,47 +692,27 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
         heldout_errors(sel, algo, fit)
     # Extrapolate the first axis whose model is determined, uncompressed ones first. The network
     # presets need only the study's compute; "measured here" needs its alpha and beta too.
-    order = sorted(timed, key=lambda a: (not models[a].determined,
-                                         not models[a].compute_probed, not a.endswith("/none")))
+    order = sorted(models, key=lambda a: (not models[a].determined,
+                                          not models[a].compute_probed, not a.endswith("/none")))
     first = order[0] if order else axes(rows)[0]
     base = [r for r in rows if r.axis == first]
     batch = base[0].global_batch if kind == "strong" else base[0].batch_size
-    # extrapolate only from parameters the runs determine: the model fitted to every point of
-    # the axis, from at least two multi-rank configurations
     src = everything.get(first) or models.get(first)
-    extra, why, flat = [], _undetermined(src, fit_doc is not None), []
+    extra, why, flat = [], _undetermined(src, from_fit), []
+    if predicted:
+        why = "the part-by-part model forecasts instead (its section)"
     if not why:
         nets = {"local": Network("measured here (calibrated)", src.alpha, src.beta,
                                  "this study's fit"), **PRESETS}
         extra = extrapolate(src, kind, batch, base[0].wire_bytes, nets,
                             [p for p in EXTRAPOLATE_RANKS if p <= max_ranks])
         extra, flat = _network_effect(extra)
-    spent = budget.of_points(recs.budget, rows)
-    pattern, loop = exchange_bench or declared_bench(recs), loop_bench or declared_loop(recs)
-    spread = spread_bench or declared_spread(recs)
-    ahead = _predicted(recs, origin, nodes_max, kind, fit_for, pattern, loop, spread)
-    _heldout_from(ahead, rows)
-    return StudyAnalysis(
-        study=name, workload=recs.workload, scaling=kind,
-        scaling_source=source, calibration=_calibration_text(fit_label if fit_doc else None,
-                                                             nodes_max, pattern, loop, spread),
-        records=recs.records, rows=rows, models=models, extrapolation=extra,
-        extrapolation_axis=first, extrapolation_batch=batch,
-        extrapolation_bytes=base[0].wire_bytes, cores=cores,
-        extrapolation_why=why, extrapolation_flat=flat,
-        extrapolation_source=("every point of the axis" if first in everything else
-                              f"{src.configs} multi-rank configurations" if src else ""),
-        published=published_comparison(measured_window=None if why else _measured_window(src)),
-        all_points_models=everything,
-        convergence=recs.curves.result({(r.axis, r.ranks): r.speedup for r in rows}),
-        # where the part-by-part prediction gives the remedies (and checks them), it alone does
-        budget=spent, remedies=[] if ahead.get("remedies") else remedies(rows, models, spent, kind),
-        systems=systems_of(recs.systems),
-        provenance=origin, prediction=ahead)
+    return models, everything, first, batch, extra, why, flat, src
 
 
 def _predicted(recs: Digest, origin, nodes_max: int, kind: str, fit_for, pattern: Optional[str],
-               loop_bench: Optional[str], spread_bench: Optional[str] = None) -> dict:
+               loop_bench: Optional[str], spread_bench: Optional[str] = None,
+               forecast: Sequence[int] = predict.FORECAST) -> dict:
     """:func:`predict.of_points` of the records: the held-out exchange from the tuning files
     ``pattern`` names (a path pattern; else the study's declared one, if any), a Horovod axis's
     compute beyond its calibration after the loop file ``loop_bench`` (:mod:`.loop_share`; used
@@ -710,7 +724,7 @@ def _predicted(recs: Digest, origin, nodes_max: int, kind: str, fit_for, pattern
     spread = HostSpread(spread_bench, machine) if spread_bench and nodes_max else None
     return predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for,
                              bench=Bench(pattern, machine=machine) if pattern and nodes_max else None,
-                             loop=loop, spread=spread)
+                             loop=loop, spread=spread, forecast=forecast)
 
 
 def _calibration_text(fit_label: Optional[str], nodes_max: int,

@@ -7,7 +7,7 @@ numpy only."""
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -44,6 +44,26 @@ def conformal_quantile(residuals: Sequence[float], level: float) -> Optional[flo
     r = sorted(residuals)
     k = math.ceil((len(r) + 1) * level)
     return r[k - 1] if r and k <= len(r) else None
+
+
+# Student's t, two-sided 90% (0.95 quantile), by degrees of freedom: for fewer residuals than a
+# 90% conformal quantile needs (9)
+T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860}
+
+
+def band_quantile(residuals: Sequence[float], level: float) -> Tuple[Optional[float], str]:
+    """(half-width of the relative band, its basis): the conformal quantile where there are
+    enough residuals; else, from 1 to 8 of them, a normal error of zero mean with its spread
+    their root mean square, widened by Student's t (``level`` 0.90 only); else None."""
+    q = conformal_quantile(residuals, level)
+    if q is not None:
+        return q, f"conformal, {len(residuals)} out-of-sample residuals"
+    n = len(residuals)
+    if not n or abs(level - 0.90) > 1e-9 or n not in T95:
+        return None, f"{n} out-of-sample residual(s): no band"
+    rms = math.sqrt(sum(r * r for r in residuals) / n)
+    return (T95[n] * rms * math.sqrt(1.0 + 1.0 / n),
+            f"normal from {n} out-of-sample residual(s) (t with {n} d.o.f.)")
 
 
 def scores(held: List[dict]) -> dict:

@@ -72,12 +72,14 @@ from .exchange_bench import Bench
 from .host_spread import HostSpread
 from .loop_share import LoopShare
 from .allreduce import duplex_of, link_bytes, on_link, pairwise
-from .baselines import conformal_quantile, naive, noise, one_parameter, scores
+from . import forecast as _forecast
+from .baselines import band_quantile, naive, noise, one_parameter, scores
 from .baselines import relative_error as _err
 from .measured import Runs, median as _med, points as _points, spread, summary as _summary
 from .. import costmodel
 
 NOMINAL = 0.90                 # the band's nominal coverage
+FORECAST = _forecast.FORECAST
 
 
 def expected_max(values: Sequence[float], p: int) -> float:
@@ -266,10 +268,11 @@ def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
             remedied: Sequence[dict] = (),
             exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None,
             bench: Optional[Bench] = None, loop: Optional[LoopShare] = None,
-            spread: Optional[HostSpread] = None) -> dict:
+            spread: Optional[HostSpread] = None,
+            forecast: Sequence[int] = _forecast.FORECAST) -> dict:
     """:func:`of_points` of records, grouped by ``row_key``."""
     return of_points(_points(recs, row_key), nodes_max, kind, _points(remedied, row_key),
-                     exchange_fit, bench, loop, spread)
+                     exchange_fit, bench, loop, spread, forecast)
 
 
 def _benched(axis: str, backend: str, by_p: Dict[int, Runs], nodes_max: int,
@@ -316,7 +319,8 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
               remedied: Optional[Dict[tuple, Runs]] = None,
               exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None,
               bench: Optional[Bench] = None, loop: Optional[LoopShare] = None,
-              spread: Optional[HostSpread] = None) -> dict:
+              spread: Optional[HostSpread] = None,
+              forecast: Sequence[int] = _forecast.FORECAST) -> dict:
     """Per axis, the model's and the baselines' predictions of every point; the errors at the
     held-out points, the band and its coverage; the remedies' predicted gains, measured where
     the study (fp16) or ``remedied`` (the runs of the same workload with a remedy applied, e.g.
@@ -328,7 +332,8 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     compute by node count (:mod:`.loop_share`), which a Horovod axis's compute then follows
     beyond its calibration. ``spread``: how far the allocation's nodes lie apart computing at
     once, by node count (:mod:`.host_spread`), which every axis's slowest rank beyond its
-    calibration is drawn from. Empty when the study declares no
+    calibration is drawn from. ``forecast``: the node counts to forecast (:mod:`.forecast`).
+    Empty when the study declares no
     calibration subset or its records carry no probes."""
     if not nodes_max:
         return {}
@@ -359,19 +364,8 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
                          "_bench": {p: v[0] for p, v in benched.items()}})
     if not out_axes:
         return {}
-    q = conformal_quantile([abs(e) for e in loro], NOMINAL)
-    held = []
-    for ax in out_axes:
-        for pt in ax["points"]:
-            step = pt["predicted"]["step"]
-            low = pt["step_if_hidden"]          # never above the step: hidden >= 0
-            pt["band"] = None if step is None or q is None else [low * (1 - q), step * (1 + q)]
-            pt["naive_error"] = _err(pt["naive"], pt["measured"]["step"])
-            pt["one_parameter_error"] = _err(pt["one_parameter"], pt["measured"]["step"])
-            if not pt["fitted"]:
-                pt["inside"] = (None if pt["band"] is None else
-                                pt["band"][0] <= pt["measured"]["step"] <= pt["band"][1])
-                held.append(pt)
+    q, basis = band_quantile([abs(e) for e in loro], NOMINAL)
+    held, reach = _banded(out_axes, q)
     cross = transfer.cross_rate(out_axes, nodes_max)
     others = {}
     for key, runs in (remedied or {}).items():
@@ -379,13 +373,37 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     fixes = transfer.remedies(out_axes, kind,
                               [{"axis": a, "_by_p": v} for a, v in others.items()])
     lowest = floor.of_axes(out_axes, nodes_max, folds, _fit)
+    ahead = [_forecast.of_axis(ax, kind, sorted(forecast), q) for ax in out_axes] if forecast else []
     for ax in out_axes:
         del ax["_model"], ax["_by_p"], ax["_bench"]
     return {"nodes_max": nodes_max, "nominal": NOMINAL, "band_halfwidth": q,
+            "band_basis": basis, "forecast": ahead,
+            "coverage_by_distance": _forecast.coverage_by_distance(reach),
             **_benches(bench, loop, spread, out_axes, held),
             "band_residuals": len(loro), "axes": out_axes,
             "heldout": scores(held), "noise": noise(out_axes), "floor": lowest,
             "cross_rate": cross, "remedies": fixes}
+
+
+def _banded(out_axes: List[dict], q: Optional[float]):
+    """Each point's band and the baselines' errors; (the held-out points, each with its axis's
+    largest calibrated node count)."""
+    held, reach = [], []
+    for ax in out_axes:
+        p_cal = ax["_model"].p_cal
+        for pt in ax["points"]:
+            step = pt["predicted"]["step"]
+            low = pt["step_if_hidden"]          # never above the step: hidden >= 0
+            pt["band"] = (None if step is None else
+                          _forecast.band(step, low, q, pt["nodes"], p_cal))
+            pt["naive_error"] = _err(pt["naive"], pt["measured"]["step"])
+            pt["one_parameter_error"] = _err(pt["one_parameter"], pt["measured"]["step"])
+            if not pt["fitted"]:
+                pt["inside"] = (None if pt["band"] is None else
+                                pt["band"][0] <= pt["measured"]["step"] <= pt["band"][1])
+                held.append(pt)
+                reach.append((pt, p_cal))
+    return held, reach
 
 
 def _benches(bench: Optional[Bench], loop: Optional[LoopShare], spread: Optional[HostSpread],

@@ -17,7 +17,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from . import sections
 from .plots import draw_plots  # matplotlib is imported only when plots are drawn
@@ -130,7 +130,8 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
                  plots: bool = True, scaling: Optional[str] = None,
                  allow_mixed: bool = False, workers: Optional[int] = None,
                  exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
-                 spread_bench: Optional[str] = None) -> Dict:
+                 spread_bench: Optional[str] = None,
+                 forecast: Sequence[int] = analysis.predict.FORECAST) -> Dict:
     """Analyse the records in ``src`` and render the report; return {'report', 'json', 'files'}.
     ``workers``: processes that read the records (see :func:`_workers`); ``exchange_bench``: the
     tuning files (a path pattern) whose exchange the held-out points take; ``loop_bench``: the
@@ -152,10 +153,12 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     try:
         res = analysis.analyse(recs, recs.study or runs.parent.name, fit_doc,
                                str(fit_path) if fit_path else None, scaling, algorithm, max_ranks,
-                               allow_mixed, exchange_bench, loop_bench, spread_bench)
+                               allow_mixed, exchange_bench, loop_bench, spread_bench, forecast)
     except ValueError as exc:
         raise UserError(f"{runs}: {exc}") from None
-    if fit_doc and not any(m.source.startswith("bench fit") for m in res.models.values()):
+    sources = [m.source for m in res.models.values()] + [
+        ax["model"]["exchange_source"] for ax in (res.prediction or {}).get("axes", [])]
+    if fit_doc and not any(src.startswith("bench fit") for src in sources):
         raise UserError(f"fit {fit_path}: no entry for the study's axes ({', '.join(res.axes)}); "
                         f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")
     pngs = draw_plots(res, out) if plots else []

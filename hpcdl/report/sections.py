@@ -143,9 +143,9 @@ def model(ctx: Context) -> Part:
     """The communication model beside each measurement, its extrapolation, the published runs."""
     res = ctx.res
     tables = []
-    if res.models:
+    if res.models and not res.prediction:
         tables.append(_model_table(res))
-    if res.extrapolation:
+    if res.extrapolation and not res.prediction:
         tables.append(_extrapolation_table(res))
     tables.append(_published_table(res.published))
     return Part(tables, _model_markdown(res, _by_name(tables)))
@@ -162,6 +162,8 @@ def prediction(ctx: Context) -> Part:
         tables.append(_cross_rate_table(pred))
     if pred["remedies"]:
         tables.append(_remedy_table(pred))
+    if pred.get("forecast"):
+        tables.append(_forecast_table(pred))
     return Part(tables, _prediction_markdown(pred, _by_name(tables)))
 
 
@@ -598,6 +600,12 @@ def _target_markdown(res, by_name) -> List[str]:
 
 def _model_markdown(res, by_name) -> List[str]:
     f = costmodel.FORMULAS
+    if res.prediction:
+        return (["## Communication model", "",
+                 "One model: the part-by-part prediction below, checked on the points it was "
+                 "not calibrated on and carried to the forecast. Horovod's published run, with "
+                 "the same exchange formula:", ""]
+                + _published_markdown(by_name["model-vs-published"])[2:])
     if not res.models:
         return ["## Communication model", "",
                 "None: no record times a step (a script run without hpcdl's callback is seen "
@@ -938,20 +946,7 @@ def _prediction_markdown(pred, by_name) -> List[str]:
                   f"{_f(h['mae_exchange'], pct=True)})." + verdict]
         lines += _bias_words(h.get("by_nodes") or [])
         lines.append(_noise_words(pred.get("noise")))
-        if pred["band_halfwidth"] is None:
-            lines.append(f"No band: {pred['band_residuals']} out-of-sample residual(s) are too "
-                         f"few for a {pred['nominal'] * 100:.0f}% conformal quantile.")
-        else:
-            lines.append(f"Band: ±{_f(pred['band_halfwidth'], pct=True)}, the "
-                         f"{pred['nominal'] * 100:.0f}% conformal quantile of "
-                         f"{pred['band_residuals']} out-of-sample errors (each multi-rank "
-                         "calibration run predicted by the model calibrated without its repeat, "
-                         "all axes pooled), about the predicted step; beyond the calibrated "
-                         "node count its lower edge is below the step as if the exchange hid as "
-                         "much as at the calibration, since how much hides there is not known; "
-                         f"nominal coverage {pred['nominal'] * 100:.0f}%, "
-                         f"measured {h['covered']} of {h['banded']} held-out points "
-                         f"({_f(h['coverage'], pct=True)}).")
+        lines.append(_band_words(pred, h))
     if pred["cross_rate"]:
         errs = [abs(c["error"]) for c in pred["cross_rate"] if c["error"] is not None]
         lines += ["", "Across link rates: each axis's model, calibrated at its rate, predicting "
@@ -960,7 +955,63 @@ def _prediction_markdown(pred, by_name) -> List[str]:
                   by_name["prediction-across-rates"].markdown()]
     if pred["remedies"]:
         lines += _remedies_markdown(pred, by_name)
+    if "forecast" in by_name:
+        lines += _forecast_markdown(pred, by_name)
     return lines + [""]
+
+
+def _band_words(pred, h) -> str:
+    basis = pred.get("band_basis") or ""
+    if pred["band_halfwidth"] is None:
+        return f"No band: {basis}."
+    dist = "; ".join(f"{c['inside']} of {c['points']} at {2 ** c['distance']:.3g}× the "
+                     "calibrated nodes" for c in pred.get("coverage_by_distance") or [])
+    return (f"Band: ±{_f(pred['band_halfwidth'], pct=True)} at the calibrated node count "
+            f"({pred['nominal'] * 100:.0f}%, {basis}: each multi-rank calibration run predicted "
+            "by the model calibrated without its repeat, all axes pooled), widened to "
+            "±q·√(1 + log2(N / calibrated nodes)) at N nodes: each doubling beyond the "
+            "calibration adds an error of the calibration's size. Beyond the calibrated node "
+            "count its lower edge is the step as if the exchange hid as much as at the "
+            f"calibration. Nominal coverage {pred['nominal'] * 100:.0f}%, measured "
+            f"{h['covered']} of {h['banded']} held-out points ({_f(h['coverage'], pct=True)})"
+            + (f"; by distance: {dist}." if dist else "."))
+
+
+def _forecast_table(pred) -> Table:
+    t = Table("forecast", "MODEL forecast at larger node counts",
+              ["axis", "network", "nodes", "allreduce", "compute (ms)", "exchange (ms)",
+               "step (ms)", "band (ms)", "throughput", "efficiency"],
+              meta={"kind": "model", "hidden": "none of the exchange beyond the calibration"})
+    for f in pred["forecast"]:
+        nets = [("this allocation", f["here"])] + [(n["label"], n["rows"])
+                                                   for n in f["networks"]]
+        for label, rows in nets:
+            for r in rows:
+                if r.get("step_s") is None:
+                    continue
+                b = r["band_s"]
+                t.add([f["axis"], label, r["nodes"], r["algorithm"], _ms(r["compute_s"]),
+                       _ms(r["exchange_s"]), _ms(r["step_s"]),
+                       f"{b[0] * 1e3:.4g}–{b[1] * 1e3:.4g}" if b else "-",
+                       _f(r["throughput"], 1), _f(r["efficiency"], pct=True)],
+                      {"axis": f["axis"], "network": label, **r})
+    return t
+
+
+def _forecast_markdown(pred, by_name) -> List[str]:
+    f0 = pred["forecast"][0]
+    left = sorted({n for f in pred["forecast"] for n in f["left_out"]})
+    return ["", "### Forecast (MODEL)", "",
+            f"The model above, calibrated on at most {f0['calibrated_nodes']} node(s), at the "
+            "node counts planned: the slowest of N ranks' compute, the exchange of the "
+            "allreduce the MPI library runs at N ranks (on this allocation from "
+            f"{f0['exchange_here']}; on a named network its latency per message plus bytes "
+            "at 90% of its line rate, over the algorithm's messages), the fixed cost as "
+            "measured, none of the exchange hidden. Efficiency against the model's one node.",
+            "", by_name["forecast"].markdown(), ""] + (
+        [f"Left out: {', '.join(left)}, whose exchange stays under "
+         "1% of every step here, so a column would only repeat the compute's ratio, not show a "
+         "network effect.", ""] if left else [])
 
 
 def _bias_words(by_nodes) -> List[str]:

@@ -96,6 +96,8 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
                    help="a spread file (benchmarks/box_contention.py --json): the held-out "
                         "points' slowest rank is drawn from how far the allocation's nodes lay "
                         "apart computing at once at their node count")
+    p.add_argument("--forecast", default="16,64,256", metavar="N,N,...",
+                   help="node counts the model forecasts (default 16,64,256; 'none' for none)")
     p.add_argument("--algorithm", choices=("ring", "ps"), default=None,
                    help="exchange algorithm of the model (default: ps for the ps backend, else ring)")
     p.add_argument("--max-ranks", type=int, default=1024, help="extrapolate up to this many ranks")
@@ -165,7 +167,8 @@ def report_main(opts) -> int:
                                   scaling=opts.scaling, allow_mixed=opts.allow_mixed,
                                   workers=opts.workers, exchange_bench=opts.exchange_bench,
                                   loop_bench=opts.loop_bench,
-                                  spread_bench=opts.spread_bench)
+                                  spread_bench=opts.spread_bench,
+                                  forecast=_node_counts(opts.forecast))
     for kind, path in written.items():
         if kind != "files":
             print(f"{kind}: {path}")
@@ -276,3 +279,17 @@ def status_main(opts) -> int:
 
 def _recorded(value) -> str:
     return "-" if value is None else "yes" if value else "no"
+
+
+def _node_counts(text: str):
+    """--forecast's node counts (none for 'none')."""
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        counts = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        counts = []
+    if not counts or counts[0] < 2:
+        raise UserError(f"--forecast {text}: give node counts of 2 or more, such as 16,64,256, "
+                        "or none")
+    return tuple(counts)

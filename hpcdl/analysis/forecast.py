@@ -1,0 +1,112 @@
+"""The forecast: what N nodes will give, from the part-by-part model (:mod:`.predict`) calibrated
+on the study's smallest node counts, on this allocation's network and on named ones.
+
+Per node count: compute (the slowest of N ranks, :meth:`.predict.PartModel.compute`), the
+exchange of the allreduce algorithm that runs there (the MPI library's decision at N ranks and
+that many bytes, or the algorithm the runs pinned), the fixed cost, and none of the exchange
+hidden beyond the calibration (a lower bound on efficiency where some would hide). On a named
+network the exchange is :func:`.allreduce.exchange_time` at the network's α + bytes·β; compute
+and fixed cost stay as measured. A network whose exchange stays under :data:`NETWORK_EFFECT`
+of every step is left out: its column would only repeat the compute's ratio.
+
+The band is the held-out band (:func:`.baselines.band_quantile`) widened with the distance from
+the largest calibrated node count d = log2(N / p_cal): half-width q·sqrt(1 + d). Each doubling
+beyond the calibration is taken to add an error of the calibration's own size, independent of
+the others, so variances add. Its coverage is counted on the held-out points by distance
+(:func:`coverage_by_distance`)."""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence
+
+from .. import costmodel
+from .allreduce import OMPI_ALLREDUCE, exchange_time, ompi_allreduce
+
+FORECAST = (16, 64, 256)     # node counts forecast where a study names none
+NETWORK_EFFECT = 0.01        # a network whose exchange is under 1% of every step shows no effect
+
+
+def widening(p: int, p_cal: int) -> float:
+    """How many times the calibration's band half-width the band at p nodes is."""
+    d = math.log2(p / p_cal) if p > p_cal >= 1 else 0.0
+    return math.sqrt(1.0 + d)
+
+
+def band(step: float, low: float, q: Optional[float], p: int, p_cal: int):
+    """[lower, upper] of a step predicted at p nodes (``low``: the step as if the calibration's
+    hidden share held), or None without a band."""
+    if q is None:
+        return None
+    w = q * widening(p, p_cal)
+    return [low * max(0.0, 1.0 - w), step * (1.0 + w)]
+
+
+def algorithm_at(summary: dict, pinned: bool, p: int) -> str:
+    """The allreduce the axis's runs would run at p ranks: its own where hpcdl's (ring of its
+    own, parameter server, allgather) or pinned, else Open MPI's decision at p and its bytes."""
+    algo = summary["algorithm"]
+    if pinned or algo in ("ps", "allgather") or summary.get("backend") not in ("horovod", "mpi"):
+        return algo
+    return OMPI_ALLREDUCE[ompi_allreduce(p, summary["wire"])]
+
+
+def pinned(sums: Dict[int, dict]) -> bool:
+    """Whether an axis's runs ran another algorithm than Open MPI's decision at some node count
+    (pinned by the run's settings, or hpcdl's own): then it runs that one at every count."""
+    return any(s["algorithm"] != OMPI_ALLREDUCE[ompi_allreduce(s["ranks"], s["wire"])]
+               for s in sums.values() if s["ranks"] > 1)
+
+
+def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=None) -> dict:
+    b = b1 if kind == "weak" else b1 / p
+    e = model.exchange(p, algo, s["wire"], s["rate"]) if exchange is None else exchange
+    if e is None:
+        return {"nodes": p, "algorithm": algo, "step_s": None}
+    step = model.step(p, b, algo, s["wire"], s["rate"], e)
+    low = model.step(p, b, algo, s["wire"], s["rate"], e, carried=True)
+    t1 = model.step(1, b1, algo, s["wire"], s["rate"], 0.0)
+    throughput = p * b / step
+    return {"nodes": p, "ranks": p, "batch_per_rank": b, "algorithm": algo,
+            "compute_s": model.center(p, b) if model.backend == "ps" else model.compute(p, b),
+            "fixed_s": model.fixed, "exchange_s": e,
+            "step_s": step, "throughput": throughput,
+            "efficiency": throughput / (b1 / t1) / p,
+            "band_s": band(step, low, q, p, model.p_cal)}
+
+
+def of_axis(ax: dict, kind: str, nodes: Sequence[int], q: Optional[float]) -> dict:
+    """The forecast of one axis of :func:`.predict.of_points` (its ``_model`` and ``_by_p``)
+    at ``nodes``, on this allocation and on the named networks."""
+    from .measured import summary as _summary
+    model = ax["_model"]
+    sums = {p: {**_summary(r), "backend": ax["backend"]} for p, r in ax["_by_p"].items()}
+    s = sums[max(sums)]
+    b1 = s["batch"] if kind == "weak" else s["batch"] * s["ranks"]
+    fixed_algo = pinned(sums)
+    here = [_row(model, kind, p, b1, s, algorithm_at(s, fixed_algo, p), q) for p in nodes]
+    networks, flat = [], []
+    for key, net in costmodel.PRESETS.items():
+        rows = []
+        for p in nodes:
+            algo = algorithm_at(s, fixed_algo, p)
+            e = exchange_time(algo, s["wire"], p, lambda m, n=net: n.alpha + m * n.beta)
+            rows.append(_row(model, kind, p, b1, s, algo, q, exchange=e))
+        if all(r["step_s"] and r["exchange_s"] / r["step_s"] < NETWORK_EFFECT for r in rows):
+            flat.append(net.name)
+            continue
+        networks.append({"network": key, "label": net.name, "alpha_s": net.alpha,
+                         "beta_s_per_byte": net.beta, "rows": rows})
+    return {"axis": ax["axis"], "scaling": kind, "batch": b1, "gradient_bytes": s["wire"],
+            "calibrated_nodes": model.p_cal, "here": here, "networks": networks,
+            "left_out": flat, "exchange_here": model.exchange_source}
+
+
+def coverage_by_distance(held: Sequence[tuple]) -> List[dict]:
+    """Of the held-out points (each with its axis's largest calibrated node count), by
+    log2(nodes / that count): how many the band held (the check of the widening)."""
+    by: Dict[float, List[bool]] = {}
+    for pt, p_cal in held:
+        if pt.get("inside") is None:
+            continue
+        by.setdefault(round(math.log2(pt["nodes"] / p_cal), 2), []).append(bool(pt["inside"]))
+    return [{"distance": d, "points": len(v), "inside": sum(v)} for d, v in sorted(by.items())]
