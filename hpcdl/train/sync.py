@@ -155,6 +155,10 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     while res.step < plan.steps and res.target is None:
         step = res.step
         if step == first_timed:
+            if probes:
+                # trace the probe's functions now, outside the timed steps: a first probe that
+                # traced counted its tracing as compute (one of five probes above the step)
+                rep.probe(*rep.sample_batch())
             counters = _start_timing(rep, res, rt.node, opts.timeline)
         if fault is not None and step == fault[0]:
             inject_fault(fault[1], step, rt.layout)
