@@ -63,8 +63,10 @@ def link_parts(algorithm: str, n: float, p: int) -> Tuple[float, float]:
         return core + (0.5 * n if fold else 0.0), (1.5 * n if fold else 0.0)
     if algorithm == "recursive doubling":
         return math.log2(q) * n, (2.0 * n if fold else 0.0)
-    if algorithm in ("linear", "nonoverlapping", "ps"):
+    if algorithm in ("linear", "ps"):
         return 0.0, 2.0 * (p - 1) * n         # the root's link carries everyone's buffer
+    if algorithm == "nonoverlapping":         # a binomial reduce to the root, then its bcast
+        return 0.0, 2.0 * math.ceil(math.log2(p)) * n
     if algorithm == "allgather":
         return ((p - 1) * n, 0.0) if p == 2 else (0.0, (p - 1) * n)
     raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")
@@ -87,8 +89,10 @@ def steps(algorithm: str, n: float, p: int) -> List[Tuple[float, int]]:
         return halving + ([(n / 2, 2), (n, 1)] if fold else [])
     if algorithm == "recursive doubling":
         return [(n, k)] + ([(n, 2)] if fold else [])
-    if algorithm in ("linear", "nonoverlapping", "ps"):
+    if algorithm in ("linear", "ps"):
         return [(n, 2 * (p - 1))]
+    if algorithm == "nonoverlapping":
+        return [(n, 2 * math.ceil(math.log2(p)))]
     if algorithm == "allgather":
         return [(n, p - 1)]
     raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")

@@ -74,16 +74,19 @@ def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=No
             "band_s": band(step, low, q, p, model.p_cal)}
 
 
-def of_axis(ax: dict, kind: str, nodes: Sequence[int], q: Optional[float]) -> dict:
+def of_axis(ax: dict, kind: str, nodes: Sequence[int], q: Optional[float],
+            here: bool = True) -> dict:
     """The forecast of one axis of :func:`.predict.of_points` (its ``_model`` and ``_by_p``)
-    at ``nodes``, on this allocation and on the named networks."""
+    at ``nodes``, on this allocation (``here``: its ranks ran on several nodes; ranks sharing
+    one machine's memory say nothing of its network) and on the named networks."""
     from .measured import summary as _summary
     model = ax["_model"]
     sums = {p: {**_summary(r), "backend": ax["backend"]} for p, r in ax["_by_p"].items()}
     s = sums[max(sums)]
     b1 = s["batch"] if kind == "weak" else s["batch"] * s["ranks"]
     fixed_algo = pinned(sums)
-    here = [_row(model, kind, p, b1, s, algorithm_at(s, fixed_algo, p), q) for p in nodes]
+    here = [_row(model, kind, p, b1, s, algorithm_at(s, fixed_algo, p), q)
+            for p in nodes] if here else []
     networks, flat = [], []
     for key, net in costmodel.PRESETS.items():
         rows = []

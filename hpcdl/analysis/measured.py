@@ -70,10 +70,11 @@ def measured(rec: dict) -> Optional[Figures]:
     comp = [c for c in comp if c]
     step = _get(rec, "metrics", "step_time", "median")
     split = _get(rec, "metrics", "split") or {}
-    if not comp and split.get("method") == "timed" and split.get("compute_s") and step:
-        # a flat backend's phases timed around its calls on rank 0, no probes to spread
+    if not comp and split.get("method") in ("timed", "probe") and split.get("compute_s") and step:
+        # a flat backend's phases timed around its calls on rank 0, or a record that kept only
+        # rank 0's median probes: no ranks' spread
         return Figures(float(split["compute_s"]), float(split["compute_s"]), float(step),
-                       split.get("exchange_s"), [])
+                       split.get("exchange_s", split.get("exchange_alone_s")), [])
     if not comp or step is None:
         return None
     center, medians = centred(comp)
@@ -92,7 +93,8 @@ _ALGORITHMS: Dict[str, str] = {}    # each algorithm's and setting's name, kept 
 
 
 def entry(rec: dict) -> Optional[Entry]:
-    """An ok train record with probes and one rank per node as a run of its point: its measured
+    """An ok train record with probes, one rank per node or all on one node, as a run of its
+    point: its measured
     figures, rank count, batch, wire bytes, link rate, allreduce algorithm, the exchange's
     settings (as ``hpcdl tune`` names them) and repeat; else None."""
     if not ok_train(rec):
@@ -101,8 +103,8 @@ def entry(rec: dict) -> Optional[Entry]:
     if m is None:
         return None
     p = int(_get(rec, "layout", "size") or 1)
-    if int(_get(rec, "layout", "nodes") or 1) != p:
-        return None                                 # the model is one rank per node
+    if int(_get(rec, "layout", "nodes") or 1) not in (1, p):
+        return None             # the model is one rank per node, or every rank on one node
     params = rec.get("params") or {}
     grad = int(rec.get("gradient_bytes") or 0)
     wire = float(costmodel.wire_bytes(grad // 4, params.get("compression", "none")))
@@ -210,7 +212,8 @@ class Runs:
 
 
 def points(recs: Sequence[dict], row_key) -> Dict[tuple, Runs]:
-    """The ok train records with probes and one rank per node, by ``row_key``: each run's
+    """The ok train records with probes, one rank per node or all on one node, by ``row_key``:
+    each run's
     :func:`entry`."""
     out: Dict[tuple, Runs] = {}
     for rec in recs:

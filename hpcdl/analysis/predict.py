@@ -333,17 +333,20 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     beyond its calibration. ``spread``: how far the allocation's nodes lie apart computing at
     once, by node count (:mod:`.host_spread`), which every axis's slowest rank beyond its
     calibration is drawn from. ``forecast``: the node counts to forecast (:mod:`.forecast`).
-    Empty when the study declares no
-    calibration subset or its records carry no probes."""
-    if not nodes_max:
-        return {}
+    ``nodes_max`` 0: no calibration subset declared, so every point calibrates the model, none
+    is held out, and it only forecasts. Points are keyed by rank count: one rank per node, or
+    every rank on one node (a workstation). Empty when the records carry no probes."""
+    held_out = bool(nodes_max)
+    if not held_out:
+        nodes_max = max((k[2] for k in pts), default=0)
+    one_node = all(k[1] == 1 for k in pts)
     axes = sorted({k[0] for k in pts})
     out_axes, loro = [], []
     spreads = spread.spreads() if spread is not None else None
     for axis in axes:
-        by_p = {k[1]: v for k, v in pts.items() if k[0] == axis}
+        by_p = {k[2]: v for k, v in pts.items() if k[0] == axis}
         cal = {p: v for p, v in by_p.items() if p <= nodes_max}
-        if 1 not in cal or len(cal) < 2 or len(by_p) == len(cal):
+        if 1 not in cal or len(cal) < 2 or (held_out and len(by_p) == len(cal)):
             continue
         first = next(iter(by_p.values()))[0]
         backend = first["backend"]
@@ -369,14 +372,16 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     cross = transfer.cross_rate(out_axes, nodes_max)
     others = {}
     for key, runs in (remedied or {}).items():
-        others.setdefault(key[0], {})[key[1]] = runs
+        others.setdefault(key[0], {})[key[2]] = runs
     fixes = transfer.remedies(out_axes, kind,
                               [{"axis": a, "_by_p": v} for a, v in others.items()])
     lowest = floor.of_axes(out_axes, nodes_max, folds, _fit)
-    ahead = [_forecast.of_axis(ax, kind, sorted(forecast), q) for ax in out_axes] if forecast else []
+    ahead = ([_forecast.of_axis(ax, kind, sorted(forecast), q, not one_node)
+              for ax in out_axes] if forecast else [])
     for ax in out_axes:
         del ax["_model"], ax["_by_p"], ax["_bench"]
-    return {"nodes_max": nodes_max, "nominal": NOMINAL, "band_halfwidth": q,
+    return {"nodes_max": nodes_max, "held_out": held_out, "one_node": one_node,
+            "nominal": NOMINAL, "band_halfwidth": q,
             "band_basis": basis, "forecast": ahead,
             "coverage_by_distance": _forecast.coverage_by_distance(reach),
             **_benches(bench, loop, spread, out_axes, held),

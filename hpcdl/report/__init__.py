@@ -156,8 +156,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
                                allow_mixed, exchange_bench, loop_bench, spread_bench, forecast)
     except ValueError as exc:
         raise UserError(f"{runs}: {exc}") from None
-    sources = [m.source for m in res.models.values()] + [
-        ax["model"]["exchange_source"] for ax in (res.prediction or {}).get("axes", [])]
+    sources = [ax["model"]["exchange_source"] for ax in (res.prediction or {}).get("axes", [])]
     if fit_doc and not any(src.startswith("bench fit") for src in sources):
         raise UserError(f"fit {fit_path}: no entry for the study's axes ({', '.join(res.axes)}); "
                         f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")

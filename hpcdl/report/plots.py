@@ -1,5 +1,6 @@
 """Draw a study's plots (matplotlib, Agg): throughput and speedup, efficiency, where the step
-goes, backends compared, and the model's extrapolation. Renders an analysis; computes nothing."""
+goes, backends compared, the model's prediction and its forecast. Renders an analysis; computes
+nothing."""
 from __future__ import annotations
 
 import os
@@ -30,7 +31,7 @@ def draw_plots(res: analysis.StudyAnalysis, out: Path) -> List[Path]:
     for stem, draw in (("throughput-speedup", _plot_throughput), ("efficiency", _plot_efficiency),
                        ("step-split", _plot_split), ("efficiency-budget", _plot_budget),
                        ("axes-compared", _plot_axes),
-                       ("model-extrapolation", _plot_extrapolation),
+                       ("model-forecast", _plot_forecast),
                        ("model-prediction", _plot_prediction), ("convergence", _plot_convergence),
                        ("time-to-target", _plot_time_to_target)):
         fig = draw(plt, res)
@@ -109,11 +110,6 @@ def _plot_efficiency(plt, res):
     for axis, sel in _by_axis(res):
         ax.plot([r.ranks for r in sel], [r.efficiency * 100 for r in sel], marker="o",
                 label=f"{axis} measured")
-    nmax = max(r.ranks for r in res.rows)
-    loc = [e for e in res.extrapolation if e["network"] == "local" and e["ranks"] <= max(2, nmax)]
-    if loc:
-        ax.plot([e["ranks"] for e in loc], [e["efficiency"] * 100 for e in loc], "x:",
-                color="gray", label="MODEL (calibrated here)")
     ax.axhline(100, color="k", ls="--", lw=0.8)
     _log2(ax)
     ax.set_ylabel("efficiency E (%)")
@@ -156,52 +152,68 @@ def _plot_axes(plt, res):
     return fig
 
 
-def _plot_extrapolation(plt, res):
-    if not res.extrapolation:
+def _plot_forecast(plt, res):
+    """The forecast's efficiency against nodes, per axis on this allocation and per named
+    network for the first axis, its band shaded, beside the measured points."""
+    fc = (res.prediction or {}).get("forecast") or []
+    if not fc:
         return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for net in OrderedDict((e["network"], None) for e in res.extrapolation):
-        sel = [e for e in res.extrapolation if e["network"] == net]
-        ax.plot([e["ranks"] for e in sel], [e["efficiency"] * 100 for e in sel], marker=".",
-                label=f"MODEL {sel[0]['label']}")
-    sel = [r for r in res.rows if r.axis == res.extrapolation_axis]
-    ax.plot([r.ranks for r in sel], [r.efficiency * 100 for r in sel], "ko", label="measured")
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for i, f in enumerate(fc):
+        color = f"C{i % 10}"
+        sel = [r for r in res.rows if r.axis == f["axis"]]
+        ax.plot([r.ranks for r in sel], [r.efficiency * 100 for r in sel], "o", color=color,
+                label=f"{f['axis']} measured")
+        curves = [("this allocation", f["here"], "--")] + (
+            [(n["label"], n["rows"], ":") for n in f["networks"]] if i == 0 else [])
+        for label, rows, style in curves:
+            rows = [r for r in rows if r.get("step_s")]
+            if not rows:
+                continue
+            n = [r["nodes"] for r in rows]
+            ax.plot(n, [r["efficiency"] * 100 for r in rows], style, marker=".", color=color,
+                    label=f"MODEL {label}" + (f" ({f['axis']})" if len(fc) > 1 else ""))
+            band = [r for r in rows if r.get("band_s")]
+            if band and label == "this allocation":
+                t1 = [r["efficiency"] * r["step_s"] for r in band]     # the one-node step / p
+                ax.fill_between([r["nodes"] for r in band],
+                                [e / r["band_s"][1] * 100 for e, r in zip(t1, band)],
+                                [min(100.0, e / max(r["band_s"][0], 1e-12) * 100)
+                                 for e, r in zip(t1, band)], color=color, alpha=0.12)
     _log2(ax)
     ax.set_ylabel("efficiency E (%)")
     ax.set_ylim(0, 105)
-    ax.set_title(f"{res.study}: MODEL extrapolation ({res.extrapolation_axis})")
-    ax.legend(fontsize=7)
+    ax.set_title(f"{res.study}: MODEL forecast")
+    ax.legend(fontsize=6)
     return fig
 
 
 def _plot_prediction(plt, res):
     """Measured step time (median, the repeats' range as bars) against the model's prediction
-    with its bootstrap band, per axis; only where points were held out of the calibration."""
-    if all(r.fitted for r in res.rows):
+    with its band, per axis; only where points were held out of the calibration."""
+    pred = res.prediction or {}
+    if not pred.get("held_out"):
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    for i, (axis, sel) in enumerate(_by_axis(res)):
+    for i, axd in enumerate(pred["axes"]):
         color = f"C{i % 10}"
+        sel = [r for r in res.rows if r.axis == axd["axis"]]
         n = [r.ranks for r in sel]
         lo = [r.step_time - min(r.step_times) for r in sel]
         hi = [max(r.step_times) - r.step_time for r in sel]
         ax.errorbar(n, [r.step_time for r in sel], yerr=[lo, hi], fmt="o", color=color,
-                    capsize=3, label=f"{axis} measured")
-        pred = [(r.ranks, r.model_step_time, r.model_band) for r in sel
-                if r.model_step_time is not None]
-        if pred:
-            ax.plot([p[0] for p in pred], [p[1] for p in pred], "--", color=color,
-                    label=f"{axis} MODEL")
-            band = [p for p in pred if p[2]]
-            if band:
-                ax.fill_between([p[0] for p in band], [p[2][0] for p in band],
-                                [p[2][1] for p in band], color=color, alpha=0.15)
-    fitted = max((r.ranks for r in res.rows if r.fitted), default=None)
-    if fitted:
-        ax.axvspan(0.8, fitted * 1.15, color="0.9", zorder=0, label="calibrated on")
+                    capsize=3, label=f"{axd['axis']} measured")
+        pts = [p for p in axd["points"] if p["predicted"]["step"] is not None]
+        ax.plot([p["nodes"] for p in pts], [p["predicted"]["step"] for p in pts], "--",
+                color=color, label=f"{axd['axis']} MODEL")
+        band = [p for p in pts if p.get("band")]
+        if band:
+            ax.fill_between([p["nodes"] for p in band], [p["band"][0] for p in band],
+                            [p["band"][1] for p in band], color=color, alpha=0.15)
+    ax.axvspan(0.8, pred["nodes_max"] * 1.15, color="0.9", zorder=0, label="calibrated on")
     _log2(ax)
     ax.set_ylabel("step time (s)")
-    ax.set_title("MODEL prediction of held-out points (dashed; band 5–95% bootstrap)")
+    ax.set_title("MODEL prediction of held-out points (dashed; 90% band)")
     ax.legend(fontsize=7, ncol=2)
     return fig
 

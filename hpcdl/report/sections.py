@@ -96,13 +96,11 @@ def scaling(ctx: Context) -> Part:
 
 @section(files_at=3)
 def budget(ctx: Context) -> Part:
-    """Where the efficiency goes, the model's remedies, Horovod's timeline."""
+    """Where the efficiency goes, Horovod's timeline."""
     res = ctx.res
     tables = []
     if any(b.get("budget") for b in res.budget):
         tables.append(_budget_table(res))
-    if res.remedies:
-        tables.append(_remedies_table(res))
     if any(b.get("timeline_ms") for b in res.budget):
         tables.append(_timeline_table(res))
     return Part(tables, _budget_markdown(res, _by_name(tables)))
@@ -140,14 +138,9 @@ def systems(ctx: Context) -> Part:
 
 @section(files_at=1)
 def model(ctx: Context) -> Part:
-    """The communication model beside each measurement, its extrapolation, the published runs."""
+    """Which model the report has (or why none), and the published runs beside it."""
     res = ctx.res
-    tables = []
-    if res.models and not res.prediction:
-        tables.append(_model_table(res))
-    if res.extrapolation and not res.prediction:
-        tables.append(_extrapolation_table(res))
-    tables.append(_published_table(res.published))
+    tables = [_published_table(res.published)]
     return Part(tables, _model_markdown(res, _by_name(tables)))
 
 
@@ -287,20 +280,6 @@ def _budget_table(res) -> Table:
     return t
 
 
-def _remedies_table(res) -> Table:
-    t = Table("model-remedies", "MODEL: what the standard remedies would give",
-              ["axis", "nodes", "ranks", "dominant loss", "measured efficiency", "remedy",
-               "MODEL efficiency"], meta={"kind": "model"})
-    for r in res.remedies:
-        for o in r["options"] or [{"remedy": "none the model can evaluate", "efficiency": None}]:
-            t.add([r["axis"], r["nodes"], r["ranks"], r["dominant"],
-                   _f(r["measured_efficiency"], pct=True), o["remedy"],
-                   _f(o["efficiency"], pct=True)],
-                  {k: r[k] for k in ("axis", "nodes", "ranks", "dominant",
-                                     "measured_efficiency")} | o)
-    return t
-
-
 def command_table(about: Runs) -> Optional[Table]:
     """Each point of a study of the user's own command, its latest record (failed ones too):
     exit status, wall time, whether hpcdl's callback recorded it, and every scraped figure."""
@@ -421,60 +400,13 @@ def _notes(res) -> List[str]:
     return out
 
 
-def _model_table(res) -> Table:
-    t = Table("model-vs-measured", "MODEL beside each measurement",
-              ["axis", "nodes", "ranks", "batch/rank", "measured step (ms)", "MODEL step (ms)",
-               "MODEL band (ms)", "MODEL error", "point", "held-out error",
-               "MODEL compute (ms)", "MODEL fixed (ms)", "MODEL exchange (ms)"],
-              meta={"model": "step = compute(b) + fixed + exchange(p, n)",
-                    "point": "fitted: the model was calibrated on it; PREDICTED: it was not",
-                    "band": "5-95% of the prediction over a bootstrap of the calibration repeats",
-                    "held_out": "worst error predicting one repeat from a model fitted without it"})
-    for r in (r for r in res.rows if r.axis in res.models):
-        m = res.models[r.axis]
-        comp = float(m.compute(r.batch_size, r.ranks))
-        ex = float(m.exchange(r.ranks, r.wire_bytes)) if m.determined else None
-        step = r.model_step_time if m.determined else None
-        err = r.model_error if m.determined else None
-        band = (f"{r.model_band[0] * 1e3:.4g}–{r.model_band[1] * 1e3:.4g}" if r.model_band
-                else "-")
-        t.add([r.axis, r.nodes, r.ranks, r.batch_size, _ms(r.step_time), _ms(step), band,
-               _f(err, pct=True), "fitted" if r.fitted else "PREDICTED",
-               _f(r.heldout_error, pct=True), _ms(comp), _ms(m.fixed), _ms(ex)],
-              {"axis": r.axis, "nodes": r.nodes, "ranks": r.ranks, "batch_size": r.batch_size,
-               "measured_step_s": r.step_time, "model_step_s": step, "model_band_s": r.model_band,
-               "model_error": err, "fitted": r.fitted,
-               "heldout_error": r.heldout_error, "model_compute_s": comp,
-               "model_fixed_s": m.fixed, "model_exchange_s": ex, "determined": m.determined})
-    return t
-
-
-def _extrapolation_table(res) -> Table:
-    extra = res.extrapolation
-    nets = list(OrderedDict((e["network"], e["label"]) for e in extra).items())
-    t = Table("model-extrapolation", f"MODEL efficiency at larger rank counts ({res.extrapolation_axis})",
-              ["ranks"] + [f"MODEL E, {label}" for _, label in nets],
-              meta={"axis": res.extrapolation_axis, "scaling": res.scaling,
-                    "batch": res.extrapolation_batch, "gradient_bytes": res.extrapolation_bytes,
-                    "kind": "model"})
-    by = {(e["network"], e["ranks"]): e for e in extra}
-    for p in sorted({e["ranks"] for e in extra}):
-        t.add([p] + [_f(by[(n, p)]["efficiency"], pct=True) if (n, p) in by else "-" for n, _ in nets],
-              {"ranks": p, **{f"efficiency_{n}": by[(n, p)]["efficiency"] if (n, p) in by else None
-                              for n, _ in nets}})
-    return t
-
-
 def _published_table(published) -> Table:
     s = analysis.PUBLISHED_SETUP
     net = costmodel.PRESETS[s["network"]]
-    measured = published[0].get("measured_window") if published else None
     t = Table("model-vs-published", "MODEL vs Horovod's published efficiency at 512 GPUs",
               ["network model", "gradients (MB, fp32)", "MODEL compute (s)", "MODEL exchange (s)",
                "MODEL efficiency, no overlap", "published",
-               "window the model needs (share of compute)"]
-              + ([f"MODEL efficiency, {measured * 100:.0f}% window (measured here)"]
-                 if measured is not None else []),
+               "window the model needs (share of compute)"],
               meta={"gpus": s["gpus"], "network": net.name, "alpha_s": net.alpha,
                     "beta_s_per_byte": net.beta, "gamma_s_per_byte": s["gamma"],
                     "batch_per_gpu": s["batch_per_gpu"], "fusion_bytes": s["fusion_bytes"],
@@ -482,9 +414,7 @@ def _published_table(published) -> Table:
     for p in published:
         t.add([p["model"], _f(p["gradient_MB"], 1), _f(p["compute_s"], 3), _f(p["exchange_s"], 3),
                _f(p["model_efficiency_no_overlap"], pct=True), _f(p["published_efficiency"], pct=True),
-               _f(p["window_needed"], pct=True)]
-              + ([_f(p["model_efficiency_measured_window"], pct=True)] if measured is not None else []),
-              p)
+               _f(p["window_needed"], pct=True)], p)
     return t
 
 
@@ -564,15 +494,6 @@ def _budget_markdown(res, by_name) -> List[str]:
                   "collective with its copies in and out of the fusion buffer; each activity is "
                   "the wall time during which at least one tensor was in it.", "",
                   tl.markdown(), "", f"CSV: `{tl.name}.csv`", ""]
-    r = by_name.get("model-remedies")
-    if r is not None:
-        lines += ["**What to try** (MODEL, not measurement): for the largest point of each axis "
-                  "whose loss is mostly the exchange or the fixed cost, the efficiency the cost "
-                  "model predicts with each remedy it can evaluate. A loss the model has no term "
-                  "for (compute slowdown, stragglers, input) gets no number.", "",
-                  r.markdown(), "", f"CSV: `{r.name}.csv`", ""]
-        lines += [f"- {x['axis']}: {x['note']}." for x in res.remedies if x.get("note")]
-        lines += [""] if any(x.get("note") for x in res.remedies) else []
     return lines
 
 
@@ -599,108 +520,14 @@ def _target_markdown(res, by_name) -> List[str]:
 
 
 def _model_markdown(res, by_name) -> List[str]:
-    f = costmodel.FORMULAS
-    if res.prediction:
-        return (["## Communication model", "",
-                 "One model: the part-by-part prediction below, checked on the points it was "
-                 "not calibrated on and carried to the forecast. Horovod's published run, with "
-                 "the same exchange formula:", ""]
-                + _published_markdown(by_name["model-vs-published"])[2:])
-    if not res.models:
-        return ["## Communication model", "",
-                "None: no record times a step (a script run without hpcdl's callback is seen "
-                "only as a whole: wall time and what it prints), so there is no step time to "
-                "calibrate a model on or to split into compute and exchange. Add "
-                "`hpcdl.train.keras.ScalingRecorder` to the script's callbacks for both.", ""]
-    lines = ["## Communication model (everything in this section is MODEL, not measurement)", "",
-             "Step time = compute(b) + fixed + exchange(p, n) − min(exchange, window·compute(b)) "
-             "(`hpcdl.costmodel`). Compute is the "
-             "probed forward and backward pass of each measured configuration, and "
-             "c0 + c1·b where extrapolated (fitted to the multi-rank runs, where a rank computes "
-             "beside its exchange, with one rank alone at `single` times that); fixed is the "
-             "rest of a one-rank step (update and "
-             f"overhead, no network); exchange is the ring allreduce {f['ring']} (a parameter "
-             f"server: {f['ps']}) of n gradient bytes, with latency α, time per byte β and "
-             "reduction time per byte γ. The exchange hides behind the backward pass only, so "
-             "at most a share of the compute, the window; it is measured: the time of the "
-             "exchange, timed alone in the probes, that the step did not pay for, over the "
-             f"compute. Calibration: {res.calibration}.",
-             ""]
-    for axis, m in res.models.items():
-        lines += [f"**{axis}** — calibrated from {m.source}; algorithm {m.algorithm}: "
-                  f"c0 = {m.c0 * 1e3:.3f} ms, c1 = {m.c1 * 1e6:.3f} µs/sample, "
-                  f"single = {m.single:.2f}, fixed = {m.fixed * 1e3:.3f} ms, "
-                  f"window = {m.window * 100:.0f}%, "
-                  + (f"α = {m.alpha * 1e6:.2f} µs, β = {m.beta * 1e9:.4f} ns/B, "
-                     f"γ = {m.gamma * 1e9:.4f} ns/B." if m.determined else
-                     "α and β **not determined from these runs**: " + "; ".join(m.why) + "."), ""]
-        lines += [f"- {n}" for n in m.notes] + [""]
-    lines += ["### MODEL beside each measurement", "", by_name["model-vs-measured"].markdown(), "",
-              "Held-out error: the worst error of predicting one repeat's step time from a model "
-              "calibrated on the other repeats only.", ""]
-    lines += _prediction_summary(res)
-    lines += ["### MODEL extrapolation to larger rank counts", ""]
-    m = (res.all_points_models.get(res.extrapolation_axis)
-         or res.models[res.extrapolation_axis])
-    if res.extrapolation:
-        t = by_name["model-extrapolation"]
-        lines += [f"Efficiency predicted for {res.extrapolation_axis} at {res.scaling} scaling "
-                  f"(batch {res.extrapolation_batch}, {int(res.extrapolation_bytes):,} gradient "
-                  f"bytes) from the model fitted to {res.extrapolation_source}, one rank per "
-                  "link, compute and fixed cost as measured here, "
-                  + (f"the exchange hidden behind at most {m.window * 100:.0f}% of the compute "
-                     "(measured here), "
-                     if m.window_measured else
-                     "none of the exchange hidden (the window was not determined here, so none "
-                     "is assumed: a lower bound), ")
-                  + "α and β of each network"
-                  + ("." if m.determined else
-                     "; no curve for this machine's own network: its α and β are not determined "
-                     f"from these runs ({'; '.join(m.why)})."), "", t.markdown(), "",
-                  "Network presets (MODEL parameters): "
-                  + "; ".join(f"{n.name}: α = {n.alpha * 1e6:.1f} µs, {n.bandwidth_GBps:.2f} GB/s"
-                              for n in costmodel.PRESETS.values()) + " (90% of the line rate)."
-                  + (" Left out: " + ", ".join(res.extrapolation_flat) + ", whose exchange stays "
-                     f"under {analysis.NETWORK_EFFECT * 100:.0f}% of every step, so its column "
-                     "would repeat the compute's ratio, not show a network effect."
-                     if res.extrapolation_flat else ""), ""]
-    else:
-        lines += [f"None for {res.extrapolation_axis}: {res.extrapolation_why}.", ""]
-    lines += _published_markdown(by_name["model-vs-published"])
-    return lines
-
-
-def _prediction_summary(res) -> List[str]:
-    """Where the study calibrated on its smallest node counts: the errors on the points the
-    model was not fitted to, per axis (the check a user plans an allocation on)."""
-    held = [r for r in res.rows if not r.fitted and r.model_error is not None]
-    if not held:
-        return []
-    lines = ["### MODEL prediction of the points it was not fitted to", "",
-             f"Calibrated on {res.calibration}. Error = (predicted − measured) / measured step "
-             "time; the band is the prediction's 5–95% range over a bootstrap of the calibration "
-             "points' repeats."
-             + (" This whole-step model holds compute at its calibrated value and takes every "
-                "allreduce as a ring; the part-by-part prediction below replaces it for planning."
-                if res.prediction else ""), ""]
-    for axis in res.axes:
-        sel = [r for r in held if r.axis == axis]
-        if sel:
-            lines.append(f"- **{axis}**: " + ", ".join(
-                f"{r.nodes} nodes {r.model_error * 100:+.0f}% ({_ms(r.model_step_time)} predicted, "
-                f"{_ms(r.step_time)} ms measured)" for r in sel))
-    lines += ["", "The same model calibrated on every point of each axis (parameters only, not a "
-              "prediction): how the fitted latency α, time per byte β, fixed cost, window and "
-              "compute alone (single) "
-              "move between axes (e.g. between link rates). α is what the fit attributes to each "
-              "message of the ring (software, progress, and whatever the ring's terms miss, such "
-              "as another algorithm's), not a measured link latency.", "",
-              "| axis | α (µs) | β (ns/B) | fixed (ms) | window | single | determined |",
-              "|---|---:|---:|---:|---:|---:|---|"]
-    for axis, m in res.all_points_models.items():
-        lines.append(f"| {axis} | {m.alpha * 1e6:.1f} | {m.beta * 1e9:.3f} | {m.fixed * 1e3:.2f} | "
-                     f"{m.window * 100:.0f}% | {m.single:.2f} | {'yes' if m.determined else 'no: ' + '; '.join(m.why)} |")
-    return lines + [""]
+    head = (["## Communication model", "",
+             "One model: the part-by-part model of the next section, calibrated on this study's "
+             "runs" + (" and checked on the points it was not calibrated on" if
+                       res.prediction.get("held_out") else "")
+             + ", then carried to the forecast."] if res.prediction else
+            ["## Communication model", "", f"None: {res.why_no_model}."])
+    return head + ["", "Horovod's published run, with the same exchange formula:", ""] + \
+        _published_markdown(by_name["model-vs-published"])[2:]
 
 
 def _prediction_table(pred) -> Table:
@@ -899,10 +726,16 @@ def _axis_words(ax) -> str:
 
 def _prediction_markdown(pred, by_name) -> List[str]:
     h = pred["heldout"]
-    lines = ["## Prediction of the points not calibrated on (MODEL, checked against measurement)",
-             "",
-             f"Calibrated on the runs with at most {pred['nodes_max']} node(s) of each axis "
-             "(`hpcdl.analysis.predict`), every larger point predicted part by part. Compute: the "
+    lines = (["## Prediction of the points not calibrated on (MODEL, checked against "
+              "measurement)", "", f"Calibrated on the runs with at most {pred['nodes_max']} "
+              "node(s) of each axis (`hpcdl.analysis.predict`), every larger point predicted part "
+              "by part."] if pred.get("held_out", True) else
+             ["## The model, calibrated on every point (MODEL; no point held out)", "",
+              "The study declares no calibration subset (`[model] calibrate = {nodes_max = N}` "
+              "holds the larger points out to check the model on), so every point calibrates "
+              "the part-by-part model (`hpcdl.analysis.predict`) and none checks it; the band "
+              "comes from leaving repeats out."])
+    lines = [lines[0], lines[1], lines[2] + " Compute: the "
              "1-node compute per sample, times 1 + k beyond one rank, k measured at the largest "
              "calibrated point (the exchange's background work, Horovod's cycle or MPI's "
              "progress, takes a share of a node's CPU once a rank has peers), times the expected "

@@ -307,8 +307,11 @@ def test_the_report_says_whether_the_model_beats_the_baselines_and_what_its_band
     assert "The model does **not** beat the one-β baseline." in lines
 
 
-def test_a_study_without_a_calibration_subset_or_probes_predicts_nothing():
-    assert predict.analyse(study(), reading.row_key, 0, "weak") == {}
+def test_a_study_without_a_calibration_subset_calibrates_on_every_point_and_without_probes_on_none():
+    res = predict.analyse(study(), reading.row_key, 0, "weak")
+    assert not res["held_out"] and res["heldout"]["points"] == 0
+    assert all(pt["fitted"] for ax in res["axes"] for pt in ax["points"])
+    assert res["forecast"] and res["band_halfwidth"] is not None
     recs = study()
     for r in recs:
         for rank in r["metrics"]["ranks"]:
@@ -366,7 +369,6 @@ def test_a_study_declaring_both_is_analysed_with_the_fit_for_the_exchange_only()
     ax = res.prediction["axes"][0]
     assert ax["model"]["exchange_source"] == "bench fit (horovod, 2 ranks) from f.json"
     assert {r.fitted for r in res.rows} == {True, False}
-    assert not res.models       # one model: the whole-step fit is not made beside it
     line = "\n".join(sections._prediction_markdown(res.prediction, {
         "prediction-vs-measured": sections._prediction_table(res.prediction),
         "prediction-remedies": sections._remedy_table(res.prediction)}))

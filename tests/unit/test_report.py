@@ -60,9 +60,10 @@ def test_report_files_exist_and_tables_match_the_records(results):
     out = report.write_report(d)
     names = {p.name for p in out["files"]}
     assert {"report.md", "report.json", "scaling-horovod-none.csv", "scaling-horovod-fp16.csv",
-            "model-vs-measured.csv", "model-extrapolation.csv", "model-vs-published.csv",
+            "prediction-vs-measured.csv", "forecast.csv", "model-vs-published.csv",
             "throughput-speedup.png", "efficiency.png", "step-split.png", "axes-compared.png",
-            "model-extrapolation.png"} <= names
+            "model-forecast.png"} <= names
+    assert not {"model-vs-measured.csv", "model-extrapolation.csv"} & names     # one model
     for p in out["files"]:
         assert p.exists() and p.stat().st_size > 0
         if p.suffix == ".png":
@@ -84,29 +85,26 @@ def test_report_files_exist_and_tables_match_the_records(results):
     assert float(rows[1]["step_time_s"]) == pytest.approx(1.25e-3 * 1.01)   # median of repeats
     md = (d / "report.md").read_text()
     assert f"{float(rows[1]['throughput_mean']):.1f} ± {float(rows[1]['throughput_ci95']):.1f}" in md
-    assert "everything in this section is MODEL" in md
+    assert "One model: the part-by-part model" in md and "MODEL beside each" not in md
     assert "ResNet-101" in md and "VGG-16" in md and "25 GbE RoCE" in md
     assert "nodeA" in md and "tensorflow 2.15.1" in md
     doc = json.loads((d / "report.json").read_text())
     assert doc["records"] == len(recs) and doc["scaling"] == "strong"
     assert [r["ranks"] for r in doc["rows"] if r["axis"] == "horovod/none"] == [1, 2, 4]
-    assert doc["extrapolation"]["axis"] == "horovod/none" and doc["extrapolation"]["points"]
+    assert doc["schema"] == "hpcdl.report/3" and "models" not in doc
+    assert {f["axis"] for f in doc["prediction"]["forecast"]} == {"horovod/none", "horovod/fp16"}
 
 
-def test_report_model_section_is_calibrated_and_beside_each_measurement(results):
+def test_report_model_is_calibrated_on_every_point_when_none_is_held_out(results):
     d, _ = results
     report.write_report(d, plots=False)
-    rows = _csv_rows(d / "model-vs-measured.csv")
-    assert len(rows) == 5
-    for r in rows:
-        if r["axis"] == "horovod/none":      # 2 and 4 ranks: alpha and beta determined
-            assert float(r["model_step_s"]) > 0
-            assert abs(float(r["model_error"])) < 0.2
-        else:                                # fp16 has one multi-rank point: not determined
-            assert r["model_step_s"] == "" and r["determined"] == "False"
+    rows = _csv_rows(d / "prediction-vs-measured.csv")
+    assert len(rows) == 5 and all(r["fitted"] == "True" for r in rows)
     md = (d / "report.md").read_text()
-    assert "**horovod/fp16** — calibrated from this study's runs" in md
-    assert "α and β **not determined from these runs**" in md
+    assert "## The model, calibrated on every point (MODEL; no point held out)" in md
+    # one node: ranks sharing its memory say nothing of a network, so no row for this machine
+    fc = _csv_rows(d / "forecast.csv")
+    assert fc and "this allocation" not in {r["network"] for r in fc}
     pub = _csv_rows(d / "model-vs-published.csv")
     assert {r["model"] for r in pub} == {"ResNet-101", "VGG-16"}
 
@@ -117,9 +115,9 @@ def test_report_uses_a_bench_fit_when_given(results, tmp_path):
     fit.write_text(json.dumps({"schema": "hpcdl.fit/1", "ranks": 2, "backends": {
         "horovod": {"alpha_s": 7e-6, "beta_s_per_byte": 3e-10, "gamma_s_per_byte": 1e-10}}}))
     report.write_report(d, fit_path=fit, plots=False)
-    models = json.loads((d / "report.json").read_text())["models"]
-    assert models["horovod/none"]["alpha"] == 7e-6
-    assert "bench fit" in models["horovod/none"]["source"]
+    axes = json.loads((d / "report.json").read_text())["prediction"]["axes"]
+    assert {a["axis"]: a["model"]["exchange_source"] for a in axes}["horovod/none"].startswith(
+        "bench fit (horovod, 2 ranks)")
     assert json.loads((d / "report.json").read_text())["calibration"] == f"fit:{fit}"
 
 
