@@ -155,7 +155,7 @@ def prediction(ctx: Context) -> Part:
         tables.append(_cross_rate_table(pred))
     if pred["remedies"]:
         tables.append(_remedy_table(pred))
-    if pred.get("forecast"):
+    if pred.get("forecast") and _forecast_table(pred).rows:
         tables.append(_forecast_table(pred))
     return Part(tables, _prediction_markdown(pred, _by_name(tables)))
 
@@ -790,6 +790,11 @@ def _prediction_markdown(pred, by_name) -> List[str]:
         lines += _remedies_markdown(pred, by_name)
     if "forecast" in by_name:
         lines += _forecast_markdown(pred, by_name)
+    elif pred.get("forecast"):
+        lines += ["", "### Forecast (MODEL)", "", "None to show: every named network's exchange "
+                  "stays under 1% of every step (a column would only repeat the compute's ratio)"
+                  + (", and every rank ran on one machine, whose shared memory says nothing of a "
+                     "network." if pred.get("one_node") else ".")]
     return lines + [""]
 
 

@@ -70,7 +70,7 @@ def test_two_point_study_resumes_and_reports(tmp_path):
 
     # The report's table holds the recorded figures (to the 10 significant digits its files keep).
     d = root / "e2e"
-    for name in ("report.md", "report.json", "scaling-horovod-none.csv", "model-vs-measured.csv",
+    for name in ("report.md", "report.json", "scaling-horovod-none.csv", "prediction-vs-measured.csv",
                  "throughput-speedup.png", "efficiency.png"):
         assert (d / name).stat().st_size > 0, name
     with open(d / "scaling-horovod-none.csv") as fh:
