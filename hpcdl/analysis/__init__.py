@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Sequence
 
 from . import budget, predict, provenance
-from .declared import (declared_bench, declared_calibration, declared_loop, declared_nodes_max,
-                       declared_spread)
+from .declared import (declared_bench, declared_calibration, declared_forecast, declared_loop,
+                       declared_nodes_max, declared_spread)
 from .exchange_bench import Bench
 from .host_spread import HostSpread
 from .loop_share import LoopShare
@@ -30,7 +30,7 @@ from ..records import lookup as _get
 # re-exported: the package's names as its users import them
 __all__ = ["PUBLISHED", "PUBLISHED_INPUTS", "PUBLISHED_SETUP", "SCALINGS", "Row", "StudyAnalysis",
            "add_scaling", "analyse", "axes", "declared_bench", "declared_calibration",
-           "declared_loop", "declared_nodes_max", "declared_spread", "declared_scaling",
+           "declared_forecast", "declared_loop", "declared_nodes_max", "declared_spread", "declared_scaling",
            "efficiency", "flag_rows", "group_records", "karp_flatt", "load_fit", "pooled",
            "provenance", "published_comparison", "rows_of", "speedup", "systems_of"]
 
@@ -98,13 +98,13 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
             algorithm: Optional[str] = None, max_ranks: int = 1024, allow_mixed: bool = False,
             exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
             spread_bench: Optional[str] = None,
-            forecast: Sequence[int] = predict.FORECAST) -> StudyAnalysis:
+            forecast: Optional[Sequence[int]] = None) -> StudyAnalysis:
     """The analysis of one study's records, or of what :class:`.reading.Digest` kept of them
     as they were read (raises ValueError on what cannot be analysed, and
     :class:`provenance.MixedRecords` on records of different code, software, study files,
     processors or box settings unless ``allow_mixed``). ``exchange_bench``, ``loop_bench`` and
     ``spread_bench``: see :func:`_predicted`; ``forecast``: the node counts the part-by-part
-    model forecasts."""
+    model forecasts (else the study's ``[model] forecast``, else :data:`.forecast.FORECAST`)."""
     recs = recs if isinstance(recs, Digest) else Digest.of(recs)
     origin = recs.origin.result(allow_mixed)
     rows = rows_of(recs.runs)
@@ -123,6 +123,8 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
              if any(math.isfinite(r.step_time) and r.modelled for r in rows if r.axis == a)]
     pattern, loop = exchange_bench or declared_bench(recs), loop_bench or declared_loop(recs)
     spread = spread_bench or declared_spread(recs)
+    if forecast is None:
+        forecast = declared_forecast(recs) or predict.FORECAST
     ahead = _predicted(recs, origin, nodes_max, kind, fit_for, pattern, loop, spread, forecast)
     _heldout_from(ahead, rows)
     for r in rows:

@@ -35,13 +35,20 @@ def declared_spread(recs: Iterable[dict]) -> Optional[str]:
     return _parts(_declared(recs)).get("spread")
 
 
+def declared_forecast(recs: Iterable[dict]) -> Tuple[int, ...]:
+    """The node counts a study's ``[model] forecast`` names (declared as "...;forecast:16,64"),
+    else ()."""
+    text = _parts(_declared(recs)).get("forecast", "")
+    return tuple(int(x) for x in text.split(",") if x.strip().isdigit())
+
+
 def _declared(recs: Iterable[dict]) -> str:
-    """The first calibration the records declare that names a subset or a fit, else ""."""
+    """The first calibration the records declare with any part (not the plain "runs"), else ""."""
     if isinstance(recs, Digest):
         return recs.calibration or ""
     for r in recs:
         cal = str(_get(r, "declared", "calibration") or "")
-        if _calibration(cal) != (None, 0):
+        if cal and cal != "runs":
             return cal
     return ""
 
@@ -50,7 +57,7 @@ def _parts(cal: str) -> Dict[str, str]:
     """A declared calibration's parts by name: "runs:nodes<=N;fit:PATH;bench:PATTERN;loop:PATH;
     spread:PATH" (each part optional) gives {"runs": "nodes<=N", "fit": PATH, ...}."""
     out = {}
-    for part in re.split(r";(?=(?:runs|fit|bench|loop|spread):)", cal):       # a path may hold ";"
+    for part in re.split(r";(?=(?:runs|fit|bench|loop|spread|forecast):)", cal):       # a path may hold ";"
         name, sep, value = part.partition(":")
         if sep:
             out.setdefault(name, value)

@@ -318,7 +318,7 @@ class Digest:
         self.systems = Systems()
         self.about = Runs()
         self.scalings: set = set()
-        self.calibration: Optional[str] = None   # the first declared calibration that names one
+        self.calibration: Optional[str] = None   # the first declared calibration with any part
         self._shared: Dict[tuple, tuple] = {}
 
     def _slot(self, table: dict, key: tuple, make):
@@ -342,7 +342,7 @@ class Digest:
             self.scalings.add(scaling)
         if self.calibration is None:
             cal = str(_get(rec, "declared", "calibration") or "")
-            if cal.startswith("runs:nodes<=") or cal.startswith("fit:"):
+            if cal and cal != "runs":
                 self.calibration = cal
         run = run_of(rec)
         if run is not None:

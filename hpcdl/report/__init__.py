@@ -131,7 +131,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
                  allow_mixed: bool = False, workers: Optional[int] = None,
                  exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
                  spread_bench: Optional[str] = None,
-                 forecast: Sequence[int] = analysis.predict.FORECAST) -> Dict:
+                 forecast: Optional[Sequence[int]] = None) -> Dict:
     """Analyse the records in ``src`` and render the report; return {'report', 'json', 'files'}.
     ``workers``: processes that read the records (see :func:`_workers`); ``exchange_bench``: the
     tuning files (a path pattern) whose exchange the held-out points take; ``loop_bench``: the
@@ -163,7 +163,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     pngs = draw_plots(res, out) if plots else []
     tables, lines, extra = sections.render(sections.Context(res, recs.about, runs, pngs))
     command = _command(recs.about, runs, res.provenance.mixed, exchange_bench, loop_bench,
-                       spread_bench)
+                       spread_bench, forecast)
     files: List[Path] = []
     for t in tables:
         path = out / f"{t.name}.csv"
@@ -193,7 +193,8 @@ def _write_json(path: Path, doc: dict) -> None:
 
 
 def _command(about, runs, mixed: bool = False, bench: Optional[str] = None,
-             loop: Optional[str] = None, spread: Optional[str] = None) -> str:
+             loop: Optional[str] = None, spread: Optional[str] = None,
+             forecast: Optional[Sequence[int]] = None) -> str:
     """The commands that regenerate this report: the study's runs (when a study made them: on
     this machine, through Slurm, or on the cluster box at each link rate it recorded) into the
     results root the records are in, named explicitly (points already recorded there are
@@ -203,7 +204,9 @@ def _command(about, runs, mixed: bool = False, bench: Optional[str] = None,
     report = (f"hpcdl study report {_shown(runs.parent)}" + (" --allow-mixed" if mixed else "")
               + (f" --exchange-bench '{bench}'" if bench else "")
               + (f" --loop-bench {loop}" if loop else "")
-              + (f" --spread-bench {spread}" if spread else ""))
+              + (f" --spread-bench {spread}" if spread else "")
+              + ("" if forecast is None else
+                 f" --forecast {','.join(map(str, forecast)) if forecast else 'none'}"))
     if not study_file:
         return report
     root = f"--results-root {_shown(runs.parent.parent)}"
@@ -235,6 +238,9 @@ def rendered_with(folder) -> dict:
     for flag, key in (("--exchange-bench", "exchange_bench"), ("--loop-bench", "loop_bench"),
                       ("--spread-bench", "spread_bench")):
         out[key] = words[words.index(flag) + 1] if flag in words else None
+    if "--forecast" in words:
+        given = words[words.index("--forecast") + 1]
+        out["forecast"] = () if given == "none" else tuple(int(x) for x in given.split(","))
     return out
 
 

@@ -45,6 +45,7 @@ Example::
                                   # the others' exchange from 'hpcdl tune' at their node count;
                                   # with loop = "results/tuning/box-loop-cpu.json" their compute
                                   # after the share Horovod's loop takes of a node at theirs)
+    forecast = [16, 64, 256]      # node counts the report forecasts (this is the default)
 
     [target]                      # time to accuracy: each repeat is then a seed
     metric = "accuracy"           # or "loss", on the held-out set
@@ -125,7 +126,7 @@ _TARGET_KEYS = ("metric", "value", "max_steps", "eval_every")
 # [target] keys that become hpcdl train flags (metric and value make --target METRIC:VALUE)
 _TARGET_FLAGS: Dict[str, Tuple[type, str]] = {"target": (str, "--target"),
                                               "eval_every": (int, "--eval-every")}
-_MODEL_KEYS = ("fit", "calibrate")
+_MODEL_KEYS = ("fit", "calibrate", "forecast")
 _STUDY_KEYS = ("name", "description", "scaling", "repeats")
 _LAYOUT_KEYS = ("ranks", "nodes", "ranks_per_node")
 _AXES_KEYS = ("backend", "compression", "exchange", "network", "lr_scaling", "tuning")
@@ -313,6 +314,7 @@ class Study:
                                      # whose shares the predicted points' compute follows
     calibrate_spread: str = ""       # [model] calibrate.spread: a spread file (box_contention.py
                                      # --json) their slowest rank is drawn from
+    forecast: List[int] = field(default_factory=list)   # [model] forecast: node counts planned
     target: str = ""                 # [target]: "accuracy:0.91"; each repeat is then a seed
     command: List[str] = field(default_factory=list)   # [workload] command: the user's script
     scrape: Dict[str, str] = field(default_factory=dict)  # [scrape]: figure name -> pattern
@@ -331,7 +333,8 @@ class Study:
                    + ([f"fit:{self.fit}"] if self.fit else [])
                    + ([f"bench:{self.calibrate_exchange}"] if self.calibrate_exchange else [])
                    + ([f"loop:{self.calibrate_loop}"] if self.calibrate_loop else [])
-                   + ([f"spread:{self.calibrate_spread}"] if self.calibrate_spread else []))
+                   + ([f"spread:{self.calibrate_spread}"] if self.calibrate_spread else [])
+                   + ([f"forecast:{','.join(map(str, self.forecast))}"] if self.forecast else []))
                or "runs"}
         if self.target:
             out["target"] = self.target
@@ -502,6 +505,7 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
     v.only(model, "model", _MODEL_KEYS)
     fit = _fit_key(v, model)
     calibrate = _calibrate_key(v, model)
+    forecast = _forecast_key(v, model)
     root = Path(results_root) if results_root is not None else Path(
         cluster.setting("HPCDL_RESULTS_ROOT") or "results")
     return Study(name=name, path=path, scaling=scaling, workload=workload, params=params,
@@ -511,7 +515,7 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
                  fit=fit, calibrate_nodes_max=calibrate[0], calibrate_exchange=calibrate[1],
                  calibrate_loop=calibrate[2], calibrate_spread=calibrate[3],
-                 target=target, command=command,
+                 forecast=forecast, target=target, command=command,
                  scrape=scrape, timeline=timeline, variants=variants, tunings=tunings,
                  tuning_file=tuning_file, raw=raw)
 
@@ -544,6 +548,15 @@ def _calibrate_key(v, model) -> Tuple[int, str, str, str]:
                                            "count, made by 'hpcdl tune' on that allocation")
     return (n, path, v.get(cal, "model.calibrate.loop", str, default=""),
             v.get(cal, "model.calibrate.spread", str, default=""))
+
+
+def _forecast_key(v, model) -> List[int]:
+    """[model] forecast = [16, 64, 256]: the node counts the report forecasts ([] for its
+    default)."""
+    counts = v.get(model, "model.forecast", list, default=[])
+    if any(not isinstance(n, int) or isinstance(n, bool) or n < 2 for n in counts):
+        v.fail("model.forecast", f"node counts of 2 or more, such as [16, 64, 256]; got {counts}")
+    return sorted(set(counts))
 
 
 def _tuning_path(v, table, key: str) -> str:

@@ -96,8 +96,9 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
                    help="a spread file (benchmarks/box_contention.py --json): the held-out "
                         "points' slowest rank is drawn from how far the allocation's nodes lay "
                         "apart computing at once at their node count")
-    p.add_argument("--forecast", default="16,64,256", metavar="N,N,...",
-                   help="node counts the model forecasts (default 16,64,256; 'none' for none)")
+    p.add_argument("--forecast", default=None, metavar="N,N,...",
+                   help="node counts the model forecasts (default: the study's [model] forecast, "
+                        "else 16,64,256; 'none' for none)")
     p.add_argument("--algorithm", choices=("ring", "ps"), default=None,
                    help="exchange algorithm of the model (default: ps for the ps backend, else ring)")
     p.add_argument("--max-ranks", type=int, default=1024, help="extrapolate up to this many ranks")
@@ -168,7 +169,8 @@ def report_main(opts) -> int:
                                   workers=opts.workers, exchange_bench=opts.exchange_bench,
                                   loop_bench=opts.loop_bench,
                                   spread_bench=opts.spread_bench,
-                                  forecast=_node_counts(opts.forecast))
+                                  forecast=None if opts.forecast is None
+                                  else _node_counts(opts.forecast))
     for kind, path in written.items():
         if kind != "files":
             print(f"{kind}: {path}")

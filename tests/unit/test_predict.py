@@ -948,3 +948,30 @@ def test_a_report_carries_one_prediction_of_each_point(tmp_path):
     text = (tmp_path / "out" / "report.md").read_text()
     assert "MODEL beside each measurement" not in text and "α (µs)" not in text
     assert "### Forecast (MODEL)" in text
+
+
+def test_a_study_names_its_forecast_and_the_report_command_overrides_it(tmp_path):
+    """[model] forecast = [...] travels in every record's declaration; --forecast on the
+    report's command line wins and is written into the command that heads the report."""
+    from hpcdl import records as _records, report
+    from hpcdl.study import load as _load
+    path = tmp_path / "s" / "runs.jsonl"
+    path.parent.mkdir()
+    for r in study():
+        r["declared"]["calibration"] = "runs:nodes<=2;forecast:12,48"
+        _records.append(path, r)
+    res = analysis.analyse(_records.read(path), "s")
+    assert [r["nodes"] for r in res.prediction["forecast"][0]["here"]] == [12, 48]
+    written = report.write_report(path.parent, out_dir=tmp_path / "o", plots=False,
+                                  forecast=(100,))
+    head = written["report"].read_text().splitlines()[0]
+    assert "--forecast 100" in head
+    assert report.rendered_with(tmp_path / "o")["forecast"] == (100,)
+    toml = tmp_path / "st.toml"
+    toml.write_text('[study]\nname = "x"\nscaling = "weak"\n[workload]\nname = "expmlp"\nbatch_size = 8\n'
+                    '[layout]\nranks = [1, 2]\n[model]\nforecast = [64, 16, 64]\n')
+    st = _load(toml)
+    assert st.forecast == [16, 64] and st.declared["calibration"] == "forecast:16,64"
+    toml.write_text(toml.read_text().replace("[64, 16, 64]", "[1]"))
+    with pytest.raises(Exception, match="model.forecast"):
+        _load(toml)
