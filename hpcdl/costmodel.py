@@ -333,6 +333,15 @@ def rate_bits(rate: str) -> float:
     return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
 
 
+FRAMING = 1448.0 / 1514.0      # TCP payload per Ethernet frame (MSS 1448 with timestamps in a
+#                                1500-byte MTU, 14 bytes of Ethernet header that tbf counts)
+
+
+def payload(rate: float) -> float:
+    """Bytes of TCP payload a second on a ``rate`` bit/s link (:data:`FRAMING`)."""
+    return rate / 8.0 * FRAMING
+
+
 def link_beta(gbit: float, efficiency: float = 0.9) -> float:
     """s per byte of a link of ``gbit`` Gbit/s delivering ``efficiency`` of its line rate."""
     return 1.0 / (gbit * 1e9 / 8 * efficiency)

@@ -9,8 +9,7 @@ from typing import Callable, List, Tuple
 from .. import costmodel
 from ..records import lookup as _get
 
-FRAMING = 1448.0 / 1514.0      # TCP payload per Ethernet frame (MSS 1448 with timestamps in a
-#                                1500-byte MTU, 14 bytes of Ethernet header that tbf counts)
+from ..costmodel import FRAMING, payload   # noqa: F401  (the link model's payload rate)
 
 # Open MPI's tuned allreduce algorithms (coll_tuned_allreduce_algorithm)
 OMPI_ALLREDUCE = {1: "linear", 2: "nonoverlapping", 3: "recursive doubling", 4: "ring",
@@ -135,11 +134,6 @@ def algorithm_of(rec: dict, p: int, nbytes: float) -> str:
     if str(env.get("OMPI_MCA_coll_tuned_use_dynamic_rules", "0")) == "1" and pinned not in ("", "0"):
         return OMPI_ALLREDUCE.get(int(pinned), "ring")
     return OMPI_ALLREDUCE[ompi_allreduce(p, nbytes)]
-
-
-def payload(rate: float) -> float:
-    """Bytes of TCP payload a second on a ``rate`` bit/s link (:data:`FRAMING`)."""
-    return rate / 8.0 * FRAMING
 
 
 def on_link(algorithm: str, wire: float, p: int, rate: float, duplex: float = 0.0) -> float:

@@ -4,7 +4,7 @@ configuration at another link rate, given only that rate, and the remedies the r
 a study ran them."""
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .baselines import relative_error as _err
 from .measured import summary as _summary
@@ -30,7 +30,9 @@ def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> Li
     (measured by ``others``: a study of the same workload with another batch, its axes as
     :func:`analyse` returns them). For a study's default settings (a tuning axis): the tuned
     points' allreduce algorithm, the one part of the tuned settings the model has a term for
-    (measured by the tuned points)."""
+    (measured by the tuned points). For an axis the MPI library exchanges: the algorithm the
+    model predicts fastest there, where the library ran another (measured where a tuned axis
+    ran it)."""
     if kind != "weak":
         return []
     out = []
@@ -68,16 +70,39 @@ def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> Li
                         next((a for a in others if a["axis"] == ax["axis"]), None))
                 add(name, efficiency(sp["batch"] * bmul, sp["wire"] * wmul), twin,
                     sp["batch"] * bmul)
+        tuned_alg = None
         if rest.endswith(DEFAULT):
             tuned = names.get(ax["axis"][:-len(DEFAULT)] + TUNED)
             if tuned is not None and p in tuned["_by_p"]:
-                alg = _summary(tuned["_by_p"][p])["algorithm"]
-                add(f"the tuned settings' allreduce ({alg})",
-                    efficiency(sp["batch"], sp["wire"], alg), tuned)
+                tuned_alg = _summary(tuned["_by_p"][p])["algorithm"]
+                add(f"the tuned settings' allreduce ({tuned_alg})",
+                    efficiency(sp["batch"], sp["wire"], tuned_alg), tuned)
+        best = _best_algorithm(ax, sp, efficiency, e0)
+        if best is not None and best != tuned_alg and not rest.endswith(TUNED):
+            add(f"allreduce {best} (Open MPI's coll_tuned_allreduce_algorithm "
+                f"{PINS[best]}; hpcdl tune finds it)", efficiency(sp["batch"], sp["wire"], best),
+                None)
     for r in out:
         r["gain_error"] = (None if r["measured_gain"] is None or r["model_gain"] is None else
                            (r["model_gain"] - r["measured_gain"]) / r["measured_gain"])
     return out
+
+
+# Open MPI's allreduce algorithms the model can put in place of the library's choice, by the
+# number that pins one (coll_tuned_allreduce_algorithm)
+PINS = {"ring": 4, "segmented ring": 5, "rabenseifner": 6, "recursive doubling": 3}
+GAIN = 0.01      # an algorithm is advised where the model gives it at least 1% more efficiency
+
+
+def _best_algorithm(ax: dict, sp: dict, efficiency, e0) -> Optional[str]:
+    """The allreduce the model predicts fastest at the axis's largest point, where the MPI
+    library's runs (Horovod over MPI, the mpi backend) ran another and it gains more than
+    :data:`GAIN`; else None."""
+    if ax["backend"] not in ("horovod", "mpi") or sp["algorithm"] not in PINS or not e0:
+        return None
+    best = max(PINS, key=lambda a: efficiency(sp["batch"], sp["wire"], a) or 0.0)
+    e = efficiency(sp["batch"], sp["wire"], best)
+    return best if best != sp["algorithm"] and e and e > e0 * (1 + GAIN) else None
 
 
 def cross_rate(out_axes: List[dict], nodes_max: int) -> List[dict]:

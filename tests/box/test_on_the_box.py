@@ -231,7 +231,8 @@ def test_submit_tune_makes_the_tuning_file_in_a_job_and_the_tuned_points_run_its
     root = tmp_path / "results"
     exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
     out = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
-                 *exports, "--tune", "--knobs algorithm --rounds 1 --worker-rounds 1 --iters 2")
+                 *exports, "--tune",
+                 "--knobs algorithm,fusion --bound 100 --rounds 1 --worker-rounds 1 --iters 2")
     lines = out.splitlines()
     tune_job = next(ln for ln in lines if ln.startswith("Submitted the tuning job for "))
     jid = tune_job.split(" as job ")[1].split()[0]
@@ -241,6 +242,9 @@ def test_submit_tune_makes_the_tuning_file_in_a_job_and_the_tuned_points_run_its
            timeout=530)
     doc = json.loads((tmp_path / "tuning" / "box-2n.json").read_text())
     assert doc["made_for"]["nodes"] == 2 and set(doc["picks"]) == {"none", "fp16"}
+    # the box's link rate gives the model's bound: within --bound of it, fusion is not searched
+    assert any(s.startswith("fusion: the exchange") and "link's bound for a ring" in s
+               for s in doc["skipped"]), doc["skipped"]
     recs = _records(root / "box-tuned" / "runs.jsonl")
     # the file names the box it was tuned on, as the records name the box they ran on
     assert {k: doc["made_for"]["box"][k] for k in ("box", "cpu_period_us", "link_rate")} == \
