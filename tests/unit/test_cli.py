@@ -69,18 +69,23 @@ def test_help_offers_every_backend_and_compression_from_their_one_list():
 
 
 _LEAVE = """\
-import atexit, sys, threading, time, types
-if sys.argv[1] == "tf":
+import atexit, sys, threading, types
+mode = sys.argv[1]
+if mode == "tf":
     sys.modules["tensorflow"] = types.ModuleType("tensorflow")    # what the exit goes by
 from hpcdl.cli import main
 sys.stdout.write("x" * 200000)                                    # still in the buffer
 atexit.register(lambda: sys.stdout.write("|atexit ran"))
-# long enough for main to return first on a loaded machine (0.5 s once was not, in CI)
-worker = threading.Thread(target=lambda: (time.sleep(3.0), sys.stdout.write("|thread done")))
+# without TensorFlow the thread goes on once main has returned (a fixed sleep raced a main that
+# took over 3 s on a loaded machine); with it, main never returns and the exit joins the thread
+returned = threading.Event()
+worker = threading.Thread(target=lambda: (returned.wait(3.0 if mode == "tf" else 50.0),
+                                          sys.stdout.write("|thread done")))
 worker.start()
 sys.argv = ["hpcdl", "bench", "fit", "--input", "no-such-file.jsonl"]
 rc = main()
 sys.stdout.write("|main returned %d" % rc)
+returned.set()
 sys.exit(rc)
 """
 
