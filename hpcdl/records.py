@@ -413,3 +413,19 @@ def manifest(layout=None, hosts: Optional[Iterable[str]] = None, extra: Optional
     if extra:
         man.update(extra)
     return man
+
+
+# the box's settings that make two box runs' machines differ (a record's "box" section)
+BOX_SETTINGS = ("nodes_in_box", "cpus_per_node", "cpu_period_us", "latency", "host", "cores")
+
+
+def machine_setting(rec: dict) -> str:
+    """The processor (where the record names it) and the box's settings a record ran on, as one
+    string ("" for an older record off the box)."""
+    cpu = (rec.get("manifest") or {}).get("cpu")
+    box = rec.get("box")
+    parts = [f"cpu {cpu}"] if cpu else []
+    if isinstance(box, dict):
+        parts.append("box " + ", ".join(f"{k}={box[k]}" for k in BOX_SETTINGS
+                                        if box.get(k) not in (None, "")))
+    return "; ".join(parts)

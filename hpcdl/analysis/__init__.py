@@ -164,8 +164,8 @@ def _predicted(recs: Digest, origin, nodes_max: int, kind: str, fit_for, pattern
     drawn from the spread file ``spread_bench`` (:mod:`.host_spread`, likewise)."""
     machines = {key[2] for key in origin.groups}
     machine = machines.pop() if len(machines) == 1 else None
-    loop = LoopShare(loop_bench, machine) if loop_bench and nodes_max else None
-    spread = HostSpread(spread_bench, machine) if spread_bench and nodes_max else None
+    loop = LoopShare(loop_bench, machine) if loop_bench else None
+    spread = HostSpread(spread_bench, machine) if spread_bench else None
     if not nodes_max and not forecast:
         return {}
     return predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for,
@@ -176,12 +176,13 @@ def _predicted(recs: Digest, origin, nodes_max: int, kind: str, fit_for, pattern
 def _calibration_text(fit_label: Optional[str], nodes_max: int,
                       bench: Optional[str] = None, loop: Optional[str] = None,
                       spread: Optional[str] = None) -> str:
-    if spread and nodes_max:
+    whose = "their" if nodes_max else "the forecast's"     # held-out points, or none
+    if spread:
         return (_calibration_text(fit_label, nodes_max, bench, loop)
-                + f"; their slowest rank from the nodes' spread in {spread}")
-    if loop and nodes_max:
+                + f"; {whose} slowest rank from the nodes' spread in {spread}")
+    if loop:
         return (_calibration_text(fit_label, nodes_max, bench)
-                + f"; their compute after the share of a node Horovod's loop takes in {loop}")
+                + f"; {whose} compute after the share of a node Horovod's loop takes in {loop}")
     if bench and nodes_max:
         return (f"runs with at most {nodes_max} node(s); the other points are predicted, their "
                 f"exchange from the tuning files {bench} where those measured it"

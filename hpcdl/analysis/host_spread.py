@@ -1,5 +1,5 @@
 """How far apart the nodes of an allocation compute, by node count, from a short benchmark on it
-(``benchmarks/box_contention.py --json``, schema ``hpcdl.host-spread/1``).
+(``hpcdl bench allocation``, :mod:`hpcdl.bench.allocation`; schema ``hpcdl.host-spread/1``).
 
 A synchronous step waits for its slowest rank, so a held-out point's compute is the ranks'
 center times the expected maximum over its p ranks of their spread around it

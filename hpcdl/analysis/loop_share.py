@@ -1,5 +1,6 @@
 """What Horovod's background loop takes from a rank's compute, by node count, from a short
-benchmark on the allocation (``benchmarks/cycle_cpu.py --json``, schema ``hpcdl.loop-cpu/1``).
+benchmark on the allocation (``hpcdl bench allocation``, :mod:`hpcdl.bench.allocation`; schema
+``hpcdl.loop-cpu/1``).
 
 A rank's main thread computes while Horovod's loop wakes every cycle and, once the rank has
 peers, agrees with them on what is ready, Open MPI spinning while it waits. On a node of a

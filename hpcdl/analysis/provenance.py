@@ -30,8 +30,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 __all__ = ["Provenance", "Origin", "check", "code_of", "software_of", "machine_setting", "cpu_of",
            "interval", "MixedRecords"]
 
-# The box's settings that records pooled together must share; its link rate is the network axis.
-BOX_SETTINGS = ("nodes_in_box", "cpus_per_node", "cpu_period_us", "latency", "host", "cores")
+# The box's settings that records pooled together must share (its link rate is the network
+# axis), and the one string they and the processor make: records owns both
+from ..records import BOX_SETTINGS, machine_setting  # noqa: F401,E501
 
 
 class MixedRecords(ValueError):
@@ -73,18 +74,6 @@ def software_of(rec: dict) -> str:
 def study_hash(rec: dict) -> str:
     h = (rec.get("declared") or {}).get("study_sha256")
     return f"study file {h[:12]}" if h else "no study file"
-
-
-def machine_setting(rec: dict) -> str:
-    """The processor (where the record names it) and the box's settings a record ran on, as one
-    string ("" for an older record off the box)."""
-    cpu = (rec.get("manifest") or {}).get("cpu")
-    box = rec.get("box")
-    parts = [f"cpu {cpu}"] if cpu else []
-    if isinstance(box, dict):
-        parts.append("box " + ", ".join(f"{k}={box[k]}" for k in BOX_SETTINGS
-                                        if box.get(k) not in (None, "")))
-    return "; ".join(parts)
 
 
 def cpu_of(machine: str) -> str:

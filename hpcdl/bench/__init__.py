@@ -1,10 +1,11 @@
 """Benchmark the exchange training runs: ``hpcdl bench allreduce`` (:mod:`.allreduce`, a size
 sweep in nccl-tests' style over the training path), ``hpcdl bench fit`` (:mod:`.fit`, the cost
-model fitted to sweeps); :mod:`.boxcheck` proves the cluster box's isolation.
+model fitted to sweeps), ``hpcdl bench allocation`` (:mod:`.allocation`, the forecast's inputs
+from the allocation); :mod:`.boxcheck` proves the cluster box's isolation.
 """
 from __future__ import annotations
 
-from . import allreduce, fit
+from . import allocation, allreduce, fit
 
 
 def register(subparsers, name, help_text):
@@ -29,6 +30,11 @@ def register(subparsers, name, help_text):
         "write the parameters (default results/bench/fit.json). Needs no MPI."))
     fit.add_arguments(f)
     f.set_defaults(_main=fit.main)
+    c = sub.add_parser("allocation", help="what the forecast needs from this allocation: the "
+                       "nodes' spread and Horovod's loop (run under mpirun/srun, one rank per "
+                       "node)", description=allocation.__doc__.split("\n\n")[0])
+    allocation.add_arguments(c)
+    c.set_defaults(_main=allocation.main)
 
     def _usage(opts):
         p.print_help()

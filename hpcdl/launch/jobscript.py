@@ -335,6 +335,21 @@ def render_study_tune(job: Job, software: Software, study: str, study_path: str,
     return _fill("study-tune.sbatch", values)
 
 
+def render_study_allocation(job: Job, software: Software, study: str, study_path: str,
+                            args: Sequence[str],
+                            script_name: str = "study-allocation.sbatch") -> str:
+    """the ``study-allocation.sbatch`` template: ``hpcdl bench allocation`` on one layout of a
+    study that asks for a forecast (``args``: its options, ``--study``, ``--spread`` and
+    ``--loop`` among them)."""
+    job = replace(job, signal_lead=None)
+    values = _common(job, software, script_name)
+    measure = " ".join([shlex.quote(software.python), "-m", "hpcdl", "bench", "allocation"]
+                       + [shlex.quote(str(a)) for a in args])
+    values.update(sbatch=_sbatch_block(job, preemptible=False), study=study,
+                  study_path=study_path, measure=measure)
+    return _fill("study-allocation.sbatch", values)
+
+
 def render_report(job: Job, software: Software, study: str, results_dir: str,
                   script_name: str = "report.sbatch", gridengine: Optional[Mapping] = None) -> str:
     """the ``report.sbatch`` template: ``hpcdl study report`` once every step has ended; with

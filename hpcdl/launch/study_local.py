@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 from . import command, local
 from .. import checks, records
@@ -24,8 +24,11 @@ def _fmt(seconds: float) -> str:
 
 def run_study(study, *, force: bool = False, limit: Optional[int] = None,
               timeout: Optional[float] = None, dry_run: bool = False,
-              out: Callable[[str], None] = None, stream: bool = False) -> int:
-    """Run the study's pending points; return 0, 1 (some failed) or 75 (a point was stopped)."""
+              out: Callable[[str], None] = None, stream: bool = False,
+              allocation: Sequence[str] = ()) -> int:
+    """Run the study's pending points; return 0, 1 (some failed) or 75 (a point was stopped).
+    A study with ``[model] forecast`` first measures, with ``hpcdl bench allocation`` (more
+    options: ``allocation``), each rank count its forecast's files lack."""
     out = out or (lambda msg: print(msg, flush=True))
     runs = study.runs_path
     todo = study.points() if force else study.pending(runs)
@@ -33,6 +36,9 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
     if limit is not None:
         todo = todo[:limit]
     out(f"# {study.summary()}")
+    measured = _measure_allocation(study, todo, allocation, timeout, dry_run, out)
+    if measured:
+        return measured
     out(f"# results: {runs}; {skipped} point(s) already recorded"
         f"{' (re-run: --force)' if skipped and not force else ''}, {len(todo)} to run")
     if not todo:
@@ -45,14 +51,7 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
         checks.check_writable(runs, "the study's results file")
         if study.command:            # this process writes the records, not hpcdl train's rank 0
             records.check_clean(runs)
-    env = dict(os.environ)
-    env.update(study.env)
-    # The ranks import this very package, also when it is not installed (a checkout).
-    pkg_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
-    # A command's "python" is the one running hpcdl (its venv), as in a study's job scripts.
-    env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH"))
-                                  if p)
+    env = _env(study)
     limit_s = timeout or study.timeout
     failed: List[str] = []
     t_start = time.monotonic()
@@ -99,6 +98,45 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
     out(f"# {len(todo) - len(failed)} of {len(todo)} point(s) ran in {_fmt(total)}"
         + (f"; FAILED: {', '.join(failed)} (run the study again to retry them)" if failed else ""))
     return 1 if failed else 0
+
+
+def _env(study) -> dict:
+    """The ranks' environment: this one, the study's [run] env, this package importable."""
+    env = dict(os.environ)
+    env.update(study.env)
+    # The ranks import this very package, also when it is not installed (a checkout).
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    # A command's "python" is the one running hpcdl (its venv), as in a study's job scripts.
+    env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH"))
+                                  if p)
+    return env
+
+
+def _measure_allocation(study, todo, extra: Sequence[str], timeout: Optional[float],
+                        dry_run: bool, out: Callable[[str], None]) -> int:
+    """The forecast's allocation measurement at each rank count of the study its files lack, one
+    after another (they rewrite the same files); 0, or 1 where one failed."""
+    missing = study.allocation_missing(study.points())
+    spread, loop = study.allocation_files
+    for nodes, rpn in missing:
+        words = local.hpcdl_command(["bench", "allocation", "--study", str(study.path),
+                                     "--spread", spread, "--loop", loop, *extra])
+        argv = local.mpirun_command(nodes * rpn, words, extra=study.mpirun_args)
+        out(f"[allocation] {nodes * rpn} rank(s): the forecast's spread and loop share")
+        if dry_run:
+            out("  " + " ".join(_quote(a) for a in argv))
+            continue
+        res = local.run(argv, timeout=timeout or study.timeout, env=_env(study))
+        if res.returncode != 0 or res.timed_out:
+            out(f"  FAILED: {'timed out' if res.timed_out else f'exit {res.returncode}'}")
+            _tail(res, out)
+            return 1
+        for ln in res.stdout.splitlines():
+            if not ln.startswith("#"):
+                out("  " + ln)
+        out(f"  done in {res.elapsed:.1f} s")
+    return 0
 
 
 def _run_command(spec, argv, env, limit_s, stream, out):

@@ -17,26 +17,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from . import batch, command, gridengine
+from . import batch, command, gridengine, prep
 from .jobscript import (Job, parse_exports, render_report, render_study_command, render_study_step,
-                        render_study_tune, Software)
+                        Software)
+from .prep import (ALLOCATION_PREFIX, TUNE_PREFIX, Step, job_for as _job_for,
+                   slurm_settings as _slurm_settings)
 from .scheduler import ACTIVE_STATES, sbatch
 from .. import checks, records
 from ..errors import UserError
 from ..study import recorded_point
 
 __all__ = ["plan_study", "submit_study", "study_status", "study_software", "StudyPlan", "Step"]
-
-
-@dataclass
-class Step:
-    point_id: str
-    point: dict
-    script: Path
-    text: str
-    job: Job
-    spec: Optional[command.Spec] = None     # a command's point: what its record needs
-    tuning: str = ""                        # the tuning file it reads (a tuned point) or makes (a tune)
 
 
 @dataclass
@@ -55,36 +46,6 @@ class StudyPlan:
     tunes: List[Step] = None        # --tune: hpcdl tune jobs for the tuning files the points lack
     scheduler: str = "slurm"        # or "gridengine"
     group: Optional[str] = None     # Grid Engine at TSUBAME: the group given to qsub -g
-
-
-TUNE_PREFIX = "tune-"     # a tuning job's id in submitted.jsonl (a point's id starts with n<nodes>)
-
-
-def _slurm_settings(study, overrides: Optional[Mapping] = None) -> dict:
-    s = dict(getattr(study, "slurm", None) or {})
-    s.update({k: v for k, v in dict(overrides or {}).items() if v is not None})
-    return s
-
-
-def _job_for(study, name: str, nodes: int, ntasks_per_node: int, overrides: Mapping,
-             licence: Optional[str] = None) -> Job:
-    """The job of one point; ``licence``: a Slurm licence every point's job takes one of (the
-    cluster box defines one, so that no two jobs of a study share its cores at once)."""
-    s = _slurm_settings(study, overrides)
-    extra = list(s.get("extra") or ())
-    if licence:
-        extra.append(f"--licenses={licence}:1")
-    for key in ("qos", "constraint", "mem"):
-        if s.get(key):
-            extra.append(f"--{key}={s[key]}")
-    lead = s.get("signal_lead", 120)
-    if not lead:
-        raise UserError(f"{getattr(study, 'path', study.name)}: slurm.signal_lead must be > 0 for "
-                        "'study submit': the job checkpoints and requeues on that warning")
-    return Job(name=name, nodes=int(nodes), ntasks_per_node=int(ntasks_per_node),
-               cpus_per_task=s.get("cpus_per_task"), gpus_per_node=s.get("gpus_per_node") or None,
-               time=str(s.get("time") or "00:30:00"), partition=s.get("partition"),
-               account=s.get("account"), signal_lead=int(lead), extra=tuple(extra))
 
 
 def study_software(study, extra_exports: Sequence[str] = (), setup: Optional[str] = None,
@@ -111,11 +72,13 @@ def study_software(study, extra_exports: Sequence[str] = (), setup: Optional[str
 
 def plan_study(study, software: Software, force: bool = False,
                overrides: Optional[Mapping] = None, unchecked_box: bool = False,
-               tune: Optional[Sequence[str]] = None) -> StudyPlan:
+               tune: Optional[Sequence[str]] = None,
+               allocation: Sequence[str] = ()) -> StudyPlan:
     """The scripts of every point neither recorded nor in flight, and of the report (pure but
     for reading the study's records and asking the scheduler about the jobs it submitted).
     ``tune``: options of ``hpcdl tune`` for a job per tuning file the points to submit lack
-    (None: such points are refused)."""
+    (None: such points are refused). ``allocation``: more options of ``hpcdl bench allocation``,
+    whose job per layout the forecast's files lack runs where the study asks for a forecast."""
     overrides = dict(overrides or {})
     sched = batch.choose(_slurm_settings(study, overrides).get("scheduler"))
     results_dir = Path(study.results_dir).resolve()
@@ -135,12 +98,8 @@ def plan_study(study, software: Software, force: bool = False,
     study_path = str(Path(study.path).resolve()) if getattr(study, "path", None) else study.name
     here = [p for p in study.points() if p.id not in done and p.id not in in_flight
             and not (p.network and p.network != box["link_rate"])]
-    tunes = [] if tune is None else _tune_steps(study, study_path, here, jobs_dir, software,
-                                                overrides, box, tune)
-    busy = [f"{t.point_id} ({in_flight[t.point_id]})" for t in tunes if t.point_id in in_flight]
-    if busy:
-        raise UserError(f"{study.name}: a tuning job is still queued or running: {', '.join(busy)};"
-                        " submit again once it has ended")
+    tunes = prep.steps(study, study_path, here, jobs_dir, software, overrides, box, tune,
+                       allocation, ge is not None, in_flight)
     # only the points submitted now: those of a box with other links are tuned on that box
     _require_tuning(study, [p for p in here if not any(p.tuned and p.tuning_path == t.tuning
                                                        for t in tunes)])
@@ -187,27 +146,6 @@ def plan_study(study, software: Software, force: bool = False,
     return StudyPlan(study.name, study_path, results_dir, jobs_dir, steps, report, skipped,
                      waiting, box, {p: j for p, j in in_flight.items() if p not in done}, tunes,
                      sched, (ge or {}).get("group"))
-
-
-def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
-                overrides: Mapping, box: Optional[dict], tune: Sequence[str]) -> List[Step]:
-    """A ``hpcdl tune`` job for each tuning file that ``points`` lack (those they run with, and
-    those [model] calibrate.exchange names for the report), on their layout, under the points'
-    own settings, taking the box's licence like them."""
-    steps = []
-    for path, nodes, rpn, comps, _lacking in study.lacking_tuning(points, calibration=True):
-        # none first: tune's search follows the first (a study refuses int8 with a tuning file)
-        comps = [c for c in ("none", "fp16") if c in comps]
-        stem = Path(path).stem
-        job = _job_for(study, f"hpcdl-{study.name}-tune-{stem}", nodes, rpn, overrides,
-                       licence=(box or {}).get("licence"))
-        args = ["--study", study_path, "--compression", ",".join(comps), *tune, "--out", path]
-        name = f"tune-{stem}.sbatch"
-        text = render_study_tune(job, software, study.name, study_path, path, args, script_name=name)
-        steps.append(Step(f"{TUNE_PREFIX}{stem}", {"tuning": path, "nodes": nodes,
-                                           "ranks_per_node": rpn, "compressions": comps},
-                          jobs_dir / name, text, job, tuning=path))
-    return steps
 
 
 def _in_flight(jobs_dir: Path) -> Dict[str, str]:
@@ -294,8 +232,10 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
     for k, step in enumerate(tunes + plan.steps):
         rel = os.path.relpath(step.script, plan.jobs_dir)
         is_tune = k < len(tunes)
+        measures = step.point_id.startswith(ALLOCATION_PREFIX)
         after = made_by.get(step.tuning) if step.tuning else None
-        what = f"the tuning job for {step.tuning}" if is_tune else f"point {step.point_id}"
+        what = (f"the allocation's measurement {step.point_id}" if measures else
+                f"the tuning job for {step.tuning}" if is_tune else f"point {step.point_id}")
         if dry_run:
             dep_text = f"--dependency=afterany:<{after}> " if after else ""
             print(f"Would submit {what}: (cd {plan.jobs_dir} && "
@@ -309,8 +249,9 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
             ids.append(jid)
             print(f"Submitted {what} ({step.job.nodes} node(s) x {step.job.ntasks_per_node} "
                   f"rank(s)) as job {jid}" + (f", after job {after}" if after else ""), file=out)
-        if is_tune:
-            made_by[step.tuning] = jid or f"the tuning job for {step.tuning}"
+        if is_tune:       # the next job of the same file (a point, or the next measurement)
+            made_by[step.tuning] = jid or (f"the allocation job {step.point_id}" if measures
+                                           else f"the tuning job for {step.tuning}")
         submission["steps"].append({"point": step.point_id, "job_id": jid, "script": str(step.script)})
     dep = (("hold_jid:" + ",".join(ids)) if ge else ("afterany:" + ":".join(ids))) if ids else None
     if dry_run:
@@ -370,7 +311,7 @@ def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
     latest, report_id = _latest_jobs(results_dir / "jobs")
     recorded = {recorded_point(rec, study_name or rec.get("study"))
                 for rec in records.iter_records(results_dir / "runs.jsonl")} - {None}
-    tunes = sorted(p for p in latest if p.startswith(TUNE_PREFIX))
+    tunes = sorted(p for p in latest if p.startswith((TUNE_PREFIX, ALLOCATION_PREFIX)))
     order = tunes + (list(point_ids) if point_ids is not None
                      else sorted(p for p in latest if p not in tunes))
     ids = [latest[p] for p in order if p in latest] + ([report_id] if report_id else [])

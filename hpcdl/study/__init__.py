@@ -310,10 +310,10 @@ class Study:
                                      # is fitted to these points only and predicts the others
     calibrate_exchange: str = ""     # [model] calibrate.exchange: tuning files ({nodes}, ...)
                                      # whose exchange the predicted points take
-    calibrate_loop: str = ""         # [model] calibrate.loop: a loop file (cycle_cpu.py --json)
+    calibrate_loop: str = ""         # [model] calibrate.loop: a loop file (hpcdl bench allocation)
                                      # whose shares the predicted points' compute follows
-    calibrate_spread: str = ""       # [model] calibrate.spread: a spread file (box_contention.py
-                                     # --json) their slowest rank is drawn from
+    calibrate_spread: str = ""       # [model] calibrate.spread: a spread file (hpcdl bench
+                                     # allocation) their slowest rank is drawn from
     forecast: List[int] = field(default_factory=list)   # [model] forecast: node counts planned
     target: str = ""                 # [target]: "accuracy:0.91"; each repeat is then a seed
     command: List[str] = field(default_factory=list)   # [workload] command: the user's script
@@ -332,8 +332,8 @@ class Study:
                    ([f"runs:nodes<={self.calibrate_nodes_max}"] if self.calibrate_nodes_max else [])
                    + ([f"fit:{self.fit}"] if self.fit else [])
                    + ([f"bench:{self.calibrate_exchange}"] if self.calibrate_exchange else [])
-                   + ([f"loop:{self.calibrate_loop}"] if self.calibrate_loop else [])
-                   + ([f"spread:{self.calibrate_spread}"] if self.calibrate_spread else [])
+                   + ([f"loop:{self.allocation_files[1]}"] if self.allocation_files[1] else [])
+                   + ([f"spread:{self.allocation_files[0]}"] if self.allocation_files[0] else [])
                    + ([f"forecast:{','.join(map(str, self.forecast))}"] if self.forecast else []))
                or "runs"}
         if self.target:
@@ -419,6 +419,40 @@ class Study:
                        f"--compression {','.join(comps)} --out {path}' in a job of "
                        f"{n} node(s) x {rpn} task(s), or submit with --tune)")
         return out
+
+    @property
+    def allocation_files(self) -> Tuple[str, str]:
+        """(spread file, loop file) the forecast reads: [model] calibrate's, else, where the
+        study asks for a forecast, the ones ``hpcdl bench allocation`` makes in its results
+        folder; ("", "") otherwise."""
+        base = Path(self.results_dir) / "allocation"
+        auto = bool(self.forecast)
+        return (self.calibrate_spread or (str(base / "spread.json") if auto else ""),
+                self.calibrate_loop or (str(base / "loop-cpu.json") if auto else ""))
+
+    def allocation_missing(self, points: Iterable[Point]) -> List[Tuple[int, int]]:
+        """(nodes, ranks per node) of each layout of ``points`` beyond one rank, one rank per
+        node or every rank on one node, whose measurement the forecast's files lack (both files
+        must hold it); [] where the study asks for no forecast."""
+        spread, loop = self.allocation_files
+        if not self.forecast or not spread or not loop:
+            return []
+
+        def held(path: str, key: str) -> set:
+            try:
+                doc = json.loads(Path(path).read_text())
+            except (OSError, ValueError):
+                return set()
+            table = doc.get(key) or {}
+            if key == "shares":          # by cycle time, then count
+                return {int(n) for by in table.values() for n in by}
+            return {int(n) for n in table}
+        have = held(spread, "spread") & held(loop, "shares")
+        out = set()
+        for p in points:
+            if p.ranks > 1 and (p.ranks_per_node == 1 or p.nodes == 1) and p.ranks not in have:
+                out.add((p.nodes, p.ranks_per_node))
+        return sorted(out, key=lambda x: x[0] * x[1])
 
     def summary(self) -> str:
         pts = self.points()
@@ -535,8 +569,8 @@ def _calibrate_key(v, model) -> Tuple[int, str, str, str]:
     """[model] calibrate = {nodes_max = N, exchange = PATH, loop = FILE, spread = FILE}: N (0
     without it), the 'hpcdl tune' files (one per node count and link rate, placeholders as
     run.tuning's) whose exchange the points beyond N take, the loop file
-    (benchmarks/cycle_cpu.py --json) whose shares their compute follows, and the spread file
-    (benchmarks/box_contention.py --json) their slowest rank is drawn from ("" without them)."""
+    (hpcdl bench allocation --loop) whose shares their compute follows, and the spread file
+    (hpcdl bench allocation --spread) their slowest rank is drawn from ("" without them)."""
     cal = v.get(model, "model.calibrate", dict, default={})
     v.only(cal, "model.calibrate", ("nodes_max", "exchange", "loop", "spread"))
     if not cal:

@@ -45,6 +45,9 @@ def register(subparsers, name: str, help_text: str) -> None:
                    help="folder that holds results/<study> (default $HPCDL_RESULTS_ROOT or results)")
     r.add_argument("--dry-run", action="store_true", help="print the mpirun commands, run nothing")
     r.add_argument("--stream", action="store_true", help="show the ranks' output as it comes")
+    r.add_argument("--allocation", default="", metavar="'OPTIONS'",
+                   help="more options of 'hpcdl bench allocation', which a study with [model] "
+                        "forecast runs first at each rank count its files lack")
     r.add_argument("--report", action="store_true", help="write the report when the runs are done")
     r.set_defaults(_main=run_main)
 
@@ -89,11 +92,11 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
                         "count (a path with {nodes}, {ranks}, {ranks_per_node}, {network}), "
                         "instead of the study's [model] calibrate.exchange or the model's")
     p.add_argument("--loop-bench", default=None, metavar="PATH",
-                   help="a loop file (benchmarks/cycle_cpu.py --json): the held-out Horovod "
+                   help="a loop file (hpcdl bench allocation --loop): the held-out Horovod "
                         "points' compute grows with the share Horovod's loop takes of a node at "
                         "their node count against the calibration's")
     p.add_argument("--spread-bench", default=None, metavar="PATH",
-                   help="a spread file (benchmarks/box_contention.py --json): the held-out "
+                   help="a spread file (hpcdl bench allocation --spread): the held-out "
                         "points' slowest rank is drawn from how far the allocation's nodes lay "
                         "apart computing at once at their node count")
     p.add_argument("--forecast", default=None, metavar="N,N,...",
@@ -138,7 +141,8 @@ def run_main(opts) -> int:
         raise UserError(f"{opts.study}: layout.nodes asks for several nodes; run it with "
                         f"'hpcdl study submit' on a Slurm cluster, or use layout.ranks here")
     rc = study_local.run_study(st, force=opts.force, limit=opts.limit, timeout=opts.timeout,
-                               dry_run=opts.dry_run, stream=opts.stream)
+                               dry_run=opts.dry_run, stream=opts.stream,
+                               allocation=shlex.split(opts.allocation))
     if rc == 0 and opts.report and not opts.dry_run:
         written = report.write_report(st.results_dir, study_name=st.name)
         print(f"Report: {written['report']}")
@@ -156,10 +160,10 @@ def report_main(opts) -> int:
         raise UserError(f"{src}: no such results folder or file")
     if opts.loop_bench and not Path(opts.loop_bench).is_file():
         raise UserError(f"--loop-bench {opts.loop_bench}: no such file (make one with "
-                        "benchmarks/cycle_cpu.py --json on the allocation)")
+                        "'hpcdl bench allocation' on the allocation)")
     if opts.spread_bench and not Path(opts.spread_bench).is_file():
         raise UserError(f"--spread-bench {opts.spread_bench}: no such file (make one with "
-                        "benchmarks/box_contention.py --json on the allocation)")
+                        "'hpcdl bench allocation' on the allocation)")
     if opts.fit and not Path(opts.fit).is_file():
         raise UserError(f"--fit {opts.fit}: no such file (make one with 'hpcdl bench fit')")
     written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
@@ -206,6 +210,10 @@ def add_submit_arguments(p) -> None:
                         "runs 'hpcdl tune' (with these options, e.g. '--knobs algorithm "
                         "--rounds 1') and the layout's tuned points start after it; the "
                         "same for the files [model] calibrate.exchange names for the report")
+    p.add_argument("--allocation", default="", metavar="'OPTIONS'",
+                   help="more options of the 'hpcdl bench allocation' jobs a study with "
+                        "[model] forecast runs for each layout its files lack (e.g. "
+                        "'--seconds 5 --rounds 2')")
 
 
 def submit_main(opts) -> int:
@@ -215,8 +223,9 @@ def submit_main(opts) -> int:
                              overrides={"partition": opts.partition, "account": opts.account,
                                         "time": opts.time, "scheduler": opts.scheduler},
                              unchecked_box=opts.unchecked_box,
-                             tune=None if opts.tune is None else shlex.split(opts.tune))
-    if not plan.steps and not opts.force:
+                             tune=None if opts.tune is None else shlex.split(opts.tune),
+                             allocation=shlex.split(opts.allocation))
+    if not plan.steps and not plan.tunes and not opts.force:
         for pid, job in (plan.in_flight or {}).items():
             print(f"Point {pid}: {job}, not submitted again")
         if plan.in_flight:

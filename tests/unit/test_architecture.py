@@ -156,7 +156,7 @@ def test_no_hpcdl_modules_import_each_other_in_a_loop():
 
 
 LOGIN_NODE = ("hpcdl.cli", "hpcdl.study", "hpcdl.study.cli", "hpcdl.launch.jobscript",
-              "hpcdl.launch.submit", "hpcdl.launch.gridengine", "hpcdl.launch.batch", "hpcdl.launch.study_local", "hpcdl.launch.command",
+              "hpcdl.launch.submit", "hpcdl.launch.gridengine", "hpcdl.launch.batch", "hpcdl.launch.prep", "hpcdl.launch.study_local", "hpcdl.launch.command",
               "hpcdl.bench")
 
 

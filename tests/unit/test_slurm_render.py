@@ -408,3 +408,46 @@ def test_a_grid_engine_study_renders_qsub_scripts_and_chains_the_report_with_hol
     out = io.StringIO()
     submit.submit_study(plan, dry_run=True, out=out)
     assert "&& qsub -g hpcdl-lab step-n4-r4-horovod-none-rep0.qsub)" in out.getvalue()
+
+
+def test_a_study_with_a_forecast_measures_each_layout_its_files_lack_in_chained_jobs(tmp_path):
+    """[model] forecast: one 'hpcdl bench allocation' job per layout beyond one rank whose
+    measurement the spread and loop files lack, each after the one before (they rewrite the
+    same files); the points do not wait for them; a layout the files hold is not measured."""
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(STUDY_4NODE.replace("nodes = [4]", "nodes = [1, 2, 4]")
+                          .replace("ranks_per_node = 4", "ranks_per_node = 1")
+                          + "\n[model]\nforecast = [16, 64]\n")
+    st = study_mod.load(study_file, results_root=tmp_path / "results")
+    spread, loop = st.allocation_files
+    assert spread.endswith("golden-4node/allocation/spread.json") and loop.endswith("loop-cpu.json")
+    assert st.declared["calibration"] == f"loop:{loop};spread:{spread};forecast:16,64"
+    assert st.allocation_missing(st.points()) == [(2, 1), (4, 1)]
+    plan = submit.plan_study(st, SOFTWARE, allocation=["--seconds", "5"])
+    assert [t.point_id for t in plan.tunes] == ["allocation-2n1r", "allocation-4n1r"]
+    text = plan.tunes[1].text
+    assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=1" in text
+    assert f"-m hpcdl bench allocation --study {study_file} --spread {spread} --loop {loop} " \
+           "--seconds 5" in text
+    out = io.StringIO()
+    submit.submit_study(plan, dry_run=True, out=out)
+    lines = out.getvalue().splitlines()
+    assert "sbatch allocation-2n1r.sbatch" in lines[0]
+    assert "sbatch --dependency=afterany:<" in lines[1] and "allocation-4n1r.sbatch" in lines[1]
+    assert all("--dependency" not in ln for ln in lines if "Would submit point" in ln)
+    # the files hold 2 nodes: only 4 is measured
+    Path(spread).parent.mkdir(parents=True)
+    Path(spread).write_text('{"schema": "hpcdl.host-spread/1", "spread": {"2": [[1.0, 1.0]]}}')
+    Path(loop).write_text('{"schema": "hpcdl.loop-cpu/1", "shares": {"1": {"2": {"median": 0.1}}}}')
+    assert st.allocation_missing(st.points()) == [(4, 1)]
+
+
+def test_study_allocation_sbatch_matches_golden(tmp_path):
+    raw = study_mod._toml.loads(STUDY_4NODE.replace("ranks_per_node = 4", "ranks_per_node = 1")
+                                + "\n[model]\nforecast = [16, 64]\n")
+    st = study_mod.from_dict(raw, "/opt/hpcdl/jobs/golden-4node.toml",
+                             results_root="/opt/hpcdl/results")
+    (step,) = submit.plan_study(st, SOFTWARE).tunes
+    _golden("study-allocation-4node.sbatch", step.text)
+    _bash_syntax_ok(step.text, tmp_path)
+    assert "--spread /opt/hpcdl/results/golden-4node/allocation/spread.json" in step.text

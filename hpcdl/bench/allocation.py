@@ -1,0 +1,229 @@
+"""What the forecast needs from an allocation beyond a study's runs, measured by the allocation's
+own ranks: run it under mpirun, srun or a Grid Engine job's mpirun, one rank per node, at each
+node count the forecast draws on (the calibration's and the largest you can get).
+
+- **The nodes' spread** (a spread file, ``hpcdl.host-spread/1``, :mod:`hpcdl.analysis.
+  host_spread`): every rank times the workload's forward and backward pass ``--probes`` times,
+  all ranks at once, in ``--rounds`` rounds; each round's per-rank medians over their center are
+  how far p nodes lie apart computing at once. A step waits for its slowest rank.
+- **Horovod's loop** (a loop file, ``hpcdl.loop-cpu/1``, :mod:`hpcdl.analysis.loop_share`):
+  Horovod started as training starts it, then ``--seconds`` with the main thread asleep and
+  ``--seconds`` with it computing (single-threaded matrix products); from each thread's CPU time
+  (``/proc/self/task``), the share of the rank's CPU its other threads took from the compute.
+  On a node of a fraction of a core that comes out of the compute, more with more peers.
+
+Each file keeps one entry per node count (per rank count where every rank shares one machine,
+as a workstation study's points are keyed) and names the machine it measured (the processor, and
+the box's settings on the box), as records do; a run at a node count replaces that count's entry
+and adds to the others. The report uses a file only for records of the same machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+from .. import cluster, records, stack
+from ..errors import UserError
+
+LOOP_SCHEMA = "hpcdl.loop-cpu/1"        # as hpcdl.analysis.loop_share reads it
+SPREAD_SCHEMA = "hpcdl.host-spread/1"   # as hpcdl.analysis.host_spread reads it
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    w = p.add_argument_group("workload (whose forward and backward pass is timed)")
+    w.add_argument("--study", default=None, help="a study file: its [workload] (else the options below)")
+    w.add_argument("--workload", "-w", default="cnn", help="expmlp, mnist, cnn or package.module:factory (cnn)")
+    w.add_argument("--model", default=None, help="cnn: its model (resnet50)")
+    w.add_argument("--image-size", type=int, default=None, help="cnn: input resolution")
+    w.add_argument("--num-classes", type=int, default=None, help="cnn: classes")
+    m = p.add_argument_group("measurement")
+    m.add_argument("--rounds", type=int, default=3, help="rounds of the spread (3)")
+    m.add_argument("--probes", type=int, default=5, help="passes timed per rank and round (5)")
+    m.add_argument("--seconds", type=float, default=10.0,
+                   help="each window of the loop's CPU, asleep and computing (10)")
+    m.add_argument("--spread", default="results/allocation/spread.json",
+                   help="the spread file to add this node count to")
+    m.add_argument("--loop", default="results/allocation/loop-cpu.json",
+                   help="the loop file to add this node count to")
+
+
+# --- what a thread's CPU says -------------------------------------------------------------------
+
+def threads_cpu() -> Dict[int, float]:
+    """CPU seconds (user + system) of each thread of this process, by thread id."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:
+            continue                                    # a thread that ended meanwhile
+        fields = stat.rsplit(")", 1)[1].split()        # from the state on (field 3)
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def window(seconds: float, work: Optional[Callable[[], object]] = None) -> Tuple[float, float, float]:
+    """(wall, main thread's CPU, the other threads' CPU) over ``seconds`` of ``work`` in the main
+    thread (None: it sleeps)."""
+    main = os.getpid()
+    a0, t0 = threads_cpu(), time.monotonic()
+    end = t0 + seconds
+    if work is None:
+        time.sleep(seconds)
+    else:
+        while time.monotonic() < end:
+            work()
+    a1, t1 = threads_cpu(), time.monotonic()
+    used = {k: v - a0.get(k, 0.0) for k, v in a1.items()}
+    mine = used.pop(main, 0.0)
+    return t1 - t0, mine, sum(used.values())
+
+
+# --- the files ----------------------------------------------------------------------------------
+
+def machine_of(host: str) -> Tuple[str, Optional[dict]]:
+    """(the machine setting a record made on ``host`` carries, the box's facts there or None)."""
+    from .. import box            # numpy: not at import, which a login node's hpcdl bench does
+    facts = box.node_facts(host)
+    return records.machine_setting({"manifest": {"cpu": records.cpu_identity()},
+                                    "box": facts}), facts
+
+
+def merged(path: Path, schema: str, machine: str, key: str, nodes: int, entry) -> dict:
+    """The file at ``path`` with ``entry`` at ``key``'s ``nodes`` (a new file where none is);
+    a file of another schema or machine is refused rather than mixed."""
+    doc = {"schema": schema, "made_for": {"machine": machine, "nodes": []}, key: {}}
+    if path.exists():
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{path}: unreadable ({exc}); give another path") from None
+        if doc.get("schema") != schema:
+            raise UserError(f"{path}: not a {schema} file; give another path")
+        made = (doc.get("made_for") or {}).get("machine")
+        if made != machine:
+            raise UserError(f"{path} was measured on '{made}', this allocation is '{machine}': "
+                            "give another path (a file holds one machine)")
+    table = doc.setdefault(key, {})
+    if callable(entry):
+        entry(table)
+    else:
+        table[str(nodes)] = entry
+    made = doc.setdefault("made_for", {})
+    made["nodes"] = sorted(set(made.get("nodes") or []) | {nodes})
+    return doc
+
+
+def _write(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)                     # a crash leaves the former file whole
+
+
+# --- the ranks ----------------------------------------------------------------------------------
+
+def _spread_rounds(world, grads, rounds: int, probes: int) -> List[List[float]]:
+    """Each round's times of this rank's passes, all ranks starting each round together."""
+    grads()[-1].numpy()                   # traced before any is timed
+    out = []
+    for _ in range(rounds):
+        world.Barrier()
+        ts = []
+        for _ in range(probes):
+            t0 = time.perf_counter()
+            grads()[-1].numpy()
+            ts.append(time.perf_counter() - t0)
+        out.append(ts)
+    return out
+
+
+def _loop_windows(tf, seconds: float) -> dict:
+    """Horovod started as training does and one exchange, then the two windows."""
+    import numpy as np
+    import horovod.tensorflow as hvd
+    hvd.init()
+    hvd.allreduce(tf.ones([1024]), op=hvd.Average)
+    time.sleep(1.0)
+    idle = window(seconds)
+    m = np.random.default_rng(0).random((160, 160))
+    busy = window(seconds, lambda: m @ m)
+    hvd.shutdown()
+    return {"idle": idle, "busy": busy}
+
+
+def main(opts) -> int:
+    from .tune_launch import _grads_fn, _train_opts
+    if min(opts.rounds, opts.probes) < 1 or opts.seconds <= 0:
+        raise UserError("--rounds and --probes must be at least 1, --seconds above 0")
+    layout = cluster.discover()
+    threads = cluster.configure_threads(layout)
+    cluster.apply_rank_defaults()
+    targs = _train_opts(opts)
+    tf = stack.import_tensorflow()
+    cluster.apply_tf_threads(tf, threads)
+    from mpi4py import MPI
+    from .. import workloads
+    world = MPI.COMM_WORLD
+    if layout.num_nodes not in (1, layout.size):
+        raise UserError(f"{layout.size} ranks on {layout.num_nodes} nodes: run one rank per node "
+                        "(mpirun --map-by ppr:1:node, srun --ntasks-per-node=1), or all on one")
+    wl = workloads.load(targs.workload, targs)
+    grads = _grads_fn(tf, wl, targs.batch_size)
+    if grads is None:
+        raise UserError(f"workload {targs.workload} has no batch to time its compute on")
+    spread = world.gather(_spread_rounds(world, grads, opts.rounds, opts.probes), root=0)
+    cpu = world.gather({"host": layout.host, **_loop_windows(tf, opts.seconds)}, root=0)
+    if layout.rank == 0:
+        _report(opts, layout, spread, cpu)
+    world.Barrier()
+    return 0
+
+
+def _deviations(probes: List[List[float]]) -> List[float]:
+    """Each node's median pass over the center, the median of every node's passes together (a
+    record's ranks are centred alike: hpcdl.analysis.measured.centred)."""
+    center = statistics.median(v for p in probes for v in p)
+    return [statistics.median(p) / center for p in probes]
+
+
+def _report(opts, layout, spread: List[List[List[float]]], cpu: List[dict]) -> None:
+    """Rank 0: the figures printed and added to the two files."""
+    n = layout.size
+    machine, facts = machine_of(layout.host)
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    command = (f"hpcdl bench allocation --rounds {opts.rounds} --probes {opts.probes} "
+               f"--seconds {opts.seconds:g} on {n} node(s)")
+    rounds = [_deviations([rank[r] for rank in spread]) for r in range(opts.rounds)]
+    cycle = os.environ.get("HOROVOD_CYCLE_TIME", "1")
+    idle = max((c["idle"][1] + c["idle"][2]) / c["idle"][0] for c in cpu)
+    taken = sorted(c["busy"][2] / (c["busy"][1] + c["busy"][2]) for c in cpu)
+    print(f"# {command}; machine: {machine or 'unnamed'}")
+    for r, devs in enumerate(rounds):
+        print(f"spread round {r + 1}: slowest node {max(devs):.3f}x the center of {n}")
+    print(f"loop: idle {idle * 1e3:.1f} ms of CPU per s; beside compute the other threads took "
+          + ", ".join(f"{t * 100:.1f}%" for t in taken) + f" of a rank's CPU (cycle {cycle} ms)")
+    extra = {"time": stamp, "command": command}
+    link = (facts or {}).get("link_rate")
+    if n > 1:
+        sdoc = merged(Path(opts.spread), SPREAD_SCHEMA, machine, "spread", n, rounds)
+        sdoc.update(extra)
+        sdoc["made_for"].update(coupled=False, rounds=opts.rounds, link_rate=link,
+                                one_node=layout.num_nodes == 1)
+        _write(Path(opts.spread), sdoc)
+        print(f"# spread at {n} nodes added to {opts.spread}")
+    share = {"median": statistics.median(taken), "busiest": taken[-1], "idle_cpu_s_per_s": idle}
+    ldoc = merged(Path(opts.loop), LOOP_SCHEMA, machine, "shares", n,
+                  lambda shares: shares.setdefault(cycle, {}).__setitem__(str(n), share))
+    ldoc.update(extra)
+    ldoc["made_for"].update(rounds=1, seconds=opts.seconds, link_rate=link,
+                            one_node=layout.num_nodes == 1)
+    _write(Path(opts.loop), ldoc)
+    print(f"# loop share at {n} node(s) added to {opts.loop}")

@@ -1,0 +1,117 @@
+"""The jobs that prepare a study's files before its points or its report need them: ``hpcdl
+tune`` for the tuning files its tuned points (and its calibration) lack (``study submit --tune``),
+and ``hpcdl bench allocation`` for each layout the forecast's spread and loop files lack (a study
+with ``[model] forecast``). Standard library only."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from . import command
+from .jobscript import Job, Software, render_study_allocation, render_study_tune
+from ..errors import UserError
+
+TUNE_PREFIX = "tune-"     # a tuning job's id in submitted.jsonl (a point's id starts with n<nodes>)
+ALLOCATION_PREFIX = "allocation-"   # ... and a forecast's allocation measurement's
+
+
+@dataclass
+class Step:
+    point_id: str
+    point: dict
+    script: Path
+    text: str
+    job: Job
+    spec: Optional[command.Spec] = None     # a command's point: what its record needs
+    tuning: str = ""                        # the tuning file it reads (a tuned point) or makes (a tune)
+
+
+def slurm_settings(study, overrides: Optional[Mapping] = None) -> dict:
+    s = dict(getattr(study, "slurm", None) or {})
+    s.update({k: v for k, v in dict(overrides or {}).items() if v is not None})
+    return s
+
+
+def job_for(study, name: str, nodes: int, ntasks_per_node: int, overrides: Mapping,
+             licence: Optional[str] = None) -> Job:
+    """The job of one point; ``licence``: a Slurm licence every point's job takes one of (the
+    cluster box defines one, so that no two jobs of a study share its cores at once)."""
+    s = slurm_settings(study, overrides)
+    extra = list(s.get("extra") or ())
+    if licence:
+        extra.append(f"--licenses={licence}:1")
+    for key in ("qos", "constraint", "mem"):
+        if s.get(key):
+            extra.append(f"--{key}={s[key]}")
+    lead = s.get("signal_lead", 120)
+    if not lead:
+        raise UserError(f"{getattr(study, 'path', study.name)}: slurm.signal_lead must be > 0 for "
+                        "'study submit': the job checkpoints and requeues on that warning")
+    return Job(name=name, nodes=int(nodes), ntasks_per_node=int(ntasks_per_node),
+               cpus_per_task=s.get("cpus_per_task"), gpus_per_node=s.get("gpus_per_node") or None,
+               time=str(s.get("time") or "00:30:00"), partition=s.get("partition"),
+               account=s.get("account"), signal_lead=int(lead), extra=tuple(extra))
+
+
+def steps(study, study_path: str, points, jobs_dir: Path, software: Software, overrides: Mapping,
+          box: Optional[dict], tune: Optional[Sequence[str]], allocation: Sequence[str],
+          gridengine: bool, in_flight: Dict[str, str]) -> List[Step]:
+    """The tuning jobs (where ``tune`` is not None) and the allocation jobs ``points`` need;
+    refused while one of them is still queued or running."""
+    out = [] if tune is None else _tune_steps(study, study_path, points, jobs_dir, software,
+                                              overrides, box, tune)
+    out += _allocation_steps(study, study_path, points, jobs_dir, software, overrides, box,
+                             allocation, gridengine)
+    busy = [f"{t.point_id} ({in_flight[t.point_id]})" for t in out if t.point_id in in_flight]
+    if busy:
+        raise UserError(f"{study.name}: a tuning or allocation job is still queued or running: "
+                        f"{', '.join(busy)}; submit again once it has ended")
+    return out
+
+
+def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
+                overrides: Mapping, box: Optional[dict], tune: Sequence[str]) -> List[Step]:
+    """A ``hpcdl tune`` job for each tuning file that ``points`` lack (those they run with, and
+    those [model] calibrate.exchange names for the report), on their layout, under the points'
+    own settings, taking the box's licence like them."""
+    steps = []
+    for path, nodes, rpn, comps, _lacking in study.lacking_tuning(points, calibration=True):
+        # none first: tune's search follows the first (a study refuses int8 with a tuning file)
+        comps = [c for c in ("none", "fp16") if c in comps]
+        stem = Path(path).stem
+        job = job_for(study, f"hpcdl-{study.name}-tune-{stem}", nodes, rpn, overrides,
+                       licence=(box or {}).get("licence"))
+        args = ["--study", study_path, "--compression", ",".join(comps), *tune, "--out", path]
+        name = f"tune-{stem}.sbatch"
+        text = render_study_tune(job, software, study.name, study_path, path, args, script_name=name)
+        steps.append(Step(f"{TUNE_PREFIX}{stem}", {"tuning": path, "nodes": nodes,
+                                           "ranks_per_node": rpn, "compressions": comps},
+                          jobs_dir / name, text, job, tuning=path))
+    return steps
+
+
+def _allocation_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
+                      overrides: Mapping, box: Optional[dict], extra: Sequence[str],
+                      gridengine: bool) -> List[Step]:
+    """A ``hpcdl bench allocation`` job for each layout of ``points`` the forecast's files lack
+    (:meth:`hpcdl.study.Study.allocation_missing`), taking the box's licence like the points;
+    each after the one before (:func:`submit_study`), as they rewrite the same files."""
+    missing = study.allocation_missing(points)
+    if missing and gridengine:
+        raise UserError(f"{study.name}: its forecast's allocation measurements are submitted "
+                        "through Slurm so far; run 'hpcdl bench allocation' in a qsub job's "
+                        "mpirun at each node count, or submit with --scheduler slurm")
+    spread, loop = study.allocation_files
+    steps = []
+    for nodes, rpn in missing:
+        stem = f"{nodes}n{rpn}r"
+        job = job_for(study, f"hpcdl-{study.name}-allocation-{stem}", nodes, rpn, overrides,
+                       licence=(box or {}).get("licence"))
+        args = ["--study", study_path, "--spread", spread, "--loop", loop, *extra]
+        name = f"allocation-{stem}.sbatch"
+        text = render_study_allocation(job, software, study.name, study_path, args,
+                                       script_name=name)
+        steps.append(Step(f"{ALLOCATION_PREFIX}{stem}", {"nodes": nodes, "ranks_per_node": rpn},
+                          jobs_dir / name, text, job, tuning=f"allocation:{spread}"))
+    return steps
