@@ -378,6 +378,8 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     lowest = floor.of_axes(out_axes, nodes_max, folds, _fit)
     ahead = ([_forecast.of_axis(ax, kind, sorted(forecast), q, not one_node)
               for ax in out_axes] if forecast else [])
+    for ax, f in zip(out_axes, ahead):
+        f["inputs"] = _input_effects(ax, kind, f)
     for ax in out_axes:
         del ax["_model"], ax["_by_p"], ax["_bench"]
     return {"nodes_max": nodes_max, "held_out": held_out, "one_node": one_node,
@@ -388,6 +390,32 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
             "band_residuals": len(loro), "axes": out_axes,
             "heldout": scores(held), "noise": noise(out_axes), "floor": lowest,
             "cross_rate": cross, "remedies": fixes}
+
+
+def _input_effects(ax: dict, kind: str, f: dict) -> Dict[str, Optional[float]]:
+    """What each allocation input moved the forecast's largest node count's step by, relative
+    (the loop file, the spread file; None where the axis did not draw on it): the model
+    calibrated again without it, the rest alike."""
+    m, cal = ax["_model"], {p: v for p, v in ax["_by_p"].items() if p <= ax["_model"].p_cal}
+    rows = [r for r in (f["here"] or (f["networks"][0]["rows"] if f["networks"] else []))
+            if r.get("step_s")]
+    if not rows:
+        return {"loop": None, "spread": None}
+    last = rows[-1]
+    out = {}
+    for name, kw in (("loop", {"loop": None}), ("spread", {"spreads": None})):
+        used = m.loop if name == "loop" else m.spreads
+        if not used:
+            out[name] = None
+            continue
+        args = {"loop": m.loop, "spreads": m.spreads, **kw}
+        bare = _fit(cal, ax["backend"], m.fit, args["loop"], args["spreads"])
+        b = last["batch_per_rank"]
+        e, algo = last["exchange_s"], last["algorithm"]
+        s = _summary(ax["_by_p"][max(ax["_by_p"])])
+        step = bare.step(last["nodes"], b, algo, s["wire"], s["rate"], e)
+        out[name] = None if not step else last["step_s"] / step - 1.0
+    return out
 
 
 def _banded(out_axes: List[dict], q: Optional[float]):

@@ -849,7 +849,34 @@ def _forecast_markdown(pred, by_name) -> List[str]:
             "", by_name["forecast"].markdown(), ""] + (
         [f"Left out: {', '.join(left)}, whose exchange stays under "
          "1% of every step here, so a column would only repeat the compute's ratio, not show a "
-         "network effect.", ""] if left else [])
+         "network effect.", ""] if left else []) + _input_words(pred)
+
+
+def _input_words(pred) -> List[str]:
+    """Which of the allocation's inputs the forecast drew on, what each moved its largest node
+    count's step by, and what stands in for a missing one."""
+    said = []
+    top = max((r["nodes"] for f in pred["forecast"]
+               for r in f["here"] + [x for n in f["networks"] for x in n["rows"]]), default=0)
+    for key, name, instead in (
+            ("loop", "the loop file (Horovod's share of a node)",
+             "compute beyond the calibration holds the calibration's share"),
+            ("spread", "the spread file (how far the nodes lie apart)",
+             "the slowest of N ranks is drawn from the calibration runs' own spread")):
+        moved = [(f["axis"], f["inputs"][key]) for f in pred["forecast"]
+                 if (f.get("inputs") or {}).get(key) is not None]
+        if moved:
+            said.append(f"{name} moved the step at {top} nodes by "
+                        + ", ".join(f"{e * 100:+.1f}% ({a})" for a, e in moved))
+        else:
+            bench = pred.get(f"{key}_bench") or {}
+            why = ("not taken (" + "; ".join(bench["misses"]) + ")" if bench.get("misses") else
+                   "no change to it" if bench else "none")
+            said.append(f"{name}: {why}: {instead}" if not bench or bench.get("misses")
+                        else f"{name}: {why}")
+    return ["Inputs measured on the allocation (`hpcdl bench allocation`, run by its own ranks "
+            "at each node count it can get; a study with `[model] forecast` runs it): "
+            + "; ".join(said) + ".", ""]
 
 
 def _bias_words(by_nodes) -> List[str]:

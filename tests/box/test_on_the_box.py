@@ -221,6 +221,9 @@ TUNED = textwrap.dedent("""\
     time = "00:10:00"
     cpus_per_task = 1
     signal_lead = 60
+
+    [model]
+    forecast = [16]
     """)
 
 
@@ -232,7 +235,8 @@ def test_submit_tune_makes_the_tuning_file_in_a_job_and_the_tuned_points_run_its
     exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
     out = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
                  *exports, "--tune",
-                 "--knobs algorithm,fusion --bound 100 --rounds 1 --worker-rounds 1 --iters 2")
+                 "--knobs algorithm,fusion --bound 100 --rounds 1 --worker-rounds 1 --iters 2",
+                 "--allocation", "--seconds 2 --rounds 1 --probes 2")
     lines = out.splitlines()
     tune_job = next(ln for ln in lines if ln.startswith("Submitted the tuning job for "))
     jid = tune_job.split(" as job ")[1].split()[0]
@@ -259,8 +263,18 @@ def test_submit_tune_makes_the_tuning_file_in_a_job_and_the_tuned_points_run_its
         assert section["in_force"]["algorithm"] == \
             int(pick["env"]["OMPI_MCA_coll_tuned_allreduce_algorithm"])
     rows = json.loads(_hpcdl("study", "status", str(study), "--results-root", str(root), "--json"))
-    assert rows[0]["point"] == "tune-box-2n" and rows[0]["state"] == "COMPLETED"
-    assert rows[0]["recorded"] is None
+    assert [r["point"] for r in rows[:2]] == ["allocation-2n1r", "tune-box-2n"]
+    assert all(r["state"] == "COMPLETED" and r["recorded"] is None for r in rows[:2])
+    # [model] forecast: the allocation's own job measured the box's 2 nodes for the forecast,
+    # named the machine as the records do (so a report takes it), and the report names it
+    from hpcdl.records import machine_setting
+    loop = json.loads((root / "box-tuned" / "allocation" / "loop-cpu.json").read_text())
+    assert loop["made_for"]["nodes"] == [2] and "box " in loop["made_for"]["machine"]
+    assert {machine_setting(r) for r in recs} == {loop["made_for"]["machine"]}
+    spread = json.loads((root / "box-tuned" / "allocation" / "spread.json").read_text())
+    assert len(spread["spread"]["2"]) == 1 and len(spread["spread"]["2"][0]) == 2
+    doc = json.loads((root / "box-tuned" / "report.json").read_text())
+    assert "allocation/loop-cpu.json" in doc["calibration"]
 
 
 def test_check_fails_an_oversubscribed_box_and_a_study_there_is_refused(slurm_cluster, tmp_path):

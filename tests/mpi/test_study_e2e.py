@@ -88,3 +88,29 @@ def test_two_point_study_resumes_and_reports(tmp_path):
     doc = json.loads((d / "report.json").read_text())
     assert doc["study"] == "e2e" and doc["records"] == 2
     assert doc["scaling"] == "strong" and doc["scaling_source"] == "declared by the study"
+
+
+def test_a_study_with_a_forecast_measures_its_allocation_first_and_the_report_draws_on_it(
+        tmp_path):
+    """[model] forecast: study run measures each rank count the spread and loop files lack with
+    hpcdl bench allocation (real ranks under mpirun), before the points; the report's forecast
+    takes its compute beyond the calibration from them; a second run measures nothing."""
+    path = tmp_path / "fc.toml"
+    path.write_text(STUDY.replace('name = "e2e"', 'name = "fc"') + "\n[model]\nforecast = [8, 32]\n")
+    root = tmp_path / "results"
+    out = hpcdl("study", "run", str(path), "--results-root", str(root), "--report",
+                "--allocation", "--seconds 1 --rounds 2 --probes 3")
+    assert out.index("[allocation] 2 rank(s)") < out.index("[1/2]"), out
+    d = root / "fc"
+    spread = json.loads((d / "allocation" / "spread.json").read_text())
+    loop = json.loads((d / "allocation" / "loop-cpu.json").read_text())
+    assert spread["schema"] == "hpcdl.host-spread/1" and len(spread["spread"]["2"]) == 2
+    assert loop["schema"] == "hpcdl.loop-cpu/1" and loop["made_for"]["nodes"] == [2]
+    assert 0 <= loop["shares"]["1"]["2"]["median"] < 1
+    pred = json.loads((d / "report.json").read_text())["prediction"]
+    assert [r["nodes"] for r in pred["forecast"][0]["networks"][0]["rows"]] == [8, 32] \
+        or pred["forecast"][0]["left_out"]
+    assert str(d / "allocation" / "loop-cpu.json") in pred["loop_bench"]["source"]
+    assert pred["spread_bench"]["misses"] == []
+    again = hpcdl("study", "run", str(path), "--results-root", str(root))
+    assert "[allocation]" not in again and "0 to run" in again
