@@ -19,4 +19,6 @@ for study in "${STUDIES[@]}"; do
     python -m hpcdl study report "$RESULTS_ROOT/$name"
     # The scaling table, as it stands in the report.
     sed -n '/^## .*scaling/,/^CSV/p' "$RESULTS_ROOT/$name/report.md"
+    # The forecast, as it stands in the report.
+    sed -n '/^### Forecast/,/^Inputs measured/p' "$RESULTS_ROOT/$name/report.md"
 done

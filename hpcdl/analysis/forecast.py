@@ -87,7 +87,7 @@ def of_axis(ax: dict, kind: str, nodes: Sequence[int], q: Optional[float],
     fixed_algo = pinned(sums)
     here = [_row(model, kind, p, b1, s, algorithm_at(s, fixed_algo, p), q)
             for p in nodes] if here else []
-    networks, flat = [], []
+    networks, flat, slowest = [], [], None
     for key, net in costmodel.PRESETS.items():
         rows = []
         for p in nodes:
@@ -96,8 +96,16 @@ def of_axis(ax: dict, kind: str, nodes: Sequence[int], q: Optional[float],
             rows.append(_row(model, kind, p, b1, s, algo, q, exchange=e))
         if all(r["step_s"] and r["exchange_s"] / r["step_s"] < NETWORK_EFFECT for r in rows):
             flat.append(net.name)
+            if slowest is None or net.beta > slowest[1].beta:
+                slowest = (key, net, rows)
             continue
         networks.append({"network": key, "label": net.name, "alpha_s": net.alpha,
+                         "beta_s_per_byte": net.beta, "rows": rows})
+    if not networks and slowest is not None:
+        # one column for them all: what the compute gives wherever the exchange does not show
+        key, net, rows = slowest
+        networks.append({"network": "any", "label": f"{net.name} or faster (exchange under "
+                         f"{NETWORK_EFFECT * 100:.0f}% of the step)", "alpha_s": net.alpha,
                          "beta_s_per_byte": net.beta, "rows": rows})
     return {"axis": ax["axis"], "scaling": kind, "batch": b1, "gradient_bytes": s["wire"],
             "calibrated_nodes": model.p_cal, "here": here, "networks": networks,

@@ -119,6 +119,10 @@ def _measure_allocation(study, todo, extra: Sequence[str], timeout: Optional[flo
     after another (they rewrite the same files); 0, or 1 where one failed."""
     missing = study.allocation_missing(study.points())
     spread, loop = study.allocation_files
+    if missing and not dry_run:          # what the measurements and the points will write
+        checks.check_writable(study.runs_path, "the study's results file")
+        for path in (spread, loop):
+            checks.check_writable(Path(path), "the forecast's allocation file")
     for nodes, rpn in missing:
         words = local.hpcdl_command(["bench", "allocation", "--study", str(study.path),
                                      "--spread", spread, "--loop", loop, *extra])

@@ -847,9 +847,12 @@ def _forecast_markdown(pred, by_name) -> List[str]:
             "at 90% of its line rate, over the algorithm's messages), the fixed cost as "
             "measured, none of the exchange hidden. Efficiency against the model's one node.",
             "", by_name["forecast"].markdown(), ""] + (
-        [f"Left out: {', '.join(left)}, whose exchange stays under "
-         "1% of every step here, so a column would only repeat the compute's ratio, not show a "
-         "network effect.", ""] if left else []) + _input_words(pred)
+        [(f"One column stands for {', '.join(left)}" if any(
+            n["network"] == "any" for f in pred["forecast"] for n in f["networks"])
+          else f"Left out: {', '.join(left)}")
+         + ": on each the exchange stays under 1% of every step here, so a column of each would "
+         "only repeat the compute's ratio, not show a network effect.", ""] if left else []) \
+        + _input_words(pred)
 
 
 def _input_words(pred) -> List[str]:
