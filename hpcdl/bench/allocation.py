@@ -8,7 +8,7 @@ node count the forecast draws on (the calibration's and the largest you can get)
   how far p nodes lie apart computing at once. A step waits for its slowest rank.
 - **Horovod's loop** (a loop file, ``hpcdl.loop-cpu/1``, :mod:`hpcdl.analysis.loop_share`):
   Horovod started as training starts it, then ``--seconds`` with the main thread asleep and
-  ``--seconds`` with it computing (single-threaded matrix products); from each thread's CPU time
+  ``--seconds`` with it computing (pure Python, one thread); from each thread's CPU time
   (``/proc/self/task``), the share of the rank's CPU its other threads took from the compute.
   On a node of a fraction of a core that comes out of the compute, more with more peers.
 
@@ -145,16 +145,21 @@ def _spread_rounds(world, grads, rounds: int, probes: int) -> List[List[float]]:
     return out
 
 
+def _busy() -> int:
+    """Work for the main thread alone: pure Python holds the GIL and starts no thread (a numpy
+    matrix product let BLAS's own threads take half of it, which read as the loop's share: 46-61%
+    on the box's 0.2-core nodes against 15-21% measured single-threaded)."""
+    return sum(i * i for i in range(20000))
+
+
 def _loop_windows(tf, seconds: float) -> dict:
     """Horovod started as training does and one exchange, then the two windows."""
-    import numpy as np
     import horovod.tensorflow as hvd
     hvd.init()
     hvd.allreduce(tf.ones([1024]), op=hvd.Average)
     time.sleep(1.0)
     idle = window(seconds)
-    m = np.random.default_rng(0).random((160, 160))
-    busy = window(seconds, lambda: m @ m)
+    busy = window(seconds, _busy)
     hvd.shutdown()
     return {"idle": idle, "busy": busy}
 
