@@ -56,13 +56,14 @@ def job_for(study, name: str, nodes: int, ntasks_per_node: int, overrides: Mappi
 
 def steps(study, study_path: str, points, jobs_dir: Path, software: Software, overrides: Mapping,
           box: Optional[dict], tune: Optional[Sequence[str]], allocation: Sequence[str],
-          gridengine: bool, in_flight: Dict[str, str]) -> List[Step]:
-    """The tuning jobs (where ``tune`` is not None) and the allocation jobs ``points`` need;
-    refused while one of them is still queued or running."""
+          gridengine: bool, in_flight: Dict[str, str], measured=None) -> List[Step]:
+    """The tuning jobs (where ``tune`` is not None) that ``points`` need, and the allocation
+    jobs the layouts of ``measured`` (default ``points``: a forecast's measurement serves the
+    recorded points too) need; refused while one of them is still queued or running."""
     out = [] if tune is None else _tune_steps(study, study_path, points, jobs_dir, software,
                                               overrides, box, tune)
-    out += _allocation_steps(study, study_path, points, jobs_dir, software, overrides, box,
-                             allocation, gridengine)
+    out += _allocation_steps(study, study_path, points if measured is None else measured,
+                             jobs_dir, software, overrides, box, allocation, gridengine)
     busy = [f"{t.point_id} ({in_flight[t.point_id]})" for t in out if t.point_id in in_flight]
     if busy:
         raise UserError(f"{study.name}: a tuning or allocation job is still queued or running: "

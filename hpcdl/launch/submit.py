@@ -98,8 +98,10 @@ def plan_study(study, software: Software, force: bool = False,
     study_path = str(Path(study.path).resolve()) if getattr(study, "path", None) else study.name
     here = [p for p in study.points() if p.id not in done and p.id not in in_flight
             and not (p.network and p.network != box["link_rate"])]
+    # the allocation is measured for every layout of this box's points, recorded ones too
+    mine = [p for p in study.points() if not (p.network and p.network != box["link_rate"])]
     tunes = prep.steps(study, study_path, here, jobs_dir, software, overrides, box, tune,
-                       allocation, ge is not None, in_flight)
+                       allocation, ge is not None, in_flight, mine)
     # only the points submitted now: those of a box with other links are tuned on that box
     _require_tuning(study, [p for p in here if not any(p.tuned and p.tuning_path == t.tuning
                                                        for t in tunes)])
