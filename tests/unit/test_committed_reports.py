@@ -33,7 +33,7 @@ def test_a_committed_report_renders_again_identically_from_its_records(study, tm
     finally:
         os.chdir(cwd)
     made = {p.name for p in written["files"]}
-    kept = {p.name for p in folder.iterdir() if p.name != "runs.jsonl"}
+    kept = {p.name for p in folder.iterdir() if p.is_file() and p.name != "runs.jsonl"}
     assert made == kept, f"files differ: made only {made - kept}, committed only {kept - made}"
     for name in sorted(n for n in made if not n.endswith(".png")):     # plots: by name only
         again, committed = (tmp_path / name).read_text(), (folder / name).read_text()
