@@ -1,5 +1,6 @@
 """hpcdl train on real MPI ranks: equivalence with one process, identical replicas, result lines."""
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -211,16 +212,20 @@ def test_a_target_ends_training_at_the_same_step_on_one_and_two_ranks(tmp_path):
 
 def _probe_agrees_with_step(rec):
     """At one rank a step is the compute plus the update: the probed compute (median of the
-    probes) may exceed the median step by no more than the probes' own sampling error (two
-    standard errors of the step's spread over that many probes), and no probe holds a trace
-    (one took three times the step before the probe's functions were traced outside them)."""
+    probes) may exceed the median step by no more than the two medians' sampling error (two
+    standard errors of the probes' spread and of the steps' over as many probes: a sub-ms step
+    on a loaded machine moves by more than its update), and no probe holds a trace (one did
+    before the probe's functions were traced outside them)."""
     m = rec["metrics"]
     step, (rank,) = m["step_time"], m["ranks"]
     probes = rank["compute_probes_s"]
     assert len(probes) == m["split"]["probes"] >= 5
-    assert max(probes) < 2 * step["median"], (probes, step["median"])
-    slack = 2 * step["std"] / len(probes) ** 0.5
-    assert m["split"]["compute_s"] <= step["median"] + slack, (m["split"], step)
+    # a trace took 34 ms beside a 0.3 ms step, 99 ms beside 34 ms; a loaded machine's preemption
+    # of one probe stays under 10 ms
+    assert max(probes) < 2 * step["median"] + 0.010, (probes, step["median"])
+    n = len(probes)
+    slack = 2 * ((statistics.stdev(probes) ** 2 + step["std"] ** 2) / n) ** 0.5
+    assert m["split"]["compute_s"] <= step["median"] + slack, (m["split"], step, probes)
 
 
 @pytest.mark.parametrize("workload", [
