@@ -37,38 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from hpcdl import box, records  # noqa: E402
 from hpcdl.analysis import loop_share, provenance  # noqa: E402
+from hpcdl.bench.allocation import window as _window  # noqa: E402
 from hpcdl.bench.boxcheck import job_env, srun_json  # noqa: E402
-
-
-def _threads_cpu() -> dict:
-    """CPU seconds (user + system) of each thread of this process, by thread id."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
-        except OSError:
-            continue                                    # a thread that ended meanwhile
-        fields = stat.rsplit(")", 1)[1].split()        # from the state on (field 3)
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
-    return out
-
-
-def _window(seconds: float, work=None) -> tuple:
-    """(wall, main thread's CPU, the other threads' CPU) over ``seconds`` of ``work`` in the main
-    thread (None: it sleeps)."""
-    main = os.getpid()
-    a0, t0 = _threads_cpu(), time.monotonic()
-    end = t0 + seconds
-    if work is None:
-        time.sleep(seconds)
-    else:
-        while time.monotonic() < end:
-            work()
-    a1, t1 = _threads_cpu(), time.monotonic()
-    used = {k: v - a0.get(k, 0.0) for k, v in a1.items()}
-    mine = used.pop(main, 0.0)
-    return t1 - t0, mine, sum(used.values())
 
 
 def rank_side(seconds: float) -> None:

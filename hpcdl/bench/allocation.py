@@ -36,12 +36,8 @@ SPREAD_SCHEMA = "hpcdl.host-spread/1"   # as hpcdl.analysis.host_spread reads it
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    w = p.add_argument_group("workload (whose forward and backward pass is timed)")
-    w.add_argument("--study", default=None, help="a study file: its [workload] (else the options below)")
-    w.add_argument("--workload", "-w", default="cnn", help="expmlp, mnist, cnn or package.module:factory (cnn)")
-    w.add_argument("--model", default=None, help="cnn: its model (resnet50)")
-    w.add_argument("--image-size", type=int, default=None, help="cnn: input resolution")
-    w.add_argument("--num-classes", type=int, default=None, help="cnn: classes")
+    from .tune_launch import add_workload_arguments
+    add_workload_arguments(p, "workload (whose forward and backward pass is timed)")
     m = p.add_argument_group("measurement")
     m.add_argument("--rounds", type=int, default=3, help="rounds of the spread (3)")
     m.add_argument("--probes", type=int, default=5, help="passes timed per rank and round (5)")
@@ -96,10 +92,11 @@ def machine_of(host: str) -> Tuple[str, Optional[dict]]:
                                     "box": facts}), facts
 
 
-def merged(path: Path, schema: str, machine: str, key: str, nodes: int, entry) -> dict:
-    """The file at ``path`` with ``entry`` at ``key``'s ``nodes`` (a new file where none is);
-    a file of another schema or machine is refused rather than mixed."""
-    doc = {"schema": schema, "made_for": {"machine": machine, "nodes": []}, key: {}}
+def merged(path: Path, schema: str, machine: str, nodes: int) -> dict:
+    """The file at ``path`` (a new one where none is) with ``nodes`` among its node counts, for
+    the caller to put that count's entry in; a file of another schema or machine is refused
+    rather than mixed."""
+    doc = {"schema": schema, "made_for": {"machine": machine, "nodes": []}}
     if path.exists():
         try:
             doc = json.loads(path.read_text())
@@ -111,11 +108,6 @@ def merged(path: Path, schema: str, machine: str, key: str, nodes: int, entry) -
         if made != machine:
             raise UserError(f"{path} was measured on '{made}', this allocation is '{machine}': "
                             "give another path (a file holds one machine)")
-    table = doc.setdefault(key, {})
-    if callable(entry):
-        entry(table)
-    else:
-        table[str(nodes)] = entry
     made = doc.setdefault("made_for", {})
     made["nodes"] = sorted(set(made.get("nodes") or []) | {nodes})
     return doc
@@ -218,15 +210,16 @@ def _report(opts, layout, spread: List[List[List[float]]], cpu: List[dict]) -> N
     extra = {"time": stamp, "command": command}
     link = (facts or {}).get("link_rate")
     if n > 1:
-        sdoc = merged(Path(opts.spread), SPREAD_SCHEMA, machine, "spread", n, rounds)
+        sdoc = merged(Path(opts.spread), SPREAD_SCHEMA, machine, n)
+        sdoc.setdefault("spread", {})[str(n)] = rounds
         sdoc.update(extra)
         sdoc["made_for"].update(coupled=False, rounds=opts.rounds, link_rate=link,
                                 one_node=layout.num_nodes == 1)
         _write(Path(opts.spread), sdoc)
         print(f"# spread at {n} nodes added to {opts.spread}")
     share = {"median": statistics.median(taken), "busiest": taken[-1], "idle_cpu_s_per_s": idle}
-    ldoc = merged(Path(opts.loop), LOOP_SCHEMA, machine, "shares", n,
-                  lambda shares: shares.setdefault(cycle, {}).__setitem__(str(n), share))
+    ldoc = merged(Path(opts.loop), LOOP_SCHEMA, machine, n)
+    ldoc.setdefault("shares", {}).setdefault(cycle, {})[str(n)] = share
     ldoc.update(extra)
     ldoc["made_for"].update(rounds=1, seconds=opts.seconds, link_rate=link,
                             one_node=layout.num_nodes == 1)

@@ -93,12 +93,7 @@ FLAT = ("ring", "mpi")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    w = p.add_argument_group("workload (whose gradient tensors are exchanged)")
-    w.add_argument("--study", default=None, help="a study file: its [workload] (else the options below)")
-    w.add_argument("--workload", "-w", default="cnn", help="expmlp, mnist, cnn or package.module:factory (cnn)")
-    w.add_argument("--model", default=None, help="cnn: its model (resnet50)")
-    w.add_argument("--image-size", type=int, default=None, help="cnn: input resolution")
-    w.add_argument("--num-classes", type=int, default=None, help="cnn: classes")
+    tune_launch.add_workload_arguments(p, "workload (whose gradient tensors are exchanged)")
     t = p.add_argument_group("search")
     t.add_argument("--np", type=int, default=2, help="ranks of each launch on a workstation (2); "
                    "in a Slurm job, the job's tasks")

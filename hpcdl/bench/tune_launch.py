@@ -143,6 +143,16 @@ class Worker:
         return float(np.median(times))
 
 
+def add_workload_arguments(p: argparse.ArgumentParser, title: str) -> None:
+    """The workload options :func:`_train_opts` reads: a study file's, or the flags."""
+    w = p.add_argument_group(title)
+    w.add_argument("--study", default=None, help="a study file: its [workload] (else the options below)")
+    w.add_argument("--workload", "-w", default="cnn", help="expmlp, mnist, cnn or package.module:factory (cnn)")
+    w.add_argument("--model", default=None, help="cnn: its model (resnet50)")
+    w.add_argument("--image-size", type=int, default=None, help="cnn: input resolution")
+    w.add_argument("--num-classes", type=int, default=None, help="cnn: classes")
+
+
 def _train_opts(opts):
     """``hpcdl train``'s options for the workload: a study file's first point, or the flags."""
     from ..train import options as train_options

@@ -24,13 +24,14 @@ def test_each_nodes_median_is_taken_over_the_center_of_all_their_passes():
 
 def test_a_file_gains_a_node_count_and_refuses_another_machine(tmp_path):
     path = tmp_path / "loop.json"
-    add = lambda n, v: (lambda t: t.setdefault("1", {}).__setitem__(str(n), v))  # noqa: E731
-    doc = allocation.merged(path, allocation.LOOP_SCHEMA, "cpu X", "shares", 2, add(2, {"m": 1}))
+    doc = allocation.merged(path, allocation.LOOP_SCHEMA, "cpu X", 2)
+    doc.setdefault("shares", {}).setdefault("1", {})["2"] = {"m": 1}
     allocation._write(path, doc)
-    doc = allocation.merged(path, allocation.LOOP_SCHEMA, "cpu X", "shares", 8, add(8, {"m": 2}))
+    doc = allocation.merged(path, allocation.LOOP_SCHEMA, "cpu X", 8)
+    doc["shares"]["1"]["8"] = {"m": 2}
     assert doc["made_for"]["nodes"] == [2, 8] and set(doc["shares"]["1"]) == {"2", "8"}
     with pytest.raises(UserError, match="measured on 'cpu X'"):
-        allocation.merged(path, allocation.LOOP_SCHEMA, "cpu Y", "shares", 4, add(4, {}))
+        allocation.merged(path, allocation.LOOP_SCHEMA, "cpu Y", 4)
     path.write_text(json.dumps({"schema": "other"}))
     with pytest.raises(UserError, match="not a hpcdl.loop-cpu/1 file"):
-        allocation.merged(path, allocation.LOOP_SCHEMA, "cpu X", "shares", 4, add(4, {}))
+        allocation.merged(path, allocation.LOOP_SCHEMA, "cpu X", 4)
