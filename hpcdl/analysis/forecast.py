@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Sequence
 
 from .. import costmodel
 from .allreduce import OMPI_ALLREDUCE, exchange_time, ompi_allreduce
+from .measured import summary as _summary
 
 FORECAST = (16, 64, 256)     # node counts forecast where a study names none
 NETWORK_EFFECT = 0.01        # a network whose exchange is under 1% of every step shows no effect
@@ -79,7 +80,6 @@ def of_axis(ax: dict, kind: str, nodes: Sequence[int], q: Optional[float],
     """The forecast of one axis of :func:`.predict.of_points` (its ``_model`` and ``_by_p``)
     at ``nodes``, on this allocation (``here``: its ranks ran on several nodes; ranks sharing
     one machine's memory say nothing of its network) and on the named networks."""
-    from .measured import summary as _summary
     model = ax["_model"]
     sums = {p: {**_summary(r), "backend": ax["backend"]} for p, r in ax["_by_p"].items()}
     s = sums[max(sums)]

@@ -379,7 +379,7 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     ahead = ([_forecast.of_axis(ax, kind, sorted(forecast), q, not one_node)
               for ax in out_axes] if forecast else [])
     for ax, f in zip(out_axes, ahead):
-        f["inputs"] = _input_effects(ax, kind, f)
+        f["inputs"] = _input_effects(ax, f)
     for ax in out_axes:
         del ax["_model"], ax["_by_p"], ax["_bench"]
     return {"nodes_max": nodes_max, "held_out": held_out, "one_node": one_node,
@@ -392,7 +392,7 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
             "cross_rate": cross, "remedies": fixes}
 
 
-def _input_effects(ax: dict, kind: str, f: dict) -> Dict[str, Optional[float]]:
+def _input_effects(ax: dict, f: dict) -> Dict[str, Optional[float]]:
     """What each allocation input moved the forecast's largest node count's step by, relative
     (the loop file, the spread file; None where the axis did not draw on it): the model
     calibrated again without it, the rest alike."""

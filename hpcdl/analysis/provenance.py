@@ -32,7 +32,7 @@ __all__ = ["Provenance", "Origin", "check", "code_of", "software_of", "machine_s
 
 # The box's settings that records pooled together must share (its link rate is the network
 # axis), and the one string they and the processor make: records owns both
-from ..records import BOX_SETTINGS, machine_setting  # noqa: F401,E501
+from ..records import BOX_SETTINGS, machine_setting  # noqa: F401
 
 
 class MixedRecords(ValueError):

@@ -100,9 +100,9 @@ def _best_algorithm(ax: dict, sp: dict, efficiency, e0) -> Optional[str]:
     :data:`GAIN`; else None."""
     if ax["backend"] not in ("horovod", "mpi") or sp["algorithm"] not in PINS or not e0:
         return None
-    best = max(PINS, key=lambda a: efficiency(sp["batch"], sp["wire"], a) or 0.0)
-    e = efficiency(sp["batch"], sp["wire"], best)
-    return best if best != sp["algorithm"] and e and e > e0 * (1 + GAIN) else None
+    effs = {a: efficiency(sp["batch"], sp["wire"], a) or 0.0 for a in PINS}
+    best = max(effs, key=effs.get)
+    return best if best != sp["algorithm"] and effs[best] > e0 * (1 + GAIN) else None
 
 
 def cross_rate(out_axes: List[dict], nodes_max: int) -> List[dict]:

@@ -36,7 +36,8 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
     if limit is not None:
         todo = todo[:limit]
     out(f"# {study.summary()}")
-    measured = _measure_allocation(study, todo, allocation, timeout, dry_run, out)
+    env = _env(study)
+    measured = _measure_allocation(study, allocation, timeout, dry_run, out, env)
     if measured:
         return measured
     out(f"# results: {runs}; {skipped} point(s) already recorded"
@@ -51,7 +52,6 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
         checks.check_writable(runs, "the study's results file")
         if study.command:            # this process writes the records, not hpcdl train's rank 0
             records.check_clean(runs)
-    env = _env(study)
     limit_s = timeout or study.timeout
     failed: List[str] = []
     t_start = time.monotonic()
@@ -113,8 +113,8 @@ def _env(study) -> dict:
     return env
 
 
-def _measure_allocation(study, todo, extra: Sequence[str], timeout: Optional[float],
-                        dry_run: bool, out: Callable[[str], None]) -> int:
+def _measure_allocation(study, extra: Sequence[str], timeout: Optional[float], dry_run: bool,
+                        out: Callable[[str], None], env: dict) -> int:
     """The forecast's allocation measurement at each rank count of the study its files lack, one
     after another (they rewrite the same files); 0, or 1 where one failed."""
     missing = study.allocation_missing(study.points())
@@ -131,7 +131,7 @@ def _measure_allocation(study, todo, extra: Sequence[str], timeout: Optional[flo
         if dry_run:
             out("  " + " ".join(_quote(a) for a in argv))
             continue
-        res = local.run(argv, timeout=timeout or study.timeout, env=_env(study))
+        res = local.run(argv, timeout=timeout or study.timeout, env=env)
         if res.returncode != 0 or res.timed_out:
             out(f"  FAILED: {'timed out' if res.timed_out else f'exit {res.returncode}'}")
             _tail(res, out)

@@ -155,8 +155,9 @@ def prediction(ctx: Context) -> Part:
         tables.append(_cross_rate_table(pred))
     if pred["remedies"]:
         tables.append(_remedy_table(pred))
-    if pred.get("forecast") and _forecast_table(pred).rows:
-        tables.append(_forecast_table(pred))
+    table = _forecast_table(pred) if pred.get("forecast") else None
+    if table is not None and table.rows:
+        tables.append(table)
     return Part(tables, _prediction_markdown(pred, _by_name(tables)))
 
 

@@ -327,13 +327,14 @@ class Study:
     @property
     def declared(self) -> Dict[str, str]:
         """What every record of this study carries, so that the report guesses nothing."""
+        spread, loop = self.allocation_files
         out = {"scaling": self.scaling, "study_file": str(self.path), "study_sha256": self.sha256,
                "calibration": ";".join(
                    ([f"runs:nodes<={self.calibrate_nodes_max}"] if self.calibrate_nodes_max else [])
                    + ([f"fit:{self.fit}"] if self.fit else [])
                    + ([f"bench:{self.calibrate_exchange}"] if self.calibrate_exchange else [])
-                   + ([f"loop:{self.allocation_files[1]}"] if self.allocation_files[1] else [])
-                   + ([f"spread:{self.allocation_files[0]}"] if self.allocation_files[0] else [])
+                   + ([f"loop:{loop}"] if loop else [])
+                   + ([f"spread:{spread}"] if spread else [])
                    + ([f"forecast:{','.join(map(str, self.forecast))}"] if self.forecast else []))
                or "runs"}
         if self.target:
