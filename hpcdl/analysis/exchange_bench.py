@@ -19,8 +19,13 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from .allreduce import OMPI_ALLREDUCE
 from .provenance import cpu_of
 from .. import costmodel
+from ..costmodel import OMPI_ALLREDUCE_NAMES
+
+# the algorithms a tuning file times, Open MPI's number -> the name :mod:`.allreduce` models it by
+ALGORITHMS = {n: OMPI_ALLREDUCE[n] for n in (3, 4, 6)}
 
 SCHEMA = "hpcdl.tuning/1"
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -70,6 +75,33 @@ class Bench:
         ``nodes`` one-rank nodes at ``network``, whose runs put ``wire`` bytes on the wire; None
         (and a miss noted) where there is none."""
         path = self.path(nodes, network)
+        doc = self._matching(path, nodes, compression, wire)
+        if doc is None:
+            return None
+        got = _timed(doc, path, compression, setting)
+        if got is None:
+            self._miss(f"{path}: no candidate '{setting}' for {compression}")
+        return got
+
+    def algorithms(self, nodes: int, network: str, compression: str, setting: str,
+                   wire: float) -> Dict[str, Tuple[float, str]]:
+        """Each allreduce algorithm's (seconds, where from) in the same file, timed with the
+        Horovod settings of ``setting`` (its cycle time and fusion), by the name
+        :mod:`.allreduce` gives it; the library's choice is not among them."""
+        path = self.path(nodes, network)
+        doc = self._matching(path, nodes, compression, wire)
+        rest = setting.split(", ", 1)[1] if ", " in setting else ""
+        out = {}
+        for number, name in ALGORITHMS.items():
+            got = None if doc is None else _timed(doc, path, compression,
+                                                  f"{OMPI_ALLREDUCE_NAMES[number]}, {rest}")
+            if got is not None:
+                out[name] = got
+        return out
+
+    def _matching(self, path: Path, nodes: int, compression: str, wire: float) -> Optional[dict]:
+        """The file at ``path`` where it was made for ``nodes`` one-rank nodes, on the records'
+        processor, for gradients of ``wire`` bytes; else None and the miss noted."""
         doc = self._load(path)
         if doc is None:
             return None
@@ -88,14 +120,18 @@ class Bench:
             self._miss(f"{path}: another model's gradients ({theirs:.0f} bytes on the wire for "
                        f"{compression}, the runs' {wire:.0f})")
             return None
-        times = [t for c in doc.get("candidates") or []
-                 if c.get("compression") == compression and c.get("name") == setting
-                 for t in c.get("times_s") or []]
-        if not times:
-            self._miss(f"{path}: no candidate '{setting}' for {compression}")
-            return None
-        rounds = len(times)
-        return (statistics.median(times),
-                f"{path} ({setting}, {compression}, median of {rounds} round"
-                f"{'s' if rounds != 1 else ''}, made {str(doc.get('time', '?'))[:16]})")
+        return doc
+
+
+def _timed(doc: dict, path: Path, compression: str, setting: str) -> Optional[Tuple[float, str]]:
+    """(median seconds, where from) of one candidate of a tuning file, None where it has none."""
+    times = [t for c in doc.get("candidates") or []
+             if c.get("compression") == compression and c.get("name") == setting
+             for t in c.get("times_s") or []]
+    if not times:
+        return None
+    rounds = len(times)
+    return (statistics.median(times),
+            f"{path} ({setting}, {compression}, median of {rounds} round"
+            f"{'s' if rounds != 1 else ''}, made {str(doc.get('time', '?'))[:16]})")
 

@@ -58,9 +58,31 @@ def pinned(sums: Dict[int, dict]) -> bool:
                for s in sums.values() if s["ranks"] > 1)
 
 
-def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=None) -> dict:
+def anchored(model, anchors: Dict[int, Dict[str, tuple]], p: int, algo: str, s: dict):
+    """(exchange at p on this allocation, where from): the model's, scaled by what ``algo``
+    took on the allocation over what the model gives, at the largest node count <= p where it
+    was measured (:func:`.predict._anchors`): the allocation's own efficiency for that
+    algorithm carries on, the model says how the algorithm's messages grow. At that count, the
+    measured time itself. (None, "") where the model has no exchange."""
+    e = model.exchange(p, algo, s["wire"], s["rate"])
+    at = [q for q, algos in anchors.items() if q <= p and algo in algos]
+    if e is None or not at:
+        return e, ""
+    q = max(at)
+    t, source = anchors[q][algo]
+    m = model.exchange(q, algo, s["wire"], s["rate"])
+    if not m:
+        return e, ""
+    return e * t / m, (source if q == p else f"{source}, x{t / m:.3g} the model's at {q} nodes")
+
+
+def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=None,
+         anchors: Optional[Dict[int, Dict[str, tuple]]] = None) -> dict:
     b = b1 if kind == "weak" else b1 / p
-    e = model.exchange(p, algo, s["wire"], s["rate"]) if exchange is None else exchange
+    source = ""
+    if exchange is None:
+        exchange, source = anchored(model, anchors or {}, p, algo, s)
+    e = exchange
     if e is None:
         return {"nodes": p, "algorithm": algo, "step_s": None}
     step = model.step(p, b, algo, s["wire"], s["rate"], e)
@@ -72,7 +94,7 @@ def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=No
             "fixed_s": model.fixed, "exchange_s": e,
             "step_s": step, "throughput": throughput,
             "efficiency": throughput / (b1 / t1) / p,
-            "band_s": band(step, low, q, p, model.p_cal)}
+            "band_s": band(step, low, q, p, model.p_cal), "exchange_from": source}
 
 
 def of_axis(ax: dict, kind: str, nodes: Sequence[int], q: Optional[float],
@@ -85,7 +107,8 @@ def of_axis(ax: dict, kind: str, nodes: Sequence[int], q: Optional[float],
     s = sums[max(sums)]
     b1 = s["batch"] if kind == "weak" else s["batch"] * s["ranks"]
     fixed_algo = pinned(sums)
-    here = [_row(model, kind, p, b1, s, algorithm_at(s, fixed_algo, p), q)
+    here = [_row(model, kind, p, b1, s, algorithm_at(s, fixed_algo, p), q,
+                 anchors=ax.get("_anchors"))
             for p in nodes] if here else []
     networks, flat, slowest = [], [], None
     for key, net in costmodel.PRESETS.items():

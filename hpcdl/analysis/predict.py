@@ -63,7 +63,7 @@ counted on the held-out points; :mod:`.floor` says how close these repeats let t
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -293,6 +293,30 @@ def _benched(axis: str, backend: str, by_p: Dict[int, Runs], nodes_max: int,
     return out
 
 
+def _anchors(axis: str, backend: str, by_p: Dict[int, Runs], nodes_max: int, held_out: bool,
+             bench: Optional[Bench]) -> Dict[int, Dict[str, Tuple[float, str]]]:
+    """Per node count, the exchange each allreduce algorithm took on this allocation, (seconds,
+    where from), that the forecast beyond it starts from (:func:`.forecast.anchored`): what
+    ``bench``'s file for that count timed (beyond the calibration, or without held-out points
+    at the largest count), and, where no point is held out, the largest count's own runs for
+    the algorithm they ran (all calibration then)."""
+    out: Dict[int, Dict[str, Tuple[float, str]]] = {}
+    top = max(by_p)
+    if bench is not None and backend == "horovod":
+        rate = transfer.parts(axis)[1]
+        for p, runs in by_p.items():
+            if p > 1 and (p > nodes_max or p == top):
+                s = _summary(runs)
+                got = bench.algorithms(p, rate, s["compression"], s["setting"], s["wire"])
+                if got:
+                    out[p] = got
+    s = _summary(by_p[top])
+    if not held_out and top > 1 and s["exchange"]:
+        out.setdefault(top, {})[s["algorithm"]] = (
+            s["exchange"], f"the {top}-node runs' own exchange ({len(by_p[top])} run(s))")
+    return out
+
+
 def _point(model: PartModel, p: int, runs: Runs, fitted: bool, benched: tuple,
            cal_rows: List[dict], kind: str, backend: str) -> dict:
     """One point's prediction (its exchange ``benched`` (seconds, source) where a benchmark
@@ -364,7 +388,8 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
                          cal_rows, kind, backend) for p, runs in sorted(by_p.items())]
         out_axes.append({"axis": axis, "backend": backend, "model": model.as_dict(),
                          "points": points, "_model": model, "_by_p": by_p,
-                         "_bench": {p: v[0] for p, v in benched.items()}})
+                         "_bench": {p: v[0] for p, v in benched.items()},
+                         "_anchors": _anchors(axis, backend, by_p, nodes_max, held_out, bench)})
     if not out_axes:
         return {}
     q, basis = band_quantile([abs(e) for e in loro], NOMINAL)
@@ -381,7 +406,7 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     for ax, f in zip(out_axes, ahead):
         f["inputs"] = _input_effects(ax, f)
     for ax in out_axes:
-        del ax["_model"], ax["_by_p"], ax["_bench"]
+        del ax["_model"], ax["_by_p"], ax["_bench"], ax["_anchors"]
     return {"nodes_max": nodes_max, "held_out": held_out, "one_node": one_node,
             "nominal": NOMINAL, "band_halfwidth": q,
             "band_basis": basis, "forecast": ahead,

@@ -1,7 +1,8 @@
 """The jobs that prepare a study's files before its points or its report need them: ``hpcdl
-tune`` for the tuning files its tuned points (and its calibration) lack (``study submit --tune``),
-and ``hpcdl bench allocation`` for each layout the forecast's spread and loop files lack (a study
-with ``[model] forecast``). Standard library only."""
+tune`` for the tuning files its tuned points (and its calibration) lack (``study submit --tune``)
+and for the exchange files a forecast reads, and ``hpcdl bench allocation`` for each layout the
+forecast's spread and loop files lack (a study with ``[model] forecast``). Standard library
+only."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,8 +61,8 @@ def steps(study, study_path: str, points, jobs_dir: Path, software: Software, ov
     """The tuning jobs (where ``tune`` is not None) that ``points`` need, and the allocation
     jobs the layouts of ``measured`` (default ``points``: a forecast's measurement serves the
     recorded points too) need; refused while one of them is still queued or running."""
-    out = [] if tune is None else _tune_steps(study, study_path, points, jobs_dir, software,
-                                              overrides, box, tune)
+    out = _tune_steps(study, study_path, points, jobs_dir, software, overrides, box, tune,
+                      measured, gridengine)
     out += _allocation_steps(study, study_path, points if measured is None else measured,
                              jobs_dir, software, overrides, box, allocation, gridengine)
     busy = [f"{t.point_id} ({in_flight[t.point_id]})" for t in out if t.point_id in in_flight]
@@ -72,12 +73,24 @@ def steps(study, study_path: str, points, jobs_dir: Path, software: Software, ov
 
 
 def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
-                overrides: Mapping, box: Optional[dict], tune: Sequence[str]) -> List[Step]:
+                overrides: Mapping, box: Optional[dict], tune: Optional[Sequence[str]],
+                measured=None, gridengine: bool = False) -> List[Step]:
     """A ``hpcdl tune`` job for each tuning file that ``points`` lack (those they run with, and
-    those [model] calibrate.exchange names for the report), on their layout, under the points'
-    own settings, taking the box's licence like them."""
+    those the report's model takes its exchange from), on their layout, under the points' own
+    settings, taking the box's licence like them. Without ``tune`` (no ``--tune``), the
+    exchange files a forecast reads (of ``measured``, recorded points too) still are made:
+    the algorithms timed, nothing searched (``Study.EXCHANGE_TUNE``)."""
+    if tune is None:
+        lacking = study.lacking_exchange(points if measured is None else measured)
+        tune = study.EXCHANGE_TUNE
+    else:
+        lacking = study.lacking_tuning(points, calibration=True)
+    if lacking and gridengine:
+        raise UserError(f"{study.name}: the tuning and exchange files its model reads are made "
+                        "by jobs submitted through Slurm so far; run 'hpcdl tune' in a qsub "
+                        "job at each node count, or submit with --scheduler slurm")
     steps = []
-    for path, nodes, rpn, comps, _lacking in study.lacking_tuning(points, calibration=True):
+    for path, nodes, rpn, comps, _lacking in lacking:
         # none first: tune's search follows the first (a study refuses int8 with a tuning file)
         comps = [c for c in ("none", "fp16") if c in comps]
         stem = Path(path).stem

@@ -140,6 +140,30 @@ def _measure_allocation(study, extra: Sequence[str], timeout: Optional[float], d
             if not ln.startswith("#"):
                 out("  " + ln)
         out(f"  done in {res.elapsed:.1f} s")
+    return _measure_exchange(study, timeout, dry_run, out, env)
+
+
+def _measure_exchange(study, timeout: Optional[float], dry_run: bool,
+                      out: Callable[[str], None], env: dict) -> int:
+    """The exchange files the forecast reads (:meth:`hpcdl.study.Study.lacking_exchange`), each
+    made by ``hpcdl tune`` timing the algorithms (it starts its own ranks); 0, or 1 where one
+    failed."""
+    for path, nodes, rpn, comps, _ in study.lacking_exchange(study.points()):
+        if not dry_run:
+            checks.check_writable(Path(path), "the forecast's exchange file")
+        argv = local.hpcdl_command(["tune", "--study", str(study.path), "--np", str(nodes * rpn),
+                                    "--compression", ",".join(comps), *study.EXCHANGE_TUNE,
+                                    "--out", path])
+        out(f"[allocation] {nodes * rpn} rank(s): the exchange of each allreduce algorithm")
+        if dry_run:
+            out("  " + " ".join(_quote(a) for a in argv))
+            continue
+        res = local.run(argv, timeout=timeout or study.timeout, env=env)
+        if res.returncode != 0 or res.timed_out:
+            out(f"  FAILED: {'timed out' if res.timed_out else f'exit {res.returncode}'}")
+            _tail(res, out)
+            return 1
+        out(f"  done in {res.elapsed:.1f} s: {path}")
     return 0
 
 

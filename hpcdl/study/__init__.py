@@ -332,7 +332,7 @@ class Study:
                "calibration": ";".join(
                    ([f"runs:nodes<={self.calibrate_nodes_max}"] if self.calibrate_nodes_max else [])
                    + ([f"fit:{self.fit}"] if self.fit else [])
-                   + ([f"bench:{self.calibrate_exchange}"] if self.calibrate_exchange else [])
+                   + ([f"bench:{self.exchange_files}"] if self.exchange_files else [])
                    + ([f"loop:{loop}"] if loop else [])
                    + ([f"spread:{spread}"] if spread else [])
                    + ([f"forecast:{','.join(map(str, self.forecast))}"] if self.forecast else []))
@@ -394,12 +394,13 @@ class Study:
         [model] calibrate.exchange files the report reads for the Horovod points beyond
         nodes_max (the points run without them; the report's model stands in where one lacks)."""
         need: Dict[Tuple[str, int, int], set] = {}
+        points = list(points)
+        benched = {p.id for p in self.exchange_benched(points)} if calibration else set()
         for p in points:
             if p.tuned:
                 need.setdefault((p.tuning_path, p.nodes, p.ranks_per_node), set()).add(p.compression)
-            if (calibration and self.calibrate_exchange and p.backend == "horovod"
-                    and p.nodes > self.calibrate_nodes_max and p.compression in ("none", "fp16")):
-                path = p.placeholders_filled(self.calibrate_exchange)
+            if calibration and p.id in benched:
+                path = p.placeholders_filled(self.exchange_files)
                 need.setdefault((path, p.nodes, p.ranks_per_node), set()).add(p.compression)
         out = []
         for (path, n, rpn), comps in sorted(need.items()):
@@ -420,6 +421,42 @@ class Study:
                        f"--compression {','.join(comps)} --out {path}' in a job of "
                        f"{n} node(s) x {rpn} task(s), or submit with --tune)")
         return out
+
+    # what makes the forecast's exchange files: ``hpcdl tune`` timing every allreduce algorithm
+    # beside the library's own choice in one launch, nothing else searched
+    EXCHANGE_TUNE = ("--knobs", "algorithm", "--rounds", "1")
+
+    @property
+    def exchange_files(self) -> str:
+        """The path pattern of the tuning files whose exchange the model takes at the node counts
+        it predicts ([model] calibrate.exchange); where the study asks for a forecast of several
+        nodes, the ones ``hpcdl tune --knobs algorithm`` makes in its results folder: the
+        allocation's exchange per algorithm at the node counts it reaches. "" otherwise."""
+        if self.calibrate_exchange or not self.forecast or self.is_local:
+            return self.calibrate_exchange
+        net = "-{network}" if any(self.networks) else ""
+        return str(Path(self.results_dir) / "allocation" / f"exchange-{{nodes}}n{net}.json")
+
+    def exchange_benched(self, points: Iterable[Point]) -> List[Point]:
+        """The Horovod points over several nodes whose exchange the model takes from
+        :attr:`exchange_files`: those beyond [model] calibrate's nodes_max, or without one (the
+        model calibrated on every point) those of the largest node count, which the forecast
+        beyond it starts from."""
+        if not self.exchange_files:
+            return []
+        horovod = [p for p in points if p.backend == "horovod" and p.nodes > 1
+                   and p.ranks_per_node == 1 and p.compression in ("none", "fp16")]
+        top = self.calibrate_nodes_max or max((p.nodes for p in horovod), default=1) - 1
+        return [p for p in horovod if p.nodes > top]
+
+    def lacking_exchange(self, points: Iterable[Point]) -> List[Tuple[str, int, int, List[str], List[str]]]:
+        """:meth:`lacking_tuning`'s entries for the :attr:`exchange_files` only, where the study
+        asks for a forecast (whose jobs make them; else ``--tune`` does)."""
+        if not self.forecast:
+            return []
+        benched = {(p.placeholders_filled(self.exchange_files), p.nodes)
+                   for p in self.exchange_benched(points)}
+        return [t for t in self.lacking_tuning(points, calibration=True) if t[:2] in benched]
 
     @property
     def allocation_files(self) -> Tuple[str, str]:

@@ -413,7 +413,8 @@ def test_a_grid_engine_study_renders_qsub_scripts_and_chains_the_report_with_hol
 def test_a_study_with_a_forecast_measures_each_layout_its_files_lack_in_chained_jobs(tmp_path):
     """[model] forecast: one 'hpcdl bench allocation' job per layout beyond one rank whose
     measurement the spread and loop files lack, each after the one before (they rewrite the
-    same files); the points do not wait for them; a layout the files hold is not measured."""
+    same files), and a 'hpcdl tune' job timing the algorithms at the largest node count; the
+    points do not wait for them; a layout the files hold is not measured."""
     study_file = tmp_path / "s.toml"
     study_file.write_text(STUDY_4NODE.replace("nodes = [4]", "nodes = [1, 2, 4]")
                           .replace("ranks_per_node = 4", "ranks_per_node = 1")
@@ -421,10 +422,19 @@ def test_a_study_with_a_forecast_measures_each_layout_its_files_lack_in_chained_
     st = study_mod.load(study_file, results_root=tmp_path / "results")
     spread, loop = st.allocation_files
     assert spread.endswith("golden-4node/allocation/spread.json") and loop.endswith("loop-cpu.json")
-    assert st.declared["calibration"] == f"loop:{loop};spread:{spread};forecast:16,64"
+    exchange = st.exchange_files
+    assert exchange.endswith("golden-4node/allocation/exchange-{nodes}n.json")
+    assert st.declared["calibration"] == \
+        f"bench:{exchange};loop:{loop};spread:{spread};forecast:16,64"
     assert st.allocation_missing(st.points()) == [(2, 1), (4, 1)]
     plan = submit.plan_study(st, SOFTWARE, allocation=["--seconds", "5"])
-    assert [t.point_id for t in plan.tunes] == ["allocation-2n1r", "allocation-4n1r"]
+    assert [t.point_id for t in plan.tunes] == ["tune-exchange-4n", "allocation-2n1r",
+                                                "allocation-4n1r"]
+    four = exchange.replace("{nodes}", "4")
+    assert (f"-m hpcdl tune --study {study_file} --compression none --knobs algorithm "
+            f"--rounds 1 --out {four}") in plan.tunes[0].text
+    assert "#SBATCH --nodes=4" in plan.tunes[0].text
+    plan.tunes = plan.tunes[1:]       # the allocation jobs' chain, as before
     text = plan.tunes[1].text
     assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=1" in text
     assert f"-m hpcdl bench allocation --study {study_file} --spread {spread} --loop {loop} " \
@@ -440,6 +450,9 @@ def test_a_study_with_a_forecast_measures_each_layout_its_files_lack_in_chained_
     Path(spread).write_text('{"schema": "hpcdl.host-spread/1", "spread": {"2": [[1.0, 1.0]]}}')
     Path(loop).write_text('{"schema": "hpcdl.loop-cpu/1", "shares": {"1": {"2": {"median": 0.1}}}}')
     assert st.allocation_missing(st.points()) == [(4, 1)]
+    # the exchange file with a pick for the compression: not made again
+    Path(four).write_text('{"picks": {"none": {}}}')
+    assert [t.point_id for t in submit.plan_study(st, SOFTWARE).tunes] == ["allocation-4n1r"]
 
 
 def test_study_allocation_sbatch_matches_golden(tmp_path):
@@ -447,7 +460,7 @@ def test_study_allocation_sbatch_matches_golden(tmp_path):
                                 + "\n[model]\nforecast = [16, 64]\n")
     st = study_mod.from_dict(raw, "/opt/hpcdl/jobs/golden-4node.toml",
                              results_root="/opt/hpcdl/results")
-    (step,) = submit.plan_study(st, SOFTWARE).tunes
+    _, step = submit.plan_study(st, SOFTWARE).tunes      # the exchange's tune, the allocation
     _golden("study-allocation-4node.sbatch", step.text)
     _bash_syntax_ok(step.text, tmp_path)
     assert "--spread /opt/hpcdl/results/golden-4node/allocation/spread.json" in step.text
