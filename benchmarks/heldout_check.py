@@ -382,6 +382,44 @@ def _print_session_residuals(groups: dict) -> None:
               f" {b['all_within'] * 100:.0f}% of the time")
 
 
+def _print_input_costs(folders) -> None:
+    """What each allocation input is worth: per study and input, the held-out points' mean
+    absolute step error and the band half-width that holds 90% of them, with every input and
+    without that one (each report's ``input_costs``), pooled over the studies that used it."""
+    pooled = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0])   # points, sums of mae and need
+    lines = []
+    for f in folders:
+        path, doc = _report(f)
+        costs = ((doc or {}).get("prediction") or {}).get("input_costs") or []
+        if len(costs) < 2:
+            continue
+        every = costs[0]
+        for c in costs[1:]:
+            lines.append(f"  {path.parent.name:26} without {c['input']:9} "
+                         f"MAE {_pct(every['mae'])} -> {_pct(c['mae'])}, 90% half-width "
+                         f"{_pct(every['needed_halfwidth'])} -> {_pct(c['needed_halfwidth'])} "
+                         f"({c['points']} points)")
+            acc = pooled[c["input"]]
+            n = c["points"]
+            acc[0] += n
+            acc[1] += every["mae"] * n
+            acc[2] += c["mae"] * n
+            acc[3] += every["needed_halfwidth"] * n
+            acc[4] += c["needed_halfwidth"] * n
+    if not lines:
+        return
+    print()
+    print("# what each input measured on the allocation is worth: the held-out points predicted"
+          " again without it (each report's input_costs): mean absolute step error and the band"
+          " half-width that would have held 90% of them, with every input -> without this one;"
+          " pooled: weighted by points")
+    for ln in lines:
+        print(ln)
+    for name, (n, m0, m1, h0, h1) in sorted(pooled.items()):
+        print(f"  all studies without {name:9} MAE {_pct(m0 / n)} -> {_pct(m1 / n)}, 90% "
+              f"half-width {_pct(h0 / n)} -> {_pct(h1 / n)} ({n} points)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("studies", type=Path, nargs="+", help="study results folders (or report.json)")
@@ -416,6 +454,7 @@ def main(argv=None) -> int:
               f"compute {_pct(b['compute'], True)}, exchange {_pct(b['exchange'], True)}; "
               f"{b['under']} under, {b['over']} over, sign test p = {b['sign_p']:.3f}"
               + (" (a bias)" if b["biased"] else ""))
+    _print_input_costs(a.studies)
     _print_rank_spread(a.studies)
     groups = by_configuration(a.studies)
     _print_same_configuration(groups)

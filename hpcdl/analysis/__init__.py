@@ -168,9 +168,13 @@ def _predicted(recs: Digest, origin, nodes_max: int, kind: str, fit_for, pattern
     spread = HostSpread(spread_bench, machine) if spread_bench else None
     if not nodes_max and not forecast:
         return {}
-    return predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for,
-                             bench=Bench(pattern, machine=machine) if pattern and nodes_max else None,
-                             loop=loop, spread=spread, forecast=forecast)
+    bench = Bench(pattern, machine=machine) if pattern else None
+    out = predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for, bench=bench,
+                            loop=loop, spread=spread, forecast=forecast)
+    if out and out["held_out"]:
+        out["input_costs"] = predict.input_costs(out, recs.points, nodes_max, kind, fit_for,
+                                                 bench, loop, spread)
+    return out
 
 
 def _calibration_text(fit_label: Optional[str], nodes_max: int,

@@ -417,6 +417,33 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
             "cross_rate": cross, "remedies": fixes}
 
 
+def input_costs(done: dict, pts: Dict[tuple, Runs], nodes_max: int, kind: str,
+                exchange_fit, bench: Optional[Bench], loop: Optional[LoopShare],
+                spread: Optional[HostSpread]) -> List[dict]:
+    """What each allocation input the held-out points drew on is worth, by leaving it out and
+    predicting them again (``done``: :func:`of_points` with all of them): their mean absolute
+    step error and the band half-width that would have held 90% of them (the :data:`NOMINAL`
+    quantile of their absolute errors) with every input, and without each."""
+    def row(name: str, held: List[dict]) -> dict:
+        errs = sorted(abs(p["error"]["step"]) for p in held if p["error"]["step"] is not None)
+        need = (float(np.quantile(errs, NOMINAL, method="inverted_cdf")) if errs else None)
+        return {"input": name, "points": len(errs),
+                "mae": float(np.mean(errs)) if errs else None, "needed_halfwidth": need}
+    held = [pt for ax in done["axes"] for pt in ax["points"] if not pt["fitted"]]
+    out = [row("all", held)]
+    used = {"exchange": bool(bench is not None and (done.get("exchange_bench") or {})
+                             .get("points")),
+            "loop": bool((done.get("loop_bench") or {}).get("axes")),
+            "spread": bool((done.get("spread_bench") or {}).get("axes"))}
+    for name in (n for n, u in used.items() if u):
+        kw = {"bench": bench, "loop": loop, "spread": spread}
+        kw[{"exchange": "bench"}.get(name, name)] = None
+        again = of_points(pts, nodes_max, kind, exchange_fit=exchange_fit, forecast=(), **kw)
+        out.append(row(name, [pt for ax in again["axes"] for pt in ax["points"]
+                              if not pt["fitted"]]))
+    return out
+
+
 def _input_effects(ax: dict, f: dict) -> Dict[str, Optional[float]]:
     """What each allocation input moved the forecast's largest node count's step by, relative
     (the loop file, the spread file; None where the axis did not draw on it): the model

@@ -878,9 +878,42 @@ def _input_words(pred) -> List[str]:
                    "no change to it" if bench else "none")
             said.append(f"{name}: {why}: {instead}" if not bench or bench.get("misses")
                         else f"{name}: {why}")
-    return ["Inputs measured on the allocation (`hpcdl bench allocation`, run by its own ranks "
-            "at each node count it can get; a study with `[model] forecast` runs it): "
-            + "; ".join(said) + ".", ""]
+    said.append(_exchange_input(pred))
+    return ["Inputs measured on the allocation (`hpcdl bench allocation` and `hpcdl tune --knobs "
+            "algorithm`, run by its own ranks at each node count it can get; a study with "
+            "`[model] forecast` runs them): " + "; ".join(said) + ".", ""] + _cost_words(pred)
+
+
+def _exchange_input(pred) -> str:
+    """Where the forecast's exchange on this allocation starts from."""
+    starts = sorted({(f["axis"], r["exchange_from"]) for f in pred["forecast"]
+                     for r in f["here"] if r.get("exchange_from")})
+    if starts:
+        return ("the exchange on this allocation from each algorithm's time measured there, "
+                "the model's growth beyond: " + "; ".join(f"{src} ({a})" for a, src in starts))
+    bench = pred.get("exchange_bench") or {}
+    why = ("not taken (" + "; ".join(bench["misses"]) + ")" if bench.get("misses") else "none")
+    return (f"the exchange files (each algorithm's exchange on the allocation): {why}: the "
+            "exchange on this allocation is the model's from the calibration alone")
+
+
+def _cost_words(pred) -> List[str]:
+    """What leaving each input out did to the held-out points (:func:`hpcdl.analysis.predict.
+    input_costs`), or why it is not measured."""
+    costs = pred.get("input_costs")
+    if not costs:
+        return ["What a missing input costs is measured where points are held out "
+                "(`[model] calibrate = {nodes_max = N}`): none is here.", ""]
+    names = {"all": "with every input", "exchange": "without the exchange files",
+             "loop": "without the loop file", "spread": "without the spread file"}
+
+    def pct(x):
+        return "-" if x is None else f"{x * 100:.1f}%"
+    return ["What each input is worth here: the held-out points predicted again without it "
+            "(mean absolute step error; the band half-width that would have held 90% of "
+            "them): " + "; ".join(f"{names[c['input']]} {pct(c['mae'])}, "
+                                  f"{pct(c['needed_halfwidth'])}" for c in costs)
+            + f" ({costs[0]['points']} point(s)).", ""]
 
 
 def _bias_words(by_nodes) -> List[str]:

@@ -422,6 +422,53 @@ def test_the_held_out_exchange_from_the_tune_files_at_each_node_count(tmp_path):
     assert "within 15% at 0 of 1" in words and "not taken:" in words
 
 
+def test_the_forecast_on_the_allocation_starts_from_each_algorithms_measured_exchange(tmp_path):
+    """Beyond the largest node count a tuning file measured, the forecast's exchange on this
+    allocation is the model's times what the algorithm that runs there took over the model's
+    at that count: the allocation's own efficiency for it carries on; at that count, the
+    measured time itself. The held-out points show what that input is worth."""
+    extra = {4: 1.3, 8: 1.3}
+    recs = study(ex_factor=extra)
+    ex8 = truth(8, ex_factor=extra)[1]
+    _tuning_file(tmp_path / "e-8n-200mbit.json", 8, [
+        ("none", DEFAULTS, [ex8]),
+        ("none", "Rabenseifner, cycle 1 ms, fusion 128 MiB", [ex8 * 0.99, ex8, ex8 * 1.01]),
+        ("none", "ring, cycle 1 ms, fusion 128 MiB", [0.5])])
+    bench = predict.Bench(str(tmp_path / "e-{nodes}n-{network}.json"))
+    res = predict.analyse(recs, reading.row_key, 2, "weak", bench=bench, forecast=(8, 64))
+    (f,) = res["forecast"]
+    here = {r["nodes"]: r for r in f["here"]}
+    assert here[8]["exchange_s"] == pytest.approx(ex8, rel=1e-12)
+    assert "e-8n-200mbit.json (Rabenseifner" in here[8]["exchange_from"]
+    plain = predict.analyse(recs, reading.row_key, 2, "weak", forecast=(8, 64))
+    bare = {r["nodes"]: r for r in plain["forecast"][0]["here"]}
+    assert bare[64]["exchange_from"] == ""
+    assert here[64]["exchange_s"] == pytest.approx(bare[64]["exchange_s"] * 1.3, rel=1e-9)
+    assert "x1.3 the model's at 8 nodes" in here[64]["exchange_from"]
+    # a study holding no point out starts from its largest node count's own runs
+    every = predict.analyse(recs, reading.row_key, 0, "weak", forecast=(64,))
+    (r64,) = every["forecast"][0]["here"]
+    assert r64["exchange_from"].startswith("the 8-node runs' own exchange")
+    assert r64["exchange_s"] == pytest.approx(bare[64]["exchange_s"] * 1.3, rel=0.02)
+
+
+def test_what_each_input_is_worth_is_measured_by_leaving_it_out(tmp_path):
+    extra = {4: 1.3, 8: 1.3}
+    recs = study(ex_factor=extra)
+    _tuning_file(tmp_path / "e-8n-200mbit.json", 8,
+                 [("none", DEFAULTS, [truth(8, ex_factor=extra)[1]])])
+    bench = predict.Bench(str(tmp_path / "e-{nodes}n-{network}.json"))
+    done = predict.analyse(recs, reading.row_key, 2, "weak", bench=bench, forecast=())
+    costs = predict.input_costs(done, predict._points(recs, reading.row_key), 2, "weak", None,
+                                bench, None, None)
+    by = {c["input"]: c for c in costs}
+    # the held-out 4 and 8 nodes; no loop or spread file given, so none is left out
+    assert set(by) == {"all", "exchange"} and by["all"]["points"] == by["exchange"]["points"] == 2
+    # with the 8-node exchange measured, that point is exact; without it, 1.3x short
+    assert by["exchange"]["mae"] > by["all"]["mae"]
+    assert by["exchange"]["needed_halfwidth"] > by["all"]["needed_halfwidth"]
+
+
 def test_a_pinned_algorithm_takes_its_own_candidate_and_another_model_is_refused(tmp_path):
     recs = study(pin=4)
     _tuning_file(tmp_path / "t-4.json", 4, [
