@@ -308,6 +308,9 @@ def _anchors(axis: str, backend: str, by_p: Dict[int, Runs], nodes_max: int, hel
             if p > 1 and (p > nodes_max or p == top):
                 s = _summary(runs)
                 got = bench.algorithms(p, rate, s["compression"], s["setting"], s["wire"])
+                own = bench.exchange(p, rate, s["compression"], s["setting"], s["wire"])
+                if own is not None:       # the setting the runs ran: as the held-out point takes
+                    got[s["algorithm"]] = own
                 if got:
                     out[p] = got
     s = _summary(by_p[top])

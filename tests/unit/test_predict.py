@@ -439,7 +439,8 @@ def test_the_forecast_on_the_allocation_starts_from_each_algorithms_measured_exc
     (f,) = res["forecast"]
     here = {r["nodes"]: r for r in f["here"]}
     assert here[8]["exchange_s"] == pytest.approx(ex8, rel=1e-12)
-    assert "e-8n-200mbit.json (Rabenseifner" in here[8]["exchange_from"]
+    # the setting the runs ran, as the held-out point there takes it
+    assert "e-8n-200mbit.json (" + DEFAULTS in here[8]["exchange_from"]
     plain = predict.analyse(recs, reading.row_key, 2, "weak", forecast=(8, 64))
     bare = {r["nodes"]: r for r in plain["forecast"][0]["here"]}
     assert bare[64]["exchange_from"] == ""

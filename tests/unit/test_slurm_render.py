@@ -455,6 +455,31 @@ def test_a_study_with_a_forecast_measures_each_layout_its_files_lack_in_chained_
     assert [t.point_id for t in submit.plan_study(st, SOFTWARE).tunes] == ["allocation-4n1r"]
 
 
+def test_study_run_makes_the_forecasts_exchange_file_before_the_points(tmp_path):
+    """'hpcdl study run' of a study over several nodes with [model] forecast: the allocation's
+    measurement, then 'hpcdl tune --knobs algorithm' at the largest node count (it starts its
+    own ranks), before any point; none where the file holds a pick."""
+    from hpcdl.launch import study_local
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(STUDY_4NODE.replace("nodes = [4]", "nodes = [1, 4]")
+                          .replace("ranks_per_node = 4", "ranks_per_node = 1")
+                          + "\n[model]\nforecast = [16]\n")
+    st = study_mod.load(study_file, results_root=tmp_path / "results")
+    lines: list = []
+    assert study_local.run_study(st, dry_run=True, out=lines.append) == 0
+    four = st.exchange_files.replace("{nodes}", "4")
+    at = next(k for k, x in enumerate(lines) if "the exchange of each allreduce algorithm" in x)
+    assert lines[at].startswith("[allocation] 4 rank(s)")
+    assert (f"tune --study {study_file} --np 4 --compression none --knobs algorithm --rounds 1 "
+            f"--out {four}") in lines[at + 1]
+    assert at < next(k for k, x in enumerate(lines) if "to run" in x)
+    Path(four).parent.mkdir(parents=True)
+    Path(four).write_text('{"picks": {"none": {}}}')
+    lines.clear()
+    study_local.run_study(st, dry_run=True, out=lines.append)
+    assert not any("allreduce algorithm" in x for x in lines)
+
+
 def test_study_allocation_sbatch_matches_golden(tmp_path):
     raw = study_mod._toml.loads(STUDY_4NODE.replace("ranks_per_node = 4", "ranks_per_node = 1")
                                 + "\n[model]\nforecast = [16, 64]\n")
