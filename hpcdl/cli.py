@@ -209,9 +209,11 @@ def _command(argv: Optional[List[str]]) -> int:
         import traceback
         layout = _layout()
         traceback.print_exc()
-        # The last line names the rank and host, so that it is what a user sees first in a log.
-        sys.stderr.write(f"{layout.tag} hpcdl {opts.command}: {type(exc).__name__}: {exc}; "
-                         f"ending the job (rank {layout.rank} of {layout.size} on {layout.host})\n")
+        # The last line names the rank and host, so that it is what a user sees first in a log;
+        # only ranks of a job of several have a job to end
+        sys.stderr.write(f"{layout.tag} hpcdl {opts.command}: {type(exc).__name__}: {exc}"
+                         + (f"; ending the job (rank {layout.rank} of {layout.size} on "
+                            f"{layout.host})" if layout.size > 1 else "") + "\n")
         if layout.size > 1:
             _end_job(EXIT_FAILURE, layout)
         return EXIT_FAILURE

@@ -283,11 +283,20 @@ def _submissions(jobs_dir: Path) -> List[dict]:
     if not log.is_file():
         return []
     subs = []
-    for line in log.read_text().splitlines():
+    try:
+        text = log.read_text()
+    except OSError as exc:
+        raise UserError(f"{log}: cannot be read ({exc.strerror or exc})") from None
+    for n, line in enumerate(text.splitlines(), 1):
         try:
-            subs.append(json.loads(line))
+            sub = json.loads(line)
         except ValueError:
-            continue
+            continue                    # a line torn by a crash while it was written
+        if not (isinstance(sub, dict) and isinstance(sub.get("steps", []), list)
+                and all(isinstance(st, dict) for st in sub.get("steps", []))):
+            raise UserError(f"{log}, line {n}: not a submission (a JSON object whose steps are "
+                            "objects, as 'hpcdl study submit' writes it); remove the line")
+        subs.append(sub)
     return subs
 
 

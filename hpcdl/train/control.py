@@ -35,8 +35,9 @@ class StopWatch:
 
     def install(self):
         # USR1: Slurm's warning before the limit, Grid Engine's soft limit (s_rt) and its -notify
-        # before a suspend; USR2: Grid Engine's -notify before a kill
-        for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
+        # before a suspend; USR2: Grid Engine's -notify before a kill; INT: Ctrl-C, which
+        # checkpoints as TERM does (a second one interrupts at once)
+        for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
             try:
                 signal.signal(sig, self._on_signal)
             except (ValueError, OSError):  # not the main thread
@@ -45,6 +46,8 @@ class StopWatch:
     def _on_signal(self, signum, frame):
         if self.signalled and signum == signal.SIGTERM:
             raise SystemExit(128 + signum)    # a second TERM: go now
+        if self.signalled and signum == signal.SIGINT:
+            raise KeyboardInterrupt           # a second Ctrl-C: go now
         self.signalled = signal.Signals(signum).name
 
     def code(self) -> int:

@@ -141,6 +141,11 @@ def find_checkpoint(rt, opts, ckpt_dir, mode: Mode, plan=None) -> Optional[Found
         if found and not error:
             error = mode.refuse(Found(str(found[0]), found[1]["step"], found[1], found[2]), opts,
                                 rt.size)
+        at = found[1]["step"] if found and not error else None
+        if at is not None and plan is not None and isinstance(at, int) and at >= plan.steps:
+            error = (f"checkpoint {found[0]} is at {mode.unit} {at} and this run trains "
+                     f"{plan.steps}: nothing is left to train; give --steps above {at} to "
+                     "continue it")
         if found and not error:
             differs = continuity(found[1].get("meta", {}), opts, plan, rt.size)
             if differs and not opts.resume_mismatch:

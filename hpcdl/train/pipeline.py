@@ -543,9 +543,9 @@ class Pipeline(Mode):
     def add_arguments(self, group) -> None:
         group.add_argument("--stages", type=positive_int, default=None,
                            help="pipeline: stages, one per rank (default: the ranks)")
-        group.add_argument("--micro-batches", type=positive_int, default=4,
+        group.add_argument("--micro-batches", type=positive_int, default=None,
                            help="pipeline: micro-batches per step, dividing the batch (4)")
-        group.add_argument("--cut", choices=("time", "layers"), default="time",
+        group.add_argument("--cut", choices=("time", "layers"), default=None,
                            help="pipeline: where the stages begin: time (default) times every "
                                 "stage a cut could make on a micro-batch and takes the cut whose "
                                 "slowest stage is fastest; layers: as many layers in each stage")
@@ -554,10 +554,16 @@ class Pipeline(Mode):
         return opts.parallel == "pipeline"
 
     def refuse_others(self, opts) -> None:
-        if opts.stages is not None:
-            raise UserError("--stages is an option of --parallel pipeline")
+        given = [name for name, v in (("--stages", opts.stages),
+                                      ("--micro-batches", opts.micro_batches),
+                                      ("--cut", opts.cut)) if v is not None]
+        if given:
+            verb = "is an option" if len(given) == 1 else "are options"
+            raise UserError(f"{' and '.join(given)} {verb} of --parallel pipeline")
 
     def validate(self, opts) -> None:
+        opts.micro_batches = opts.micro_batches or 4
+        opts.cut = opts.cut or "time"
         if opts.backend != "horovod" or opts.compression != "none":
             raise UserError("--parallel pipeline sends activations between stages, not "
                             "gradients: --backend and --compression do not apply (leave them out)")

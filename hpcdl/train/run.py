@@ -54,16 +54,19 @@ def run(opts) -> int:
         rt.say(msg)
         raise Interrupted(msg, loop.checkpoint)
     figures = mode.summarize(rep, loop, opts)
-    if opts.save_weights and (rt.root or ("{rank}" in opts.save_weights and mode.replicas())):
-        _save_weights(rep, opts.save_weights.replace("{rank}", str(rt.rank)))
+    code = 0
     if rt.root:
         _print_results(wl, len(mode.trainers(opts, rt.size)), figures)
         record = _record(rep, opts, mode, figures, found)
         if results != "-":
             if records.append_or_keep(results, record) is not None:
-                return EXIT_RECORD_ELSEWHERE
-            print(f"Record appended to {results}")
-    return 0
+                code = EXIT_RECORD_ELSEWHERE
+            else:
+                print(f"Record appended to {results}")
+    # after the record: an artefact that cannot be written never costs the run's record
+    if opts.save_weights and (rt.root or ("{rank}" in opts.save_weights and mode.replicas())):
+        _save_weights(rep, opts.save_weights.replace("{rank}", str(rt.rank)))
+    return code
 
 
 def _check_evaluation(wl, opts) -> None:
@@ -100,8 +103,12 @@ def _model_line(wl, plan) -> list:
 
 def _save_weights(rep, path) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rep.np.savez(path, **{f"w{i}": v.numpy() for i, v in enumerate(rep.model.variables)})
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rep.np.savez(path, **{f"w{i}": v.numpy() for i, v in enumerate(rep.model.variables)})
+    except OSError as exc:
+        raise UserError(f"--save-weights {path}: cannot be written ({exc.strerror or exc}); "
+                        "the run's record was kept, the weights were not saved") from None
 
 
 def _print_results(wl, size, f) -> None:

@@ -181,6 +181,12 @@ CASES = [
                                                            "--results", "-"],
      None, "is not an hpcdl checkpoint"),
     ("--resume without a checkpoint dir", ["train", "--resume"], None, "--resume needs --checkpoint-dir"),
+    ("--micro-batches without a pipeline", ["train", "--micro-batches", "3"], None,
+     "--micro-batches is an option of --parallel pipeline"),
+    ("study status of a submission log holding a JSON list", lambda t: [
+        "study", "status", _study(t, GOOD_STUDY), "--results-root",
+        str(_file(t / "res" / "bad-input" / "jobs", "submitted.jsonl", "[1, 2]\n").parents[2])],
+     None, "submitted.jsonl, line 1: not a submission"),
 ]
 
 
@@ -338,3 +344,51 @@ def test_resuming_with_another_batch_is_refused_unless_asked_and_then_recorded(t
     rec = json.loads((tmp_path / "r.jsonl").read_text())
     assert rec["resumed_from"]["step"] == 20          # the last checkpoint, every 20 steps
     assert rec["resumed_from"]["mismatch"][0] == "batch per rank 100 (now 50)"
+
+
+def test_weights_that_cannot_be_saved_cost_no_record(tmp_path):
+    """(TF) --save-weights under a regular file: the run's record is appended first, then one
+    line says the weights were not saved."""
+    res = _hpcdl(tmp_path, "train", "--workload", "expmlp", "--steps", "30", "--save-weights",
+                 str(_file(tmp_path, "plain") / "w.npz"), "--results", "r.jsonl")
+    err = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(err) == 1, res.stderr[-2000:]
+    assert "--save-weights" in err[0] and "the run's record was kept" in err[0]
+    rec = json.loads((tmp_path / "r.jsonl").read_text())
+    assert rec["params"]["workload"] == "expmlp"
+
+
+def test_resuming_with_fewer_steps_than_the_checkpoint_is_refused_in_one_line(tmp_path):
+    """(TF) A checkpoint at step 20 and --steps 20: nothing to train, said so (it was a
+    TypeError)."""
+    base = ["train", "--workload", "expmlp", "--checkpoint-dir", "ck", "--results", "-"]
+    assert _hpcdl(tmp_path, *base, "--steps", "40", "--checkpoint-every", "20").returncode == 0
+    res = _hpcdl(tmp_path, *base, "--steps", "20", "--resume")
+    err = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(err) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "is at step 20 and this run trains 20: nothing is left to train" in err[0]
+
+
+def test_ctrl_c_writes_a_checkpoint_as_sigterm_does(tmp_path):
+    """(TF) SIGINT once training has begun: the run stops at the ranks' next agreement, writes a
+    checkpoint to --checkpoint-dir and exits 75 (resume it)."""
+    import signal
+    from hpcdl.errors import EXIT_INTERRUPTED
+    env = dict(_one_process_env(), PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdl", "train", "--workload", "expmlp",
+                             "--steps", "200000", "--checkpoint-dir", "ck", "--results", "-"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    watchdog = threading.Timer(170, proc.kill)   # a hung run cannot hold the suite
+    watchdog.start()
+    try:
+        header = proc.stdout.readline()           # printed once the run has started
+        assert header.startswith("# hpcdl train:"), header
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=170)
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    assert proc.returncode == EXIT_INTERRUPTED, err[-2000:]
+    assert "signal SIGINT" in out + err
+    assert list((tmp_path / "ck").glob("ckpt-*.hpcdl")), out + err
