@@ -140,7 +140,10 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     runs = _resolve(src)
     if not runs.exists():
         raise UserError(f"{runs}: no such results file (run the study first: hpcdl study run)")
-    read, studies = _read(runs, study_name, workers)
+    try:
+        read, studies = _read(runs, study_name, workers)
+    except OSError as exc:
+        raise UserError(f"{exc.filename or runs}: cannot be read ({exc.strerror or exc})") from None
     for note in read.notes():
         sys.stderr.write(f"hpcdl study report: {note}\n")
     recs = studies.pick()
@@ -160,10 +163,19 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     if fit_doc and not any(src.startswith("bench fit") for src in sources):
         raise UserError(f"fit {fit_path}: no entry for the study's axes ({', '.join(res.axes)}); "
                         f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")
+    try:
+        return _write(res, recs, read, runs, out, plots, _command(
+            recs.about, runs, res.provenance.mixed, exchange_bench, loop_bench, spread_bench,
+            forecast))
+    except OSError as exc:     # a file of the report that cannot be written, named
+        raise UserError(f"{exc.filename or out}: cannot be written ({exc.strerror or exc}); "
+                        f"the report in {out} is incomplete") from None
+
+
+def _write(res, recs, read, runs: Path, out: Path, plots: bool, command: str) -> Dict:
+    """The report's plots, tables, report.md and report.json in ``out``."""
     pngs = draw_plots(res, out) if plots else []
     tables, lines, extra = sections.render(sections.Context(res, recs.about, runs, pngs))
-    command = _command(recs.about, runs, res.provenance.mixed, exchange_bench, loop_bench,
-                       spread_bench, forecast)
     files: List[Path] = []
     for t in tables:
         path = out / f"{t.name}.csv"

@@ -518,9 +518,14 @@ def recorded_point(rec: dict, study_name: str):
 def load(path, results_root=None) -> Study:
     """Read and validate a study file; results go to ``<results_root or results>/<name>``."""
     path = Path(path)
+    if path.is_dir():
+        raise StudyError(f"{path}: a directory, not a study file")
     if not path.is_file():
         raise StudyError(f"{path}: no such study file")
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StudyError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     try:
         raw = _toml.loads(data.decode("utf-8"))
     except (_toml.TOMLDecodeError, UnicodeDecodeError) as exc:

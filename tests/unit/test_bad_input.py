@@ -181,6 +181,17 @@ CASES = [
                                                            "--results", "-"],
      None, "is not an hpcdl checkpoint"),
     ("--resume without a checkpoint dir", ["train", "--resume"], None, "--resume needs --checkpoint-dir"),
+    ("study report where report.md is immutable", lambda t: [
+        "study", "report", str(Path(_locked(_file(_results(t), "report.md"))).parent),
+        "--no-plots"], None, "report.md: cannot be written"),
+    ("study report where a plot's path is a folder", lambda t: [
+        "study", "report", str(_file(_results(t) / "throughput-speedup.png", "x").parent.parent)],
+     None, "throughput-speedup.png: cannot be written (Is a directory)"),
+    ("study report where runs.jsonl is a folder", lambda t: [
+        "study", "report", str(_file(t / "r" / "runs.jsonl", "x").parent.parent)], None,
+     "runs.jsonl: cannot be read"),
+    ("study validate of a folder", lambda t: ["study", "validate", str(t)], None,
+     "a directory, not a study file"),
     ("--micro-batches without a pipeline", ["train", "--micro-batches", "3"], None,
      "--micro-batches is an option of --parallel pipeline"),
     ("study status of a submission log holding a JSON list", lambda t: [
