@@ -74,11 +74,41 @@ def _read(path) -> Tuple[dict, bytes]:
         if bad:
             raise UserError(f"tuning file {path}: {', '.join(bad)} is not a setting a tuning "
                             f"file may hold ({', '.join(SETTINGS)})")
+        for key, value in env.items():
+            if not _valid(key, value):
+                raise UserError(f"tuning file {path}: the {comp} pick's {key} = {value!r} is not "
+                                f"{VALUES[key][1]}")
         if pick.get("backend", "horovod") not in PICKABLE:
             raise UserError(f"tuning file {path}: the {comp} pick's backend "
                             f"'{pick.get('backend')}' is not one a tuning file may pick "
                             f"({', '.join(PICKABLE)})")
     return doc, raw
+
+
+def _number(text, integer: bool, low: float, high: float = float("inf")) -> bool:
+    try:
+        x = int(str(text)) if integer else float(str(text))
+    except ValueError:
+        return False
+    return low <= x <= high
+
+
+# each setting's check and what it must be, as the error says
+VALUES = {
+    "HOROVOD_CYCLE_TIME": (lambda v: _number(v, False, 1e-3, 1e4), "a cycle time in ms (> 0)"),
+    "HOROVOD_FUSION_THRESHOLD": (lambda v: _number(v, True, 0), "a byte count (>= 0)"),
+    "HOROVOD_HIERARCHICAL_ALLREDUCE": (lambda v: str(v) in ("0", "1"), "0 or 1"),
+    "OMPI_MCA_coll_tuned_use_dynamic_rules": (lambda v: str(v) in ("0", "1"), "0 or 1"),
+    "OMPI_MCA_coll_tuned_allreduce_algorithm": (lambda v: _number(v, True, 0, 6),
+                                                "Open MPI's allreduce algorithm number (0-6)"),
+    "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": (lambda v: _number(v, True, 0),
+                                                            "a byte count (>= 0)"),
+}
+
+
+def _valid(key: str, value) -> bool:
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool) \
+        and VALUES[key][0](value)
 
 
 def settings(doc: dict, compression: str, path="the tuning file") -> dict:

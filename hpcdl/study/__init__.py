@@ -644,7 +644,18 @@ def _tuning_path(v, table, key: str) -> str:
         if name not in ("nodes", "ranks", "ranks_per_node", "network"):
             v.fail(key, f"{{{name}}} is not a placeholder of a tuning file's path "
                         "(use {nodes}, {ranks}, {ranks_per_node}, {network})")
+    if path and not _PLACEHOLDER.search(path) and Path(path).exists() and not _is_tuning(path):
+        v.fail(key, f"{path} exists and is not a tuning file (hpcdl.tuning/1): 'hpcdl tune' "
+                    "would write over it; name another path")
     return path
+
+
+def _is_tuning(path: str) -> bool:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("schema") == "hpcdl.tuning/1"
 
 
 def _exchange_axis(v, ax, backends, compressions) -> List[Tuple[str, str]]:

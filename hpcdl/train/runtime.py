@@ -60,7 +60,9 @@ def start(timeline: bool = False, tuning: Optional[str] = None, compression: str
     threads = cluster.configure_threads(layout)
     path = tuning_file.path_of(tuning)
     if layout.size == 1 and path:
-        # one rank exchanges nothing: a tuned cycle time would only wake Horovod's thread more
+        # one rank exchanges nothing: a tuned cycle time would only wake Horovod's thread more;
+        # the file is checked all the same (a wrong file is wrong at any size)
+        tuning_file.load(path)
         tuned = dict(tuning_file.take("default", compression),
                      ignored=f"{path}: one rank has nothing to exchange")
     else:

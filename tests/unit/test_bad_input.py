@@ -192,6 +192,15 @@ CASES = [
      "runs.jsonl: cannot be read"),
     ("study validate of a folder", lambda t: ["study", "validate", str(t)], None,
      "a directory, not a study file"),
+    ("--tuning not a tuning file, at one rank", ["train", "--tuning", "/etc/passwd"], None,
+     "tuning file /etc/passwd: not readable JSON"),
+    ("--tuning whose cycle time is no number", lambda t: ["train", "--tuning", str(_file(
+        t, "t.json", json.dumps({"schema": "hpcdl.tuning/1", "picks": {"none": {"env": {
+            "HOROVOD_CYCLE_TIME": "abc"}}}})))], None,
+     "HOROVOD_CYCLE_TIME = 'abc' is not a cycle time in ms"),
+    ("study validate: [run] tuning names a file that is not one", lambda t: [
+        "study", "validate", _study(t, GOOD_STUDY + '[run]\ntuning = "/etc/passwd"\n')], None,
+     "/etc/passwd exists and is not a tuning file"),
     ("--micro-batches without a pipeline", ["train", "--micro-batches", "3"], None,
      "--micro-batches is an option of --parallel pipeline"),
     ("study status of a submission log holding a JSON list", lambda t: [
