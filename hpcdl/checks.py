@@ -132,7 +132,34 @@ def fit_file(path, prefix: str = "fit ") -> dict:
     if schema != "hpcdl.fit/1":
         raise UserError(f"{prefix}{path}: schema is {schema!r}, expected 'hpcdl.fit/1' "
                         "(a 'hpcdl bench fit' file)")
+    backends = doc.get("backends")
+    if not isinstance(backends, dict):
+        raise UserError(f"{prefix}{path}: no 'backends' table (a 'hpcdl bench fit' file has one)")
+    for name, entry in backends.items():
+        for where, fit in [(name, entry)] + [(f"{name} regime {k + 1}", r) for k, r in enumerate(
+                (entry or {}).get("regimes") or [] if isinstance(entry, dict) else [])]:
+            _bounded_fit(f"{prefix}{path}", where, fit)
     return doc
+
+
+# a fit's terms, each finite and >= 0 (a regime of one size range may take no time per byte)
+_FIT_TERMS = (("alpha_s", 0.0, True), ("beta_s_per_byte", 0.0, True),
+              ("gamma_s_per_byte", 0.0, True))
+
+
+def _bounded_fit(path: str, where: str, fit) -> None:
+    if not isinstance(fit, dict):
+        raise UserError(f"{path}: {where} is not a table of alpha and beta")
+    for key, low, inclusive in _FIT_TERMS:
+        if key not in fit and key == "gamma_s_per_byte":
+            continue
+        v = fit.get(key)
+        ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+              and (v >= low if inclusive else v > low))
+        if not ok:
+            raise UserError(f"{path}: {where}'s {key} = {v!r} is not a finite number "
+                            f"{'>=' if inclusive else '>'} {low:g}; make the file again with "
+                            "'hpcdl bench fit'")
 
 
 def _hash(text: bytes) -> bytes:

@@ -101,6 +101,13 @@ def _results(tmp, edit=None, name="rep"):
     return d
 
 
+def _fit(tmp, **terms) -> str:
+    """The committed bench fit with ``terms`` of its Horovod entry replaced."""
+    doc = json.loads((ROOT / "results" / "bench" / "fit.json").read_text())
+    doc["backends"]["horovod"].update(terms)
+    return str(_file(tmp, "fit.json", json.dumps(doc)))
+
+
 def _declaring(fit):
     def edit(r):
         r["declared"]["calibration"] = f"fit:{fit}"
@@ -141,6 +148,15 @@ CASES = [
     ("a record declaring a fit that is not JSON", lambda t: [
         "study", "report", str(_results(t, _declaring("/etc/passwd")))], None,
      "fit /etc/passwd: not JSON"),
+    ("study report --fit whose alpha is negative", lambda t: [
+        "study", "report", str(_results(t)), "--fit", _fit(t, alpha_s=-1)], None,
+     "horovod's alpha_s = -1 is not a finite number >= 0"),
+    ("study report --fit whose beta is NaN", lambda t: [
+        "study", "report", str(_results(t)), "--fit", _fit(t, beta_s_per_byte=float("nan"))],
+     None, "horovod's beta_s_per_byte = nan is not a finite number"),
+    ("study report --fit whose alpha is a string", lambda t: [
+        "study", "report", str(_results(t)), "--fit", _fit(t, alpha_s="fast")], None,
+     "fit.json: horovod's alpha_s = 'fast'"),
     ("study validate: [model] fit not JSON", lambda t: ["study", "validate", _study(
         t, GOOD_STUDY + '[model]\nfit = "/etc/passwd"\n')], None, "model.fit: /etc/passwd: not JSON"),
     ("unknown workload", ["train", "--workload", "resnet9000"], None, "unknown workload 'resnet9000'"),
