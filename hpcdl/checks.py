@@ -162,6 +162,21 @@ def _bounded_fit(path: str, where: str, fit) -> None:
                             "'hpcdl bench fit'")
 
 
+def schema_file(path, schema: str, what: str, maker: str) -> dict:
+    """The JSON file at ``path`` of ``schema``, or UserError (one line) naming ``what`` gave it
+    and why it is not one, and ``maker``, the command that makes one."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"{what} {path}: no such file (make one with '{maker}')") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{what} {path}: not a JSON file of {schema} "
+                        f"({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != schema:
+        raise UserError(f"{what} {path}: not a {schema} file (make one with '{maker}')")
+    return doc
+
+
 def _hash(text: bytes) -> bytes:
     return hashlib.blake2b(text, digest_size=16).digest()
 

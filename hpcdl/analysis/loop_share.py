@@ -50,7 +50,7 @@ class MachineFile:
         except (OSError, ValueError) as exc:
             self._miss(f"{path}: unreadable ({exc})")
             return
-        if doc.get("schema") != self.schema:
+        if not isinstance(doc, dict) or doc.get("schema") != self.schema:
             self._miss(f"{path}: not a {self.kind} ({self.schema})")
             return
         made = (doc.get("made_for") or {}).get("machine")

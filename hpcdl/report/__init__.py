@@ -151,6 +151,10 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
         raise UserError(f"{runs}: no train records{f' of study {study_name}' if study_name else ''}")
     out = Path(out_dir) if out_dir else runs.parent
     checks.check_writable_dir(out, "the report's folder")
+    for flag, given, schema in (("--loop-bench", loop_bench, "hpcdl.loop-cpu/1"),
+                                ("--spread-bench", spread_bench, "hpcdl.host-spread/1")):
+        if given:                  # named on the command line: a wrong file is refused
+            checks.schema_file(given, schema, flag, "hpcdl bench allocation")
     fit_path = fit_path or analysis.declared_calibration(recs)[0]
     fit_doc = checks.fit_file(fit_path) if fit_path else None
     try:

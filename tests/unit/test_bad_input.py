@@ -101,6 +101,12 @@ def _results(tmp, edit=None, name="rep"):
     return d
 
 
+def _binary(tmp) -> str:
+    path = tmp / "s.bin"
+    path.write_bytes(bytes(range(256)))
+    return str(path)
+
+
 def _fit(tmp, **terms) -> str:
     """The committed bench fit with ``terms`` of its Horovod entry replaced."""
     doc = json.loads((ROOT / "results" / "bench" / "fit.json").read_text())
@@ -157,6 +163,12 @@ CASES = [
     ("study report --fit whose alpha is a string", lambda t: [
         "study", "report", str(_results(t)), "--fit", _fit(t, alpha_s="fast")], None,
      "fit.json: horovod's alpha_s = 'fast'"),
+    ("study report --loop-bench not a loop file", lambda t: [
+        "study", "report", str(_results(t)), "--loop-bench", "/etc/passwd"], None,
+     "--loop-bench /etc/passwd: not a JSON file of hpcdl.loop-cpu/1"),
+    ("study report --spread-bench a binary file", lambda t: [
+        "study", "report", str(_results(t)), "--spread-bench", _binary(t)], None,
+     "s.bin: not a JSON file of hpcdl.host-spread/1"),
     ("study validate: [model] fit not JSON", lambda t: ["study", "validate", _study(
         t, GOOD_STUDY + '[model]\nfit = "/etc/passwd"\n')], None, "model.fit: /etc/passwd: not JSON"),
     ("unknown workload", ["train", "--workload", "resnet9000"], None, "unknown workload 'resnet9000'"),
