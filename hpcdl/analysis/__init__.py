@@ -95,7 +95,7 @@ def declared_scaling(recs: Iterable[dict], given: Optional[str] = None):
 
 def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] = None,
             fit_label: Optional[str] = None, scaling: Optional[str] = None,
-            algorithm: Optional[str] = None, max_ranks: int = 1024, allow_mixed: bool = False,
+            algorithm: Optional[str] = None, allow_mixed: bool = False,
             exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
             spread_bench: Optional[str] = None,
             forecast: Optional[Sequence[int]] = None) -> StudyAnalysis:

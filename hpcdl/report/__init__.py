@@ -126,7 +126,7 @@ def _read_parts(runs: Path, study_name: Optional[str], workers: int):
 
 
 def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = None,
-                 algorithm: Optional[str] = None, max_ranks: int = 1024,
+                 algorithm: Optional[str] = None,
                  plots: bool = True, scaling: Optional[str] = None,
                  allow_mixed: bool = False, workers: Optional[int] = None,
                  exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
@@ -159,7 +159,7 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
     fit_doc = checks.fit_file(fit_path) if fit_path else None
     try:
         res = analysis.analyse(recs, recs.study or runs.parent.name, fit_doc,
-                               str(fit_path) if fit_path else None, scaling, algorithm, max_ranks,
+                               str(fit_path) if fit_path else None, scaling, algorithm,
                                allow_mixed, exchange_bench, loop_bench, spread_bench, forecast)
     except ValueError as exc:
         raise UserError(f"{runs}: {exc}") from None

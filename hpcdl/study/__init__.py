@@ -582,6 +582,14 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
     v.only(model, "model", _MODEL_KEYS)
     fit = _fit_key(v, model)
     calibrate = _calibrate_key(v, model)
+    # points are keyed by rank count where every rank shares one machine, else by node count
+    one_node = all(n == 1 for n, _ in layouts)
+    top = max(n * r if one_node else n for n, r in layouts)
+    if calibrate[0] and calibrate[0] >= top:
+        v.fail("model.calibrate", f"nodes_max = {calibrate[0]} holds every point (the largest "
+                                  f"has {top} {'rank' if one_node else 'node'}(s)): none is left "
+                                  f"to predict; set it below {top}, or leave it out (the model "
+                                  "is then calibrated on every point and forecasts)")
     forecast = _forecast_key(v, model)
     root = Path(results_root) if results_root is not None else Path(
         cluster.setting("HPCDL_RESULTS_ROOT") or "results")

@@ -104,7 +104,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
                         "else 16,64,256; 'none' for none)")
     p.add_argument("--algorithm", choices=("ring", "ps"), default=None,
                    help="exchange algorithm of the model (default: ps for the ps backend, else ring)")
-    p.add_argument("--max-ranks", type=int, default=1024, help="extrapolate up to this many ranks")
+    p.add_argument("--max-ranks", default=None, help=argparse.SUPPRESS)     # gone: --forecast
     p.add_argument("--scaling", choices=("strong", "weak"), default=None,
                    help="for records made outside a study, which declare no scaling kind")
     p.add_argument("--no-plots", action="store_true", help="tables and model only")
@@ -164,11 +164,14 @@ def report_main(opts) -> int:
     if opts.spread_bench and not Path(opts.spread_bench).is_file():
         raise UserError(f"--spread-bench {opts.spread_bench}: no such file (make one with "
                         "'hpcdl bench allocation' on the allocation)")
+    if opts.max_ranks is not None:
+        raise UserError("--max-ranks is gone with the whole-step extrapolation: the forecast's "
+                        "node counts are --forecast (default 16,64,256)")
     if opts.fit and not Path(opts.fit).is_file():
         raise UserError(f"--fit {opts.fit}: no such file (make one with 'hpcdl bench fit')")
     written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
                                   algorithm=opts.algorithm,
-                                  max_ranks=opts.max_ranks, plots=not opts.no_plots,
+                                  plots=not opts.no_plots,
                                   scaling=opts.scaling, allow_mixed=opts.allow_mixed,
                                   workers=opts.workers, exchange_bench=opts.exchange_bench,
                                   loop_bench=opts.loop_bench,

@@ -229,6 +229,12 @@ CASES = [
     ("study validate: [run] tuning names a file that is not one", lambda t: [
         "study", "validate", _study(t, GOOD_STUDY + '[run]\ntuning = "/etc/passwd"\n')], None,
      "/etc/passwd exists and is not a tuning file"),
+    ("study validate: calibrate's nodes_max holds every point", lambda t: [
+        "study", "validate", _study(t, GOOD_STUDY + "[model]\ncalibrate = { nodes_max = 16 }\n")],
+     None, "nodes_max = 16 holds every point (the largest has 2 rank(s))"),
+    ("study report --max-ranks, gone", lambda t: [
+        "study", "report", str(_results(t)), "--max-ranks", "-4"], None,
+     "--max-ranks is gone with the whole-step extrapolation"),
     ("--micro-batches without a pipeline", ["train", "--micro-batches", "3"], None,
      "--micro-batches is an option of --parallel pipeline"),
     ("study status of a submission log holding a JSON list", lambda t: [

@@ -11,7 +11,7 @@ from hpcdl.train.interface import Found
 def _opts(**kw):
     base = dict(backend="horovod", compression="none", parallel="data", staleness=None,
                 ps_dedicated=False, stages=None, timeline=None, slow_rank=None,
-                batch_size=None, micro_batches=1)
+                batch_size=None, micro_batches=None, cut=None)
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -27,6 +27,8 @@ def test_the_options_choose_one_mode(kw, name):
     ({"backend": "nccl2"}, "unknown --backend 'nccl2'"),
     ({"staleness": 2}, "--staleness and --ps-dedicated are options of --backend ps-async"),
     ({"stages": 2}, "--stages is an option of --parallel pipeline"),
+    ({"micro_batches": 3, "cut": "layers"},
+     "--micro-batches and --cut are options of --parallel pipeline"),
     ({"backend": "ps-async", "compression": "fp16"}, "pushes and pulls float32"),
     ({"backend": "ps-async", "ps_dedicated": True}, "--ps-dedicated needs at least 2 ranks"),
     ({"parallel": "pipeline", "batch_size": 64, "micro_batches": 5},
