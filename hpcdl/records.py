@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
@@ -291,19 +292,20 @@ def code_tree() -> Optional[str]:
 
 
 def process_started() -> Optional[str]:
-    """When this process started (UTC, ISO 8601 to the second), from /proc; None elsewhere.
+    """When this process started (UTC, ISO 8601 to the millisecond), from /proc; None elsewhere.
 
     With the record's ``time`` (when it was written) it bounds the run, interpreter start-up and
-    imports included, so a report can tell whether two runs overlapped in time."""
+    imports included, so a report can tell whether two runs overlapped in time. Taken back from
+    now by the uptime since (/proc/uptime, to 10 ms): /proc/stat's boot time is whole seconds,
+    which put a run's start up to a second early, into the run before it."""
     try:
         stat = Path("/proc/self/stat").read_text()
         ticks = int(stat.rsplit(")", 1)[1].split()[19])     # field 22: start time after boot
-        btime = next(int(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines()
-                     if ln.startswith("btime "))
-        at = btime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        at = time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
         return None
-    return _dt.datetime.fromtimestamp(int(at), _dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.fromtimestamp(at, _dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def check_clean(path) -> None:

@@ -149,3 +149,21 @@ def test_the_builder_refuses_what_it_cannot_record_loudly():
         _built(metrics={"throughput": {"mean": 1.0}, "bad": object().__class__})
     with pytest.raises(ValueError, match="'throughput' has no mean"):
         _built(metrics={"throughput": {"std": 1.0}})
+
+
+def test_a_process_start_is_known_to_a_few_hundredths_of_a_second():
+    """Two runs one after the other are not reported as overlapping: the start a record keeps
+    lies between the moments before and after its process was started (it was up to a second
+    early, from /proc/stat's whole-second boot time)."""
+    import datetime
+    import subprocess
+    import sys
+    import time
+    before = time.time()
+    out = subprocess.run([sys.executable, "-c",
+                          "from hpcdl import records; print(records.process_started())"],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.strip()
+    after = time.time()
+    started = datetime.datetime.fromisoformat(out).timestamp()
+    assert before - 0.02 <= started <= after, (before, started, after)
