@@ -246,4 +246,23 @@ def train_record_problem(rec: dict) -> Optional[str]:
         why = _number_problem(value, ".".join(keys), zero)
         if why:
             return why
+    return _throughput_problem(rec)
+
+
+AGREE = 10.0     # throughput and global batch over the median step agree within this factor
+
+
+def _throughput_problem(rec: dict) -> Optional[str]:
+    """A throughput that the record's own global batch and median step time do not give
+    (within :data:`AGREE` either way; measured records agree within 0.5-1.3), else None: a
+    figure like 1e308, finite but no measurement, would overflow what a report computes."""
+    t = lookup(rec, "metrics", "throughput", "mean")
+    step = lookup(rec, "metrics", "step_time", "median")
+    batch = lookup(rec, "params", "global_batch") or lookup(rec, "params", "batch_size")
+    if not (t and step and batch):
+        return None
+    given = batch / step
+    if not 1.0 / AGREE <= t / given <= AGREE:
+        return (f"metrics.throughput.mean: {t:g} a second, where {batch:g} samples a step in a "
+                f"median {step:g} s give {given:.4g}")
     return None

@@ -303,6 +303,7 @@ def test_records_that_are_no_measurement_are_left_out_counted_and_named(tmp_path
     recs[4]["layout"]["size"] = 0
     recs[5]["point"]["ranks"] = 0
     recs[6]["metrics"]["throughput"]["mean"] = "fast"
+    recs[7]["metrics"]["throughput"]["mean"] = 1e308        # finite, and no measurement
     text = [json.dumps(r) for r in recs]
     text.insert(10, text[9])                                   # the same record twice
     text.insert(12, '{"kind": "train", "metrics": {"throu')    # a torn line
@@ -311,12 +312,12 @@ def test_records_that_are_no_measurement_are_left_out_counted_and_named(tmp_path
     (d / "runs.jsonl").write_text("\n".join(text) + "\n")
     report.write_report(d, plots=False)
     md = (d / "report.md").read_text()
-    assert json.loads((d / "report.json").read_text())["records"] == len(recs) - 7
-    assert f"from `{d / 'runs.jsonl'}` ({len(recs) - 7} record(s)" in md
+    assert json.loads((d / "report.json").read_text())["records"] == len(recs) - 8
+    assert f"from `{d / 'runs.jsonl'}` ({len(recs) - 8} record(s)" in md
     left = next(ln for ln in md.splitlines() if ln.startswith("**Left out of this report:**"))
     runs = d / "runs.jsonl"
     for words in ("1 torn or corrupt line(s)", "(line 13)", "1 line(s)", "(line 11)",
-                  "7 record(s) left out",
+                  "8 record(s) left out",
                   f"{runs}:1: metrics.throughput.mean: -500 is not positive",
                   f"{runs}:2: metrics.throughput.mean: 0 is not positive",
                   f"{runs}:3: metrics.throughput.mean: nan is not finite",
@@ -328,8 +329,10 @@ def test_records_that_are_no_measurement_are_left_out_counted_and_named(tmp_path
     # every one is in report.json, the ones past the fifth too
     out = json.loads((d / "report.json").read_text())["left_out"]
     assert out["torn_lines"] == [13] and out["duplicate_lines"] == [11]
-    assert out["excluded"][5:] == [f"{runs}:6: point.ranks: 0 is not positive",
-                                   f"{runs}:7: metrics.throughput.mean: 'fast' is not a number"]
+    assert out["excluded"][5:7] == [f"{runs}:6: point.ranks: 0 is not positive",
+                                    f"{runs}:7: metrics.throughput.mean: 'fast' is not a number"]
+    assert out["excluded"][7].startswith(f"{runs}:8: metrics.throughput.mean: 1e+308 a second, "
+                                         "where")
 
 
 def test_a_dry_run_says_nothing_ran(tmp_path):
