@@ -93,9 +93,16 @@ print(tf.__version__)' 2>/dev/null | tail -1 || true)"
     [ -z "$sys_tf" ] || have_stack="$(stack_of_tf "$sys_tf")"
 fi
 STACK="${HPCDL_STACK:-${have_stack:-tf2.21}}"
+# One TensorFlow wheel: the CUDA build ("tensorflow") where an NVIDIA driver answers, else the CPU
+# build; tf-keras goes in without its dependencies, as it names "tensorflow" (the CUDA build),
+# which would land in the same tensorflow/ folder beside the CPU build (a CUDA error on start)
+TF_WHEEL=tensorflow-cpu
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then TF_WHEEL=tensorflow; fi
+TF_NODEPS=()
 case "$STACK" in
-    tf2.15) TF_PINS=("tensorflow-cpu==2.15.1" "numpy<2"); PY_MIN=9; PY_MAX=11; LEGACY_KERAS=0 ;;
-    tf2.21) TF_PINS=("tensorflow-cpu==2.21.0" "tf-keras==2.21.0"); PY_MIN=11; PY_MAX=12; LEGACY_KERAS=1 ;;
+    tf2.15) TF_PINS=("$TF_WHEEL==2.15.1" "numpy<2"); TF_VERSION=2.15.1; PY_MIN=9; PY_MAX=11; LEGACY_KERAS=0 ;;
+    tf2.21) TF_PINS=("$TF_WHEEL==2.21.0"); TF_NODEPS=("tf-keras==2.21.0"); TF_VERSION=2.21.0
+            PY_MIN=11; PY_MAX=12; LEGACY_KERAS=1 ;;
     *) die "HPCDL_STACK=$STACK: the stacks are tf2.15 and tf2.21" ;;
 esac
 if [ -n "$have_tf" ] && [ "$(stack_of_tf "$have_tf")" != "$STACK" ]; then
@@ -210,6 +217,15 @@ if [ "$SYSTEM_STACK" = 0 ]; then
     log "installing ${TF_PINS[*]}, mpi4py, numpy, matplotlib, msgspec, pytest (about a minute)"
     "${PIP[@]}" install --upgrade pip wheel setuptools 'cmake>=3.13,<4' >/dev/null
     "${PIP[@]}" install "${TF_PINS[@]}" mpi4py matplotlib "msgspec>=0.18" pytest packaging psutil pyyaml cloudpickle
+    [ "${#TF_NODEPS[@]}" = 0 ] || "${PIP[@]}" install --no-deps "${TF_NODEPS[@]}"
+    # a venv an older set-up made holds both builds in one folder: the other one out, this one
+    # written again over the files they shared
+    other=tensorflow; [ "$TF_WHEEL" = tensorflow ] && other=tensorflow-cpu
+    if "$VPY" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$other" 2>/dev/null; then
+        log "removing $other from $VENV: it shares tensorflow/ with $TF_WHEEL"
+        "${PIP[@]}" uninstall -y "$other"
+        "${PIP[@]}" install --force-reinstall --no-deps "$TF_WHEEL==$TF_VERSION"
+    fi
 else
     "${PIP[@]}" install mpi4py matplotlib "msgspec>=0.18" pytest "numpy<2"
 fi

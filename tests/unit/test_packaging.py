@@ -46,3 +46,23 @@ def test_a_wheel_installed_in_a_fresh_venv_renders_a_job_script(tmp_path):
     where = subprocess.run([str(py), "-c", "import hpcdl; print(hpcdl.__file__)"],
                            capture_output=True, text=True, cwd=work, timeout=60).stdout
     assert where.startswith(str(env_dir)), where               # the installed copy, not the tree
+
+
+TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel",
+                    "tf-nightly", "tf-nightly-cpu")
+
+
+def test_the_venv_holds_one_tensorflow_and_starts_it_without_a_cuda_error():
+    """scripts/setup.sh installs one TensorFlow wheel (tf-keras without its dependencies, which
+    would add the CUDA build into the same tensorflow/ folder): on a machine without an NVIDIA
+    driver, the CPU build, and importing it says nothing of CUDA."""
+    import importlib.metadata as md
+    have = sorted({d.metadata["Name"].lower().replace("_", "-") for d in md.distributions()}
+                  & set(TF_DISTRIBUTIONS))
+    assert len(have) == 1, f"TensorFlow distributions in this venv: {have} (run scripts/setup.sh)"
+    if shutil.which("nvidia-smi") is None:
+        assert have == ["tensorflow-cpu"]
+        res = subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 0 and "cuInit" not in res.stderr and "CUDA" not in res.stderr, \
+            res.stderr[-2000:]
