@@ -38,8 +38,8 @@ sge_ensure_packages() {
         echo "gridengine-common shared/gridenginecell string default"
         echo "gridengine-common shared/gridengineconfig boolean true"
     } | debconf-set-selections
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
         gridengine-master gridengine-exec gridengine-client >/dev/null 2>&1 \
         || cannot "apt-get install gridengine-master gridengine-exec gridengine-client failed"
     sge_have || cannot "the gridengine packages installed no sge_qmaster/sge_execd/qsub"

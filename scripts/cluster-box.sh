@@ -95,8 +95,8 @@ ensure_packages() {
     [ ${#missing[@]} = 0 ] && return 0
     command -v apt-get >/dev/null || cannot "Slurm is not installed (missing: ${missing[*]}) and there is no apt-get"
     log "installing slurmctld slurmd slurm-client munge with apt"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
         slurmctld slurmd slurm-client munge >/dev/null 2>&1 \
         || cannot "apt-get install slurmctld slurmd slurm-client munge failed"
 }

@@ -43,11 +43,11 @@ apt_install() {
     can_root || return 1
     if [ "$APT_UPDATED" = 0 ]; then
         log "apt-get update"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
         APT_UPDATED=1
     fi
     log "apt-get install $*"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 WHICH_PYTHON=0

@@ -1,21 +1,44 @@
-"""Markers follow folders: selecting away mpi, slurm and box leaves only tests that start none."""
+"""The box and scheduler tiers never skip where they must run: under CI, or as root on Linux with
+apt-get, a cluster box that cannot be made turns the run red with its reason."""
+import os
 import subprocess
 import sys
 
+import pytest
+
 from hpcdl_testing import ROOT
 
-
-def _collected(*marker):
-    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *marker],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    return [ln for ln in res.stdout.splitlines() if "::" in ln]
+sys.path.insert(0, str(ROOT / "tests"))
+from conftest import must_run  # noqa: E402
 
 
-def test_not_mpi_slurm_or_box_selects_only_unit_tests():
-    ids = _collected("-m", "not mpi and not slurm and not box")
-    assert ids and all(i.startswith("tests/unit/") for i in ids)
-    mpi = _collected("-m", "mpi")
-    assert mpi and all(i.startswith("tests/mpi/") for i in mpi)
-    box = _collected("-m", "box")
-    assert box and all(i.startswith("tests/box/") for i in box)
+@pytest.mark.parametrize("env, euid, platform, apt, why", [
+    ({"CI": "true"}, 1000, "linux", None, "CI=true"),
+    ({}, 0, "linux", "/usr/bin/apt-get", "root on Linux with apt-get"),
+    ({}, 1000, "linux", "/usr/bin/apt-get", ""),        # a user: the box needs root
+    ({}, 0, "linux", None, ""),                         # no apt-get: nothing can be installed
+    ({}, 0, "darwin", "/usr/bin/apt-get", ""),
+    ({"CI": "false"}, 1000, "linux", None, ""),
+])
+def test_where_the_box_tiers_may_skip(env, euid, platform, apt, why):
+    assert must_run(env, euid, platform, apt) == why
+
+
+def test_a_box_that_cannot_be_made_under_ci_turns_the_run_red(tmp_path):
+    """The fixture run for real in a pytest of its own, its cluster script one that cannot make a
+    box (exit 3, as cluster-box.sh says so): under CI=true the test that needs it fails, naming
+    why, where it used to skip and the run passed."""
+    script = tmp_path / "no-box.sh"
+    script.write_text("#!/bin/sh\necho 'cluster-box: the dpkg lock is held' >&2\nexit 3\n")
+    script.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "HPCDL_SLURM_TESTS"}
+    env.update(CI="true", HPCDL_TEST_BOX_SCRIPT=str(script),
+               HPCDL_TEST_BOX_LOCK=str(tmp_path / "lock"), PYTHONPATH=str(ROOT),
+               HPCDL_SLURM_SACCT_LOG=str(tmp_path / "sacct.txt"))
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                          str(ROOT / "tests" / "slurm" / "test_slurm_cluster.py"),
+                          "-k", "test_study_submit_runs_each_point_then_the_report"],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert res.returncode != 0, res.stdout[-3000:]
+    assert "must be made here (CI=true)" in res.stdout and "dpkg lock is held" in res.stdout
+    assert " skipped" not in res.stdout.splitlines()[-1], res.stdout[-500:]
