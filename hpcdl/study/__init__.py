@@ -147,6 +147,7 @@ _SLURM_DEFAULTS = {"partition": None, "account": None, "qos": None, "constraint"
                    "ntasks_per_node": None, "mem": None, "signal_lead": 120, "mpi": "pmix",
                    "modules": [], "setup": [], "extra": [], "scheduler": "auto", "pe": None}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_SCHEDULER_VALUE = re.compile(r"^[A-Za-z0-9_.,:=+@%/&|!*\[\]()-]+$")
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
@@ -949,9 +950,25 @@ def _slurm_section(v, raw, layouts, by_nodes):
     for key in ("modules", "setup", "extra"):
         if any(not isinstance(x, str) for x in slurm[key]):
             v.fail(f"slurm.{key}", "must be a list of strings")
+    # values that go into the job script's #SBATCH and #$ lines: a newline or a shell
+    # metacharacter there would start a line of its own, a command of the job
+    for key in ("partition", "account", "qos", "constraint", "mem", "mpi", "pe"):
+        if slurm[key] is not None and not _SCHEDULER_VALUE.match(str(slurm[key])):
+            v.fail(f"slurm.{key}", f"{slurm[key]!r}: letters, digits and _ . , : = + @ % / & | ! "
+                                   "* [ ] ( ) - only (no space, quote, $, ;, < or > and no newline)")
+    for key in ("extra", "modules"):
+        for x in slurm[key]:
+            if "\n" in x or "\r" in x or (key == "extra" and not x.startswith("-")):
+                v.fail(f"slurm.{key}", f"{x!r}: {'an option (-...) ' if key == 'extra' else ''}"
+                                       "on one line")
     if slurm["scheduler"] not in ("auto", "slurm", "gridengine"):
         v.fail("slurm.scheduler", f"{slurm['scheduler']!r}: choose auto, slurm or gridengine")
     return slurm
+
+
+def scheduler_value_ok(value: str) -> bool:
+    """Whether a scheduler value (a partition, an account) may go into a job script's lines."""
+    return bool(_SCHEDULER_VALUE.match(str(value)))
 
 
 class _Validator:

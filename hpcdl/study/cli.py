@@ -221,6 +221,10 @@ def add_submit_arguments(p) -> None:
 
 def submit_main(opts) -> int:
     st = _study.load(opts.study, results_root=opts.results_root)
+    for flag, value in (("--partition", opts.partition), ("--account", opts.account)):
+        if value is not None and not _study.scheduler_value_ok(value):
+            raise UserError(f"{flag} {value!r}: letters, digits and _ . , : = + @ % / & | ! * "
+                            "[ ] ( ) - only")
     software = submit.study_software(st, opts.export, opts.setup)
     plan = submit.plan_study(st, software, force=opts.force,
                              overrides={"partition": opts.partition, "account": opts.account,

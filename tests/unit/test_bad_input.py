@@ -235,6 +235,18 @@ CASES = [
     ("study report --max-ranks, gone", lambda t: [
         "study", "report", str(_results(t)), "--max-ranks", "-4"], None,
      "--max-ranks is gone with the whole-step extrapolation"),
+    ("study validate: a partition that would start a line of the job script", lambda t: [
+        "study", "validate", _study(t, GOOD_STUDY + '[slurm]\npartition = "debug\\nrm -rf ~"\n')],
+     None, "slurm.partition: 'debug\\nrm -rf ~': letters, digits"),
+    ("study validate: an account with a shell metacharacter", lambda t: [
+        "study", "validate", _study(t, GOOD_STUDY + '[slurm]\naccount = "lab;reboot"\n')],
+     None, "slurm.account: 'lab;reboot'"),
+    ("study validate: an extra sbatch option over two lines", lambda t: [
+        "study", "validate", _study(t, GOOD_STUDY + '[slurm]\nextra = ["--exclusive\\necho hi"]\n')],
+     None, "slurm.extra: '--exclusive\\necho hi': an option (-...) on one line"),
+    ("study submit --partition with a space", lambda t: [
+        "study", "submit", _study(t, GOOD_STUDY), "--partition", "a b", "--dry-run"], None,
+     "--partition 'a b': letters, digits"),
     ("--micro-batches without a pipeline", ["train", "--micro-batches", "3"], None,
      "--micro-batches is an option of --parallel pipeline"),
     ("study status of a submission log holding a JSON list", lambda t: [
