@@ -188,7 +188,16 @@ def _command(argv: Optional[List[str]]) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return int(opts._main(opts) or 0)
+        try:
+            return int(opts._main(opts) or 0)
+        except (MemoryError, Exception) as exc:
+            if isinstance(exc, MemoryError) or type(exc).__name__ == "ResourceExhaustedError":
+                # TensorFlow's or Python's: the model and batch do not fit this node's memory
+                raise UserError(f"out of memory ({type(exc).__name__}"
+                                f"{': ' + str(exc).splitlines()[0][:200] if str(exc) else ''}); "
+                                "lower --batch-size (or the image size), or use more ranks "
+                                "with strong scaling") from None
+            raise
     except UserError as exc:
         layout = _layout()
         message = str(exc).strip().replace("\n", " ") or type(exc).__name__

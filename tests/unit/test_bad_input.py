@@ -461,3 +461,21 @@ def test_ctrl_c_writes_a_checkpoint_as_sigterm_does(tmp_path):
     assert proc.returncode == EXIT_INTERRUPTED, err[-2000:]
     assert "signal SIGINT" in out + err
     assert list((tmp_path / "ck").glob("ckpt-*.hpcdl")), out + err
+
+
+def test_a_batch_too_large_for_memory_is_one_line(tmp_path):
+    """(TF) TensorFlow's out-of-memory error at a batch the node cannot hold (here an address
+    space of 6 GB against a 9.8 GB input batch): one line saying what to lower, exit 2."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+    env = dict(_one_process_env(), PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "train", "--workload", "cnn", "--model",
+                          "small", "--image-size", "64", "--batch-size", "200000", "--steps", "3",
+                          "--results", "-"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=180, preexec_fn=limit)
+    err = [ln for ln in res.stderr.splitlines() if ln.strip() and "cuInit" not in ln]
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert len(err) == 1 and err[0].startswith("hpcdl train: error: out of memory"), err
+    assert "lower --batch-size" in err[0]
