@@ -62,7 +62,9 @@ class Scan:
     torn: List[int] = field(default_factory=list)        # lines skipped: torn or not JSON
     duplicates: List[int] = field(default_factory=list)  # lines repeating an earlier one exactly
     excluded: List[str] = field(default_factory=list)    # "file:line: field: why"
+    repeated: List[str] = field(default_factory=list)    # "file:line: point" recorded before
     hashes: set = field(default_factory=set, repr=False)  # every distinct line's, as read
+    points: set = field(default_factory=set, repr=False)  # every (study, point id), as read
 
     def notes(self) -> List[str]:
         """One line for each kind of line left out (none when nothing was)."""
@@ -76,6 +78,11 @@ class Scan:
         if self.excluded:
             out.append(f"{len(self.excluded)} record(s) left out as not measurements: "
                        + "; ".join(self.excluded[:5]) + ("; …" if len(self.excluded) > 5 else ""))
+        if self.repeated:
+            out.append(f"{len(self.repeated)} record(s) of a study's point recorded before (the "
+                       "same point id) left out, not pooled as more repeats; the first of each "
+                       "is kept: " + "; ".join(self.repeated[:5])
+                       + ("; …" if len(self.repeated) > 5 else ""))
         return out
 
 
@@ -83,15 +90,24 @@ def _lines(numbers: List[int]) -> str:
     return ", ".join(map(str, numbers[:8])) + (", …" if len(numbers) > 8 else "")
 
 
+def point_of(rec: dict) -> Optional[Tuple[str, str]]:
+    """(study, point id) of a study's record, None for a record of no study's point."""
+    pid = (rec.get("point") or {}).get("id") if isinstance(rec.get("point"), dict) else None
+    return (str(rec.get("study")), str(pid)) if pid else None
+
+
 def scan(path, check: Optional[Callable[[dict], Optional[str]]] = None,
          keep: Optional[Callable[[dict], None]] = None, decode=None,
-         part: Optional[Tuple[int, int]] = None) -> Scan:
+         part: Optional[Tuple[int, int]] = None,
+         point: Optional[Callable[[dict], Optional[tuple]]] = None) -> Scan:
     """Read ``path`` once, without a warning per line: torn lines and exact repeats are counted,
     and a record for which ``check`` names a problem ("field: why") is left out and named with its
     file and line. The good records are handed to ``keep`` as they are read (and then dropped),
     else kept in :attr:`Scan.records`. ``decode``: see :func:`records.lines`. ``part``: read only
     the lines starting in these bytes (:func:`parts`); a repeat of a line before the part is not
-    seen here: :attr:`Scan.hashes` holds the part's lines for the caller to compare."""
+    seen here: :attr:`Scan.hashes` holds the part's lines for the caller to compare.
+    ``point``: a record's point (:func:`point_of`); a record of a point read before is left out
+    and named (:attr:`Scan.repeated`; :attr:`Scan.points` holds the part's points likewise)."""
     out = Scan(Path(path))
     start, stop = part or (0, None)
     seen = out.hashes
@@ -110,6 +126,12 @@ def scan(path, check: Optional[Callable[[dict], Optional[str]]] = None,
         if why:
             out.excluded.append(f"{out.path}:{lineno}: {why}")
             continue
+        key = point(rec) if point else None
+        if key is not None:
+            if key in out.points:
+                out.repeated.append(f"{out.path}:{lineno}: {key[1]}")
+                continue
+            out.points.add(key)
         keep(rec)
     return out
 
@@ -249,18 +271,15 @@ def train_record_problem(rec: dict) -> Optional[str]:
     return _throughput_problem(rec)
 
 
-AGREE = 10.0     # throughput and global batch over the median step agree within this factor
+MOST = 1e12     # samples a second: no training measures more (a 1e308 overflows a report's sums)
 
 
 def _throughput_problem(rec: dict) -> Optional[str]:
-    """A throughput that the record's own global batch and median step time do not give
-    (within :data:`AGREE` either way; measured records agree within 0.5-1.3), else None: a
-    figure like 1e308, finite but no measurement, would overflow what a report computes."""
+    """A finite throughput past :data:`MOST` samples a second, else None."""
     t = lookup(rec, "metrics", "throughput", "mean")
-    step = lookup(rec, "metrics", "step_time", "median")
-    batch = lookup(rec, "params", "global_batch") or lookup(rec, "params", "batch_size")
-    if not (t and step and batch):
-        return None
+    if isinstance(t, (int, float)) and t > MOST:
+        return f"metrics.throughput.mean: {t:g} samples a second is no measurement (over {MOST:g})"
+    return None
     given = batch / step
     if not 1.0 / AGREE <= t / given <= AGREE:
         return (f"metrics.throughput.mean: {t:g} a second, where {batch:g} samples a step in a "

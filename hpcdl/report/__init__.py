@@ -93,7 +93,7 @@ def _workers(runs: Path, given: Optional[int]) -> int:
 def _read_part(runs: Path, study_name: Optional[str], part) -> tuple:
     studies = _Studies(study_name)
     read = checks.scan(runs, checks.train_record_problem, studies.add, records.slim_decoder(),
-                       part)
+                       part, point=checks.point_of)
     return read, studies
 
 
@@ -103,7 +103,7 @@ def _read(runs: Path, study_name: Optional[str], workers: Optional[int] = None):
     workers = _workers(runs, workers)
     read, studies = (_read_parts(runs, study_name, workers) if workers > 1 else
                      _read_part(runs, study_name, None))
-    read.hashes = set()                      # needed only while reading
+    read.hashes = read.points = set()        # needed only while reading
     return read, studies
 
 
@@ -113,11 +113,13 @@ def _read_parts(runs: Path, study_name: Optional[str], workers: int):
         done = list(ex.map(_read_part, [runs] * len(cuts), [study_name] * len(cuts), cuts))
     read, studies = done[0]
     for more, theirs in done[1:]:
-        if not read.hashes.isdisjoint(more.hashes):
-            # a line repeats one of an earlier part (a file appended to itself): read it whole,
-            # so that the repeat counts once, as one reader counts it
+        if not (read.hashes.isdisjoint(more.hashes) and read.points.isdisjoint(more.points)):
+            # a line, or a point, repeats one of an earlier part (a file appended to itself):
+            # read it whole, so that the repeat counts once, as one reader counts it
             return _read_part(runs, study_name, None)
         read.hashes |= more.hashes
+        read.points |= more.points
+        read.repeated += more.repeated
         read.torn += more.torn
         read.duplicates += more.duplicates
         read.excluded += more.excluded
@@ -300,7 +302,7 @@ def _left_out(read) -> List[str]:
 def _left_out_json(read) -> dict:
     """Every line of the results file the report left out: torn, repeated, no measurement."""
     return {"torn_lines": read.torn, "duplicate_lines": read.duplicates,
-            "excluded": read.excluded}
+            "excluded": read.excluded, "repeated_points": read.repeated}
 
 
 def _caution(prov) -> List[str]:

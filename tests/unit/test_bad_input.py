@@ -343,8 +343,8 @@ def test_records_that_are_no_measurement_are_left_out_counted_and_named(tmp_path
     assert out["torn_lines"] == [13] and out["duplicate_lines"] == [11]
     assert out["excluded"][5:7] == [f"{runs}:6: point.ranks: 0 is not positive",
                                     f"{runs}:7: metrics.throughput.mean: 'fast' is not a number"]
-    assert out["excluded"][7].startswith(f"{runs}:8: metrics.throughput.mean: 1e+308 a second, "
-                                         "where")
+    assert out["excluded"][7] == (f"{runs}:8: metrics.throughput.mean: 1e+308 samples a second "
+                                  "is no measurement (over 1e+12)")
 
 
 def test_a_dry_run_says_nothing_ran(tmp_path):
@@ -479,3 +479,33 @@ def test_a_batch_too_large_for_memory_is_one_line(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert len(err) == 1 and err[0].startswith("hpcdl train: error: out of memory"), err
     assert "lower --batch-size" in err[0]
+
+
+def test_a_point_recorded_again_is_named_and_not_pooled_as_more_repeats(tmp_path, capsys):
+    """50 copies of one point's record with other times (a study run again with --force, or
+    lines copied by hand) were pooled as 50 repeats, moving its efficiency with no word: the
+    first of each point is kept, the others are named; by one reader and by several alike."""
+    from hpcdl import report
+    recs = [json.loads(ln) for ln in
+            (ROOT / "results" / "local-expmlp-strong" / "runs.jsonl").read_text().splitlines()]
+    again = []
+    for k in range(50):
+        r = json.loads(json.dumps(recs[1]))
+        r["time"] = f"2026-11-01T10:{k:02d}:00+00:00"
+        r["metrics"]["throughput"]["mean"] *= 1.3
+        again.append(r)
+    d = tmp_path / "s"
+    d.mkdir()
+    (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs + again))
+    baseline = tmp_path / "b"
+    baseline.mkdir()
+    (baseline / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    report.write_report(baseline, plots=False)
+    for workers in (1, 3):
+        report.write_report(d, plots=False, workers=workers)
+        doc = json.loads((d / "report.json").read_text())
+        assert doc["records"] == len(recs)
+        assert len(doc["left_out"]["repeated_points"]) == 50
+        assert doc["rows"] == json.loads((baseline / "report.json").read_text())["rows"]
+        md = (d / "report.md").read_text()
+        assert "50 record(s) of a study's point recorded before" in md
