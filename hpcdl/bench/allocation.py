@@ -5,7 +5,8 @@ node count the forecast draws on (the calibration's and the largest you can get)
 - **The nodes' spread** (a spread file, ``hpcdl.host-spread/1``, :mod:`hpcdl.analysis.
   host_spread`): every rank times the workload's forward and backward pass ``--probes`` times,
   all ranks at once, in ``--rounds`` rounds; each round's per-rank medians over their center are
-  how far p nodes lie apart computing at once. A step waits for its slowest rank.
+  how far p nodes lie apart computing at once (a step waits for its slowest rank), and the
+  round's center, one pass while p nodes compute at once (nodes sharing a host slow each other).
 - **Horovod's loop** (a loop file, ``hpcdl.loop-cpu/1``, :mod:`hpcdl.analysis.loop_share`):
   Horovod started as training starts it, then ``--seconds`` with the main thread asleep and
   ``--seconds`` with it computing (pure Python, one thread); from each thread's CPU time
@@ -199,12 +200,15 @@ def _report(opts, layout, spread: List[List[List[float]]], cpu: List[dict]) -> N
     command = (f"hpcdl bench allocation --rounds {opts.rounds} --probes {opts.probes} "
                f"--seconds {opts.seconds:g} on {n} node(s)")
     rounds = [_deviations([rank[r] for rank in spread]) for r in range(opts.rounds)]
+    centers = [statistics.median(v for rank in spread for v in rank[r])
+               for r in range(opts.rounds)]
     cycle = os.environ.get("HOROVOD_CYCLE_TIME", "1")
     idle = max((c["idle"][1] + c["idle"][2]) / c["idle"][0] for c in cpu)
     taken = sorted(c["busy"][2] / (c["busy"][1] + c["busy"][2]) for c in cpu)
     print(f"# {command}; machine: {machine or 'unnamed'}")
     for r, devs in enumerate(rounds):
-        print(f"spread round {r + 1}: slowest node {max(devs):.3f}x the center of {n}")
+        print(f"spread round {r + 1}: slowest node {max(devs):.3f}x the center of {n} "
+              f"({centers[r] * 1e3:.1f} ms a pass)")
     print(f"loop: idle {idle * 1e3:.1f} ms of CPU per s; beside compute the other threads took "
           + ", ".join(f"{t * 100:.1f}%" for t in taken) + f" of a rank's CPU (cycle {cycle} ms)")
     extra = {"time": stamp, "command": command}
@@ -212,6 +216,7 @@ def _report(opts, layout, spread: List[List[List[float]]], cpu: List[dict]) -> N
     if n > 1:
         sdoc = merged(Path(opts.spread), SPREAD_SCHEMA, machine, n)
         sdoc.setdefault("spread", {})[str(n)] = rounds
+        sdoc.setdefault("center", {})[str(n)] = centers      # seconds of one pass, by round
         sdoc.update(extra)
         sdoc["made_for"].update(coupled=False, rounds=opts.rounds, link_rate=link,
                                 one_node=layout.num_nodes == 1)
