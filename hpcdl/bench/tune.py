@@ -33,6 +33,11 @@ median over ``--iters`` exchanges.
   the link's payload rate, the model's bound, the knobs left are not searched: on the box at 5
   nodes the ring came within 11% of it, and five more launches of the cycle and fusion moved the
   exchange from 894 to 896 ms. Elsewhere every knob is searched.
+- **The job's time limit**: inside a Slurm job (``SLURM_JOB_END_TIME``) no launch starts that
+  would end within :data:`END_MARGIN` of the job's end (the longest launch so far is the
+  estimate), and the budget is cut to fit. After every launch the fastest setting measured so
+  far is written to the tuning file, marked ``partial``: a search the limit cut short, or a job
+  killed, leaves a file that training can take.
 - **The result against the default**, launched alike (one algorithm per launch) and alternating
   for ``--rounds`` rounds: the file takes the result only when its median is at least
   ``--margin`` faster; else the default (the job's environment, the library's own algorithm).
@@ -69,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -81,6 +87,8 @@ from .. import box, cluster, costmodel, records
 from ..costmodel import HOROVOD_DEFAULTS, setting_name, wire_bytes
 from ..comm import tuning
 from ..errors import UserError
+
+END_MARGIN = 60.0    # s before the job's end that no launch may run into: the file is written
 
 MIB = 1 << 20
 KNOBS = {"cycle": ("HOROVOD_CYCLE_TIME", ("1", "0.2", "5")),
@@ -142,6 +150,8 @@ class Search:
     knobs: List[str]
     algorithms: List[Tuple[int, int]]
     deadline: float = 0.0
+    hard: Optional[float] = None      # no launch starts that would end past it (the job's end)
+    out: Optional[str] = None         # the tuning file, written after every launch (partial)
     runs: Dict[str, List[dict]] = field(default_factory=dict)
     skipped: List[str] = field(default_factory=list)
     launches: int = 0
@@ -211,6 +221,10 @@ def _launch(se: Search, env: dict, algorithms: List[Tuple[int, int]], flat: bool
     setting = {"env": env, "algorithms": algorithms, "compressions": se.comps,
                "backends": se.backends if flat else []}
     o = se.opts
+    longest = max((r["seconds"] for runs in se.runs.values() for r in runs), default=None)
+    if se.hard is not None and longest is not None and time.monotonic() + longest > se.hard:
+        raise OutOfTime(f"the job's time limit: another launch ({longest:.0f} s the longest "
+                        "so far) would end past it")
     cmd = hpcdl_command(["tune", "--worker", json.dumps(setting), "--iters", str(o.iters),
                                "--worker-rounds", str(o.worker_rounds), *_workload_args(o)])
     if cluster.scheduler_facts().get("job_id"):
@@ -232,7 +246,42 @@ def _launch(se: Search, env: dict, algorithms: List[Tuple[int, int]], flat: bool
           + "".join(f"; {b} {c} {statistics.median(ts) * 1e3:.2f} ms"
                     for b, by in (result.get("flat") or {}).items() for c, ts in by.items() if ts),
           flush=True)
+    _write_partial(se)
     return result
+
+
+class OutOfTime(Exception):
+    """The search stops: what it measured is the result."""
+
+
+def _write_partial(se: Search) -> None:
+    """The best found so far, written after each launch (atomically) and marked partial: a job
+    killed at its time limit leaves a file training can take."""
+    first = next(iter(se.runs.values()))[0]
+    if first["ranks"] < 2:
+        return
+    se.out = se.out or _default_out(first)
+    tuning.write(se.out, _document(se, _best_so_far(se), first, se.skipped, partial=True))
+
+
+def _best_so_far(se: Search) -> Dict[str, dict]:
+    """Per compression, the fastest setting measured so far (the search's unconfirmed pick)."""
+    picks = {}
+    for comp in se.comps:
+        rows = [(statistics.median(ts), key, alg) for _, key, alg, ts in _rows(se, comp) if ts]
+        if not rows:
+            continue
+        t, key, alg = min(rows)
+        effective = dict(json.loads(key))
+        number, segment = (int(x) for x in alg.split("/"))
+        picks[comp] = {"env": _pick_env(effective, (number, segment)), "exchange_s": t,
+                       "name": _name(effective, alg), "chosen": True, "partial": True}
+    return picks
+
+
+def _default_out(first: dict) -> str:
+    return (f"tuning/{cluster.scheduler_facts().get('cluster') or first['host']}-"
+            f"{first['nodes']}n-{first['ranks']}r.json")
 
 
 def _search(se: Search) -> Tuple[dict, Tuple[int, int]]:
@@ -534,9 +583,10 @@ def _table(se: Search, picks: dict, first: dict) -> List[str]:
     return out
 
 
-def _document(se: Search, picks: dict, first: dict, skipped: List[str]) -> dict:
+def _document(se: Search, picks: dict, first: dict, skipped: List[str],
+              partial: bool = False) -> dict:
     import sys
-    return {
+    return {"partial": partial,
         "schema": tuning.SCHEMA, "time": records.now_iso(),
         "command": "hpcdl " + " ".join(a for a in sys.argv[1:]),
         "made_for": {"cluster": cluster.scheduler_facts().get("cluster") or first["host"],
@@ -577,17 +627,28 @@ def main(opts) -> int:
                 list(ALGORITHMS) if "algorithm" in knobs else [(0, 0)],
                 backends=list(FLAT) if "backend" in knobs else [])
     started = time.monotonic()
-    se.deadline = started + opts.budget
-    base, alg = _search(se)
-    confirm = _confirm(se, base, alg)
+    se.out = opts.out
+    end = cluster.job_deadline()
+    if end is not None:    # the job's end, less a margin to write the file and leave
+        se.hard = started + (end - time.time()) - END_MARGIN
+        print(f"# the job ends in {end - time.time():.0f} s: no launch starts that would end "
+              f"within {END_MARGIN:.0f} s of it", flush=True)
+    se.deadline = min(started + opts.budget, se.hard or math.inf)
+    try:
+        base, alg = _search(se)
+        confirm = _confirm(se, base, alg)
+    except OutOfTime as exc:
+        if not se.runs:
+            raise UserError(f"hpcdl tune: {exc}, before any launch") from None
+        print(f"# stopped: {exc}; {se.out} holds the fastest measured (partial)", flush=True)
+        return 0
     first = next(iter(se.runs.values()))[0]
     skipped = list(first.get("skipped") or []) + se.skipped
     if first["ranks"] < 2:
         raise UserError("hpcdl tune needs at least 2 ranks: one rank exchanges nothing")
     picks = _picks(se, base, alg, confirm)
     print("\n".join(_table(se, picks, first)), flush=True)
-    path = opts.out or (f"tuning/{cluster.scheduler_facts().get('cluster') or first['host']}-"
-                        f"{first['nodes']}n-{first['ranks']}r.json")
+    path = se.out or _default_out(first)
     tuning.write(path, _document(se, picks, first, skipped))
     print(f"# tuning file: {path} (hpcdl train --tuning {path}, or HPCDL_TUNING={path})", flush=True)
     print(f"# hpcdl tune took {time.monotonic() - started:.0f} s ({se.launches} launch(es))",

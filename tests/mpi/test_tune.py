@@ -3,6 +3,7 @@ writes a tuning file, and training then runs exactly what the file picked (read 
 library itself)."""
 import json
 import os
+import statistics
 
 from hpcdl.launch import local
 from hpcdl_testing import ROOT, check, mpirun, read_records
@@ -94,3 +95,26 @@ def test_a_forced_algorithm_from_the_environments_tuning_file_is_what_the_librar
     rec = read_records(one)[-1]
     assert rec["tuning"]["source"] == "default" and "one rank" in rec["tuning"]["ignored"]
     assert rec["tuning"]["in_force"]["algorithm"] == 0
+
+
+def test_tune_fits_the_jobs_time_limit_and_leaves_its_best_so_far(tmp_path):
+    """Inside a job ending soon (SLURM_JOB_END_TIME): after the first launch no other fits
+    before the end less a minute, so tune stops, exit 0, and the tuning file holds the fastest
+    setting measured, marked partial, which training takes."""
+    import time
+    out = tmp_path / "tuning.json"
+    argv = local.hpcdl_command(["tune", *WORKLOAD, "--np", "2", "--knobs", "algorithm,cycle",
+                                "--rounds", "2", "--worker-rounds", "1", "--iters", "2",
+                                "--out", str(out)])
+    # the end leaves the first launch (a fresh start of TensorFlow on 2 ranks, 10-40 s here)
+    # and the margin, not a second launch as long
+    env = dict(os.environ, PYTHONPATH=str(ROOT), SLURM_JOB_END_TIME=str(int(time.time()) + 130))
+    res = check(local.run(argv, timeout=400, env=env))
+    assert "# stopped: the job's time limit" in res.stdout, res.stdout[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["partial"] is True and doc["launches"] == 1
+    pick = doc["picks"]["none"]
+    assert pick["partial"] and pick["exchange_s"] == min(
+        statistics.median(c["times_s"]) for c in doc["candidates"] if c["compression"] == "none")
+    rec = _train(tmp_path, "partial", "--tuning", str(out))
+    assert rec["tuning"]["file"] == str(out)
