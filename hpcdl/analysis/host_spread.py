@@ -11,9 +11,7 @@ nodes at once, each alone (no exchange between them), and records each node's me
 the round's center exactly as a record's ranks are centred (:func:`.measured.centred`); a
 held-out point at p nodes then draws from the spread measured at the largest k <= p (beyond the
 largest k, that k's: the expected maximum still grows with p, but only up to the widest node
-measured). Where the file holds the round's center too (seconds of one pass), a held-out
-point's center follows it: one pass while p nodes compute at once over one while the calibration's
-nodes do (:meth:`Spreads.center_ratio`).
+measured).
 
 Independent nodes show the host's part of the spread only. With ``--coupled`` the benchmark runs
 one k-rank training per k instead (the study's first point, its ranks exchanging), so each rank's
@@ -60,9 +58,8 @@ class HostSpread(MachineFile):
         return {int(k): runs for k, runs in ((self.doc or {}).get("spread") or {}).items()
                 if int(k) > 1 and runs}
 
-    def spreads(self) -> Optional["Spreads"]:
-        """{k: every round's deviations at k nodes} for k > 1, with the centers where the file
-        has them; None without a usable file."""
+    def spreads(self) -> Optional[Dict[int, np.ndarray]]:
+        """{k: every round's deviations at k nodes} for k > 1, None without a usable file."""
         if self.doc is None:
             return None
         out = {k: np.asarray([d for run in runs for d in run], dtype=float)
@@ -70,9 +67,7 @@ class HostSpread(MachineFile):
         if not out:
             self._miss(f"{self.path}: no spread at more than one node")
             return None
-        centers = {int(k): float(np.median(v)) for k, v in
-                   ((self.doc or {}).get("center") or {}).items() if v}
-        return Spreads(out, centers)
+        return out
 
     def round_factors(self, expected_max: Callable[[Sequence[float], int], float]
                       ) -> Dict[str, List[float]]:
@@ -80,24 +75,6 @@ class HostSpread(MachineFile):
         shows a round far from the others (the model pools every round's deviations)."""
         return {str(k): [expected_max(run, k) for run in runs]
                 for k, runs in self._rounds().items()}
-
-
-class Spreads(dict):
-    """{k: deviations at k nodes}, and ``centers``: {k: seconds of one pass while k nodes compute
-    at once} where the file measured them (files before them have none)."""
-
-    def __init__(self, items: Dict[int, np.ndarray], centers: Optional[Dict[int, float]] = None):
-        super().__init__(items)
-        self.centers = dict(centers or {})
-
-    def center_ratio(self, p: int, p_cal: int) -> float:
-        """How much longer one pass takes while p nodes compute at once than while ``p_cal``
-        do (the largest k <= p measured): nodes that share a host's cores, caches or memory
-        slow each other; independent nodes give 1. 1 where either count was not measured."""
-        ks = [k for k in self.centers if k <= p]
-        if p <= p_cal or not ks or p_cal not in self.centers or not self.centers[p_cal]:
-            return 1.0
-        return self.centers[max(ks)] / self.centers[p_cal]
 
 
 def at(spreads: Optional[Dict[int, np.ndarray]], p: int) -> Optional[np.ndarray]:

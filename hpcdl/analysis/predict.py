@@ -164,10 +164,8 @@ class PartModel:
             self.window = max(0.0, share) if share <= 1.0 else 0.0
 
     def center(self, p: int, b: float) -> float:
-        ratio = getattr(self.spreads, "center_ratio", None)
         return (self.per_sample * b * (1.0 + self.k * (p > 1))
-                * loop_share.factor(self.loop, p, self.p_cal)
-                * (ratio(p, self.p_cal) if ratio else 1.0))
+                * loop_share.factor(self.loop, p, self.p_cal))
 
     def _draws(self, p: int) -> np.ndarray:
         """The spread p ranks are drawn from: the spread file's at the largest node count <= p

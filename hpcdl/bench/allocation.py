@@ -5,8 +5,11 @@ node count the forecast draws on (the calibration's and the largest you can get)
 - **The nodes' spread** (a spread file, ``hpcdl.host-spread/1``, :mod:`hpcdl.analysis.
   host_spread`): every rank times the workload's forward and backward pass ``--probes`` times,
   all ranks at once, in ``--rounds`` rounds; each round's per-rank medians over their center are
-  how far p nodes lie apart computing at once (a step waits for its slowest rank), and the
-  round's center, one pass while p nodes compute at once (nodes sharing a host slow each other).
+  how far p nodes lie apart computing at once (a step waits for its slowest rank). Each round's
+  center (seconds of one pass) is kept beside it for reading; the model does not take it: each
+  node count is measured by its own job minutes apart, and a pass drifts more than that between
+  jobs on a shared host (on the box 0.41 s at 2 nodes, 0.34 s at 8 in one session, where the
+  training's own probes said 1.0-1.05x).
 - **Horovod's loop** (a loop file, ``hpcdl.loop-cpu/1``, :mod:`hpcdl.analysis.loop_share`):
   Horovod started as training starts it, then ``--seconds`` with the main thread asleep and
   ``--seconds`` with it computing (pure Python, one thread); from each thread's CPU time

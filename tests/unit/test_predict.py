@@ -4,7 +4,6 @@ smallest node counts recovering a study made by known parts, the two baselines, 
 band and its coverage, the prediction across link rates, and the remedies' gains."""
 import math
 import random
-import statistics
 
 import pytest
 
@@ -732,39 +731,15 @@ SPREAD = {"2": [[0.99, 1.01]] * 2, "4": [[0.98, 1.0, 1.0, 1.03]] * 2,
                                                                  1.02, 1.08]]}
 
 
-def _spread_file(path, spread=SPREAD, machine=MACHINE, coupled=None, center=None):
+def _spread_file(path, spread=SPREAD, machine=MACHINE, coupled=None):
     import json
     made = {"machine": machine, "link_rate": "200mbit", "rounds": 2}
     if coupled is not None:
         made["coupled"] = coupled
     path.write_text(json.dumps({
         "schema": "hpcdl.host-spread/1", "time": "2026-11-27T07:00:00+00:00",
-        "made_for": made, "spread": spread, **({"center": center} if center else {})}))
+        "made_for": made, "spread": spread}))
     return str(path)
-
-
-def test_the_compute_beyond_the_calibration_follows_the_allocations_center(tmp_path):
-    """A spread file with each round's center (one pass while k nodes compute at once): a
-    held-out point's compute is the calibration's times the center at the largest k <= p over
-    the center at the calibrated count (nodes sharing a host slow each other); a file without
-    centers, or without the calibrated count's, changes nothing."""
-    recs = study(nodes=(1, 2, 4, 8, 16))
-    center = {"2": [0.30, 0.32], "4": [0.33, 0.35], "8": [0.37, 0.38]}
-    plain = predict.analyse(recs, reading.row_key, 2, "weak", spread=HostSpread(
-        _spread_file(tmp_path / "a.json"), MACHINE))
-    res = predict.analyse(recs, reading.row_key, 2, "weak", spread=HostSpread(
-        _spread_file(tmp_path / "b.json", center=center), MACHINE))
-    for pt, base in zip(res["axes"][0]["points"], plain["axes"][0]["points"]):
-        k = {1: None, 2: None, 4: "4", 8: "8", 16: "8"}[pt["nodes"]]
-        ratio = 1.0 if k is None else statistics.median(center[k]) / 0.31
-        assert pt["predicted"]["compute"] == pytest.approx(base["predicted"]["compute"] * ratio,
-                                                           rel=1e-12)
-    assert res["axes"][0]["points"][-1]["predicted"]["compute"] > \
-        plain["axes"][0]["points"][-1]["predicted"]["compute"] * 1.2
-    no_cal = predict.analyse(recs, reading.row_key, 2, "weak", spread=HostSpread(
-        _spread_file(tmp_path / "c.json", center={"8": [0.4]}), MACHINE))
-    assert [p["predicted"] for p in no_cal["axes"][0]["points"]] == \
-        [p["predicted"] for p in plain["axes"][0]["points"]]
 
 
 def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(tmp_path):
