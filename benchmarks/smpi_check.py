@@ -4,12 +4,14 @@
 SMPI runs a real MPI program on a simulated platform (Degomme et al., IEEE TPDS 28(8), 2017),
 each allreduce algorithm forced by name. The forecast's exchange is
 :func:`hpcdl.analysis.allreduce.exchange_time`: the algorithm's messages on the slowest rank's
-path, each at the cost a 2-rank sweep on the same platform measured for a message of its size
-between the platform's first two nodes (what ``hpcdl bench allreduce`` gives in a 2-node job,
-whose nodes a scheduler places side by side: one leaf switch of a tree). So each platform is
-calibrated at 2 ranks only and checked at every larger rank count. A ring's messages go to the
-next rank, on the same leaf but one step in 32; a pair calibrated across the tree (four hops, not
-two) put the ring's latency-bound 1 MB exchange 36-89% over SMPI's. Beside it, the same sum with
+path, each at the cost a 2-rank sweep on the same platform measured for a message of its size:
+between two nodes of one leaf switch, or for a message whose pairs span a leaf's nodes
+(:func:`hpcdl.analysis.allreduce.step_spans`: a ring's wrap-around pair, halving and doubling's
+far partners) between nodes in different leaves (what ``hpcdl bench allreduce`` gives in a 2-node
+job placed within a leaf, or across the tree). So each platform is calibrated at 2 ranks only
+and checked at every larger rank count. One pair for all messages is wrong one way or the other
+on the tree: calibrated within a leaf the ring at 256 ranks came out 23% short, across the tree a
+16-rank ring (one leaf) 89% over. Beside it, the same sum with
 the platform's declared α and β (no measurement): what a plain α-β model would say.
 
 Platforms: one switch with a private link per node (the box's shape, 150 Mbit/s), and a two-level
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcdl.analysis.allreduce import exchange_time
+from hpcdl.analysis.allreduce import exchange_time, step_spans
 
 PROGRAM = r"""
 #include <mpi.h>
@@ -56,11 +58,13 @@ int main(int argc, char **argv) {
 
 HEAD = ("<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
         "<platform version=\"4.1\"><zone id=\"AS0\" routing=\"Full\">\n")
-# name: (cluster attributes, declared latency of a path between two nodes, declared link bit/s)
+# name: (cluster attributes, declared latency of a path between two nodes, declared link bit/s,
+# nodes per leaf switch: None for one switch)
 PLATFORMS = {
-    "one-switch-150mbit": ('bw="150Mbps" lat="50us" bb_bw="1000Gbps" bb_lat="0"', 2 * 50e-6, 150e6),
+    "one-switch-150mbit": ('bw="150Mbps" lat="50us" bb_bw="1000Gbps" bb_lat="0"', 2 * 50e-6, 150e6,
+                           None),
     "fat-tree-25gbit": ('bw="25Gbps" lat="1us" topology="FAT_TREE" '
-                        'topo_parameters="2;32,32;1,32;1,1"', 2 * 1e-6, 25e9),
+                        'topo_parameters="2;32,32;1,32;1,1"', 2 * 1e-6, 25e9, 32),
 }
 # the forecast's name -> SMPI's (MPICH's Rabenseifner and recursive doubling, Open MPI's ring)
 ALGORITHMS = {"ring": "lr", "rabenseifner": "rab_rdb", "recursive doubling": "rdb",
@@ -73,7 +77,7 @@ def build(work: Path) -> Path:
     (work / "ar.c").write_text(PROGRAM)
     subprocess.run(["smpicc", "-O2", str(work / "ar.c"), "-o", str(work / "ar")], check=True,
                    capture_output=True)
-    for name, (attrs, _, _) in PLATFORMS.items():
+    for name, (attrs, _, _, _) in PLATFORMS.items():
         (work / f"{name}.xml").write_text(
             HEAD + f'<cluster id="c" prefix="n" suffix="" radical="0-1023" speed="1Gf" {attrs}/>\n'
             "</zone></platform>\n")
@@ -104,6 +108,13 @@ def per_message(sizes, seconds):
     return lambda b: float(np.exp(np.interp(math.log(b), m, t)))
 
 
+def _sweep(work: Path, platform: str, pair) -> object:
+    """A message's cost by its bytes between the two nodes ``pair`` (:func:`per_message`)."""
+    hosts = work / f"pair-{pair[0]}-{pair[1]}.txt"
+    hosts.write_text("".join(f"{h}\n" for h in pair))
+    return per_message(SWEEP, [smpi(work, platform, 2, n, "lr", str(hosts)) for n in SWEEP])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", default="16,64,256,1024")
@@ -122,23 +133,22 @@ def main(argv=None) -> int:
     print(f"# python benchmarks/smpi_check.py --ranks {opts.ranks} --sizes {opts.sizes}")
     print("# SimGrid " + subprocess.run(["smpirun", "--version"], capture_output=True,
                                         text=True).stdout.split("\n")[0].strip())
-    print("# forecast: exchange_time() over the algorithm's messages, each at the 2-rank sweep's "
-          "cost for its size; declared: the same messages at the platform's α + bytes/bandwidth")
+    print("# forecast: the algorithm's messages (step_spans()), each at the 2-rank sweep's cost "
+          "for its size, within a leaf or across the tree as its pairs span; declared: the same "
+          "messages at the platform's α + bytes/bandwidth")
     print(f"{'platform':20} {'algorithm':19} {'ranks':>5} {'bytes':>10} {'SMPI s':>9} "
           f"{'forecast':>9} {'err':>7} {'declared':>9} {'err':>7}")
     worst, within, total = {}, 0, 0
-    for platform, (_, lat, bits) in PLATFORMS.items():
-        # the first two nodes, as a 2-node job gets them
-        pair = work / "pair.txt"
-        pair.write_text("n0\nn1\n")
-        sweep = [smpi(work, platform, 2, n, "lr", str(pair)) for n in SWEEP]
-        cost = per_message(SWEEP, sweep)
+    for platform, (_, lat, bits, leaf) in PLATFORMS.items():
+        near, far = (_sweep(work, platform, pair) for pair in (
+            ("n0", "n1"), ("n0", "n1023") if leaf else ("n0", "n1")))
         declared = lambda b, lat=lat, bits=bits: lat + 8 * b / bits      # noqa: E731
         for name, algo in ALGORITHMS.items():
             for p in ranks:
                 for n in sizes:
                     sim = smpi(work, platform, p, n, algo)
-                    got = exchange_time(name, n, p, cost)
+                    got = sum(count * (far if leaf and span >= leaf else near)(m)
+                              for m, count, span in step_spans(name, n, p))
                     plain = exchange_time(name, n, p, declared)
                     err, err0 = (got - sim) / sim, (plain - sim) / sim
                     total += 1

@@ -28,7 +28,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${HPCDL_VENV:-$ROOT/.venv}"
 CACHE="${HPCDL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpcdl}"
 HVD_VERSION="0.28.1"
-SETUP_VERSION=8   # bump when the set of installed packages changes
+SETUP_VERSION=9   # bump when the set of installed packages changes (9: one TensorFlow wheel)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 2; }

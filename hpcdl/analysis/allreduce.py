@@ -97,6 +97,34 @@ def steps(algorithm: str, n: float, p: int) -> List[Tuple[float, int]]:
     raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")
 
 
+def step_spans(algorithm: str, n: float, p: int) -> List[Tuple[float, int, int]]:
+    """:func:`steps` with each message's span: how many ranks apart the farthest pair that
+    exchanges it sits (ranks placed in order, one per node), so that on a tree of L nodes per
+    leaf switch a message whose span reaches L crosses the tree. A ring's every step waits on its
+    wrap-around pair (p - 1 apart); recursive halving and doubling send n/2^i (halving) or n
+    (doubling) to the partner 2^(i-1) away; the fold of the ranks beyond a power of two pairs
+    neighbours; a binomial tree's round i is 2^i apart."""
+    if p <= 1:
+        return []
+    q = 1 << (int(p).bit_length() - 1)
+    fold = q < p
+    k = int(math.log2(q))
+    if algorithm in ("ring", "segmented ring"):
+        return [(n / p, 2 * (p - 1), p - 1)]
+    if algorithm == "rabenseifner":
+        return ([(n / 2 ** i, 2, 2 ** (i - 1)) for i in range(1, k + 1)]
+                + ([(n / 2, 2, 1), (n, 1, 1)] if fold else []))
+    if algorithm == "recursive doubling":
+        return [(n, 1, 2 ** (i - 1)) for i in range(1, k + 1)] + ([(n, 2, 1)] if fold else [])
+    if algorithm in ("linear", "ps"):
+        return [(n, 2 * (p - 1), p - 1)]
+    if algorithm == "nonoverlapping":
+        return [(n, 2, 2 ** i) for i in range(math.ceil(math.log2(p)))]
+    if algorithm == "allgather":
+        return [(n, p - 1, p - 1)]
+    raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")
+
+
 def exchange_time(algorithm: str, n: float, p: int,
                   per_message: Callable[[float], float]) -> float:
     """Seconds of one allreduce: ``per_message(bytes)`` (a link's α + bytes·β, or what a

@@ -921,6 +921,24 @@ def test_an_algorithms_messages_carry_its_link_bytes_and_count_its_latency_terms
     assert allreduce.exchange_time("ring", n, 1, lambda m: 1.0) == 0.0
 
 
+def test_each_message_knows_how_far_apart_its_ranks_are():
+    """step_spans: the same messages as steps (bytes and count), each with the distance of its
+    farthest pair: a ring's every step waits on its wrap-around pair, halving and doubling go
+    1, 2, 4, ... apart, the fold pairs neighbours."""
+    n = 1e6
+    for algo in ("ring", "rabenseifner", "recursive doubling", "linear", "allgather",
+                 "nonoverlapping"):
+        for p in (2, 3, 6, 16, 24, 1024):
+            spans = allreduce.step_spans(algo, n, p)
+            assert sum(m * c for m, c, _ in spans) == pytest.approx(
+                sum(m * c for m, c in allreduce.steps(algo, n, p)))
+            assert sum(c for _, c, _ in spans) == sum(c for _, c in allreduce.steps(algo, n, p))
+            assert all(1 <= s < p for _, _, s in spans)
+    assert allreduce.step_spans("ring", n, 64) == [(n / 64, 126, 63)]
+    assert [s for _, _, s in allreduce.step_spans("rabenseifner", n, 64)] == [1, 2, 4, 8, 16, 32]
+    assert allreduce.step_spans("recursive doubling", n, 6)[-1] == (n, 2, 1)
+
+
 def test_the_forecast_is_the_held_out_model_carried_to_the_planned_node_counts():
     res = predict.analyse(study(), reading.row_key, 2, "weak", forecast=(8, 64, 256))
     (ax,) = res["axes"]
