@@ -3,15 +3,16 @@ and mark every test with its tier, the folder it lives in: unit (no MPI), mpi (r
 ranks), slurm (real Slurm on the cluster box), box (training on the box's emulated nodes).
 ``pytest -m "not mpi and not slurm and not box"`` therefore starts no mpirun and no Slurm."""
 import fcntl
-import shutil
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import pytest
+
+from hpcdl_testing import must_run
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "mpi", "slurm", "box")
@@ -57,17 +58,6 @@ _SUMMARY = {}
 
 def _cluster(args, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
-
-
-def must_run(env, euid: int, platform: str, apt: Optional[str]) -> str:
-    """Why the box and scheduler tiers may not skip here ("" where they may): under CI, or as
-    root on Linux where apt-get can install what is missing. A skipped tier there would let a
-    run pass with no scheduler test run."""
-    if str(env.get("CI", "")).lower() == "true":
-        return "CI=true"
-    if euid == 0 and platform.startswith("linux") and apt:
-        return "root on Linux with apt-get"
-    return ""
 
 
 @pytest.fixture(scope="session")

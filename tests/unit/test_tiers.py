@@ -6,10 +6,7 @@ import sys
 
 import pytest
 
-from hpcdl_testing import ROOT
-
-sys.path.insert(0, str(ROOT / "tests"))
-from conftest import must_run  # noqa: E402
+from hpcdl_testing import ROOT, must_run
 
 
 @pytest.mark.parametrize("env, euid, platform, apt, why", [
