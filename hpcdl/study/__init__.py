@@ -431,10 +431,13 @@ class Study:
     def exchange_files(self) -> str:
         """The path pattern of the tuning files whose exchange the model takes at the node counts
         it predicts ([model] calibrate.exchange); where the study asks for a forecast of several
-        nodes, the ones ``hpcdl tune --knobs algorithm`` makes in its results folder: the
+        nodes, the ones ``hpcdl tune --knobs algorithm`` makes in its results folder (a tuned
+        study's [run] tuning files, whose search times every algorithm as well): the
         allocation's exchange per algorithm at the node counts it reaches. "" otherwise."""
         if self.calibrate_exchange or not self.forecast or self.is_local:
             return self.calibrate_exchange
+        if self.tuning_file:      # a tuned study's own files time every algorithm too
+            return self.tuning_file
         net = "-{network}" if any(self.networks) else ""
         return str(Path(self.results_dir) / "allocation" / f"exchange-{{nodes}}n{net}.json")
 
