@@ -127,14 +127,11 @@ def _measure_allocation(study, extra: Sequence[str], timeout: Optional[float], d
         words = local.hpcdl_command(["bench", "allocation", "--study", str(study.path),
                                      "--spread", spread, "--loop", loop, *extra])
         argv = local.mpirun_command(nodes * rpn, words, extra=study.mpirun_args)
-        out(f"[allocation] {nodes * rpn} rank(s): the forecast's spread and loop share")
-        if dry_run:
-            out("  " + " ".join(_quote(a) for a in argv))
+        res = _prep(f"{nodes * rpn} rank(s): the forecast's spread and loop share", argv,
+                    timeout or study.timeout, dry_run, out, env)
+        if res is None:
             continue
-        res = local.run(argv, timeout=timeout or study.timeout, env=env)
-        if res.returncode != 0 or res.timed_out:
-            out(f"  FAILED: {'timed out' if res.timed_out else f'exit {res.returncode}'}")
-            _tail(res, out)
+        if res is False:
             return 1
         for ln in res.stdout.splitlines():
             if not ln.startswith("#"):
@@ -154,17 +151,28 @@ def _measure_exchange(study, timeout: Optional[float], dry_run: bool,
         argv = local.hpcdl_command(["tune", "--study", str(study.path), "--np", str(nodes * rpn),
                                     "--compression", ",".join(comps), *study.EXCHANGE_TUNE,
                                     "--out", path])
-        out(f"[allocation] {nodes * rpn} rank(s): the exchange of each allreduce algorithm")
-        if dry_run:
-            out("  " + " ".join(_quote(a) for a in argv))
-            continue
-        res = local.run(argv, timeout=timeout or study.timeout, env=env)
-        if res.returncode != 0 or res.timed_out:
-            out(f"  FAILED: {'timed out' if res.timed_out else f'exit {res.returncode}'}")
-            _tail(res, out)
+        res = _prep(f"{nodes * rpn} rank(s): the exchange of each allreduce algorithm", argv,
+                    timeout or study.timeout, dry_run, out, env)
+        if res is False:
             return 1
-        out(f"  done in {res.elapsed:.1f} s: {path}")
+        if res is not None:
+            out(f"  done in {res.elapsed:.1f} s: {path}")
     return 0
+
+
+def _prep(what: str, argv, timeout: float, dry_run: bool, out: Callable[[str], None], env: dict):
+    """One measurement the study's points or report need, said, then run (under ``timeout``):
+    its result; None in a dry run (the command said); False where it failed (its tail said)."""
+    out(f"[allocation] {what}")
+    if dry_run:
+        out("  " + " ".join(_quote(a) for a in argv))
+        return None
+    res = local.run(argv, timeout=timeout, env=env)
+    if res.returncode != 0 or res.timed_out:
+        out(f"  FAILED: {'timed out' if res.timed_out else f'exit {res.returncode}'}")
+        _tail(res, out)
+        return False
+    return res
 
 
 def _run_command(spec, argv, env, limit_s, stream, out):
