@@ -53,6 +53,8 @@ SETTINGS = {
                  "scripts/cluster-box.sh up)",
     "HPCDL_JOB_STARTED": "when this attempt of a batch job began (UTC, ISO 8601; the job scripts "
                          "set it): records bound their run with it, else with their process's start",
+    "HPCDL_JOB_END_TIME": "when a Grid Engine job's h_rt ends (Unix time; hpcdl's qsub scripts "
+                          "set it, Slurm's jobs have SLURM_JOB_END_TIME): 'hpcdl tune' fits it",
 }
 
 # Set in every rank before MPI and Horovod start, unless the environment says otherwise. The job
@@ -120,9 +122,30 @@ def legacy_keras(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 
 def job_deadline(env: Optional[Mapping[str, str]] = None) -> Optional[int]:
-    """The job's end as a Unix time (Slurm's SLURM_JOB_END_TIME), or None."""
-    end = (os.environ if env is None else env).get("SLURM_JOB_END_TIME")
+    """The job's end as a Unix time, or None: Slurm's SLURM_JOB_END_TIME, else
+    HPCDL_JOB_END_TIME, which hpcdl's Grid Engine scripts set from their h_rt at their start
+    (Grid Engine tells a job no end time)."""
+    env = os.environ if env is None else env
+    end = env.get("SLURM_JOB_END_TIME") or setting("HPCDL_JOB_END_TIME", env)
     return int(end) if end and end.isdigit() else None
+
+
+# what a Grid Engine job's mpirun passes on to ranks on other nodes (their daemons start under
+# qrsh -inherit, with the execution daemon's environment, not the job's)
+FORWARD_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONPATH")
+FORWARD_PREFIXES = ("HPCDL_", "HOROVOD_", "TF_", "OMP_", "NCCL_", "OMPI_MCA_")
+
+
+def gridengine_mpirun(env: Optional[Mapping[str, str]] = None) -> list:
+    """``mpirun`` and its options for ranks over a Grid Engine job's slots, as the job scripts
+    start them: Open MPI reads the granted hosts from ``$PE_HOSTFILE``, ``-np`` the job's
+    ``NSLOTS``, and ``-x`` passes on the settings the ranks need."""
+    env = os.environ if env is None else env
+    slots = env.get("NSLOTS") or ""
+    forward = [k for k in sorted(env) if k in FORWARD_NAMES or k.startswith(FORWARD_PREFIXES)]
+    # without NSLOTS, mpirun starts one rank per granted slot itself
+    return (["mpirun", *(["-np", slots] if slots.isdigit() else []), "--bind-to", "none"]
+            + [a for k in forward for a in ("-x", k)])
 
 
 def scheduler_facts(env: Optional[Mapping[str, str]] = None) -> dict:

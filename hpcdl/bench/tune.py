@@ -1,7 +1,7 @@
 """Find the fastest settings of the exchange a training step runs on this allocation, and write
 them to a tuning file that training, the bench and studies take (--tuning, HPCDL_TUNING). Run it
-on a workstation (it starts mpirun -np N itself) or inside a Slurm job (srun over the job's
-tasks).
+on a workstation (it starts mpirun -np N itself), inside a Slurm job (srun over the job's
+tasks) or inside a Grid Engine job (mpirun over its slots).
 
 Every launch of the ranks builds the workload's model
 (from the workload options, or a study file's ``[workload]``) and times, for its real gradient
@@ -33,7 +33,7 @@ median over ``--iters`` exchanges.
   the link's payload rate, the model's bound, the knobs left are not searched: on the box at 5
   nodes the ring came within 11% of it, and five more launches of the cycle and fusion moved the
   exchange from 894 to 896 ms. Elsewhere every knob is searched.
-- **The job's time limit**: inside a Slurm job (``SLURM_JOB_END_TIME``) no launch starts that
+- **The job's time limit**: inside a job (:func:`hpcdl.cluster.job_deadline`) no launch starts that
   would end within :data:`END_MARGIN` of the job's end (the longest launch so far is the
   estimate), and the budget is cut to fit. After every launch the fastest setting measured so
   far is written to the tuning file, marked ``partial``: a search the limit cut short, or a job
@@ -104,7 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tune_launch.add_workload_arguments(p, "workload (whose gradient tensors are exchanged)")
     t = p.add_argument_group("search")
     t.add_argument("--np", type=int, default=2, help="ranks of each launch on a workstation (2); "
-                   "in a Slurm job, the job's tasks")
+                   "in a Slurm job, the job's tasks; in a Grid Engine job, its slots")
     t.add_argument("--compression", default="none",
                    help="gradient compressions to tune, a comma list of none and fp16 (none); "
                         "each gets its own pick")
@@ -227,7 +227,10 @@ def _launch(se: Search, env: dict, algorithms: List[Tuple[int, int]], flat: bool
                         "so far) would end past it")
     cmd = hpcdl_command(["tune", "--worker", json.dumps(setting), "--iters", str(o.iters),
                                "--worker-rounds", str(o.worker_rounds), *_workload_args(o)])
-    if cluster.scheduler_facts().get("job_id"):
+    job = cluster.scheduler_facts()
+    if job.get("scheduler") == "gridengine":
+        argv = cluster.gridengine_mpirun() + cmd
+    elif job.get("job_id"):
         argv = cluster.srun_step() + cmd
     else:
         argv = mpirun_command(o.np, cmd)

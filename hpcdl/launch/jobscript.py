@@ -323,31 +323,43 @@ def render_study_command(job: Job, software: Software, study: str, study_path: s
 
 def render_study_tune(job: Job, software: Software, study: str, study_path: str,
                       tuning_file: str, tune_args: Sequence[str],
-                      script_name: str = "study-tune.sbatch") -> str:
+                      script_name: str = "study-tune.sbatch",
+                      gridengine: Optional[Mapping] = None) -> str:
     """the ``study-tune.sbatch`` template: ``hpcdl tune`` for a study's tuned points of one
-    layout (``tune_args``: its options, ``--study`` and ``--out`` among them)."""
+    layout (``tune_args``: its options, ``--study`` and ``--out`` among them); with
+    ``gridengine`` (:func:`qsub_options`' ``pe`` and ``resources``) ``study-tune.qsub``."""
     job = replace(job, signal_lead=None)
-    values = _common(job, software, script_name)
+    values = _prep_values(job, software, script_name, gridengine)
     tune = " ".join([shlex.quote(software.python), "-m", "hpcdl", "tune"]
                     + [shlex.quote(str(a)) for a in tune_args])
-    values.update(sbatch=_sbatch_block(job, preemptible=False), study=study,
-                  study_path=study_path, tuning_file=shlex.quote(str(tuning_file)), tune=tune)
-    return _fill("study-tune.sbatch", values)
+    values.update(study=study, study_path=study_path, tuning_file=shlex.quote(str(tuning_file)),
+                  tune=tune, seconds=job.seconds)
+    return _fill("study-tune.qsub" if gridengine is not None else "study-tune.sbatch", values)
 
 
 def render_study_allocation(job: Job, software: Software, study: str, study_path: str,
                             args: Sequence[str],
-                            script_name: str = "study-allocation.sbatch") -> str:
+                            script_name: str = "study-allocation.sbatch",
+                            gridengine: Optional[Mapping] = None) -> str:
     """the ``study-allocation.sbatch`` template: ``hpcdl bench allocation`` on one layout of a
     study that asks for a forecast (``args``: its options, ``--study``, ``--spread`` and
-    ``--loop`` among them)."""
+    ``--loop`` among them); with ``gridengine``, ``study-allocation.qsub``."""
     job = replace(job, signal_lead=None)
-    values = _common(job, software, script_name)
+    values = _prep_values(job, software, script_name, gridengine)
     measure = " ".join([shlex.quote(software.python), "-m", "hpcdl", "bench", "allocation"]
                        + [shlex.quote(str(a)) for a in args])
-    values.update(sbatch=_sbatch_block(job, preemptible=False), study=study,
-                  study_path=study_path, measure=measure)
-    return _fill("study-allocation.sbatch", values)
+    values.update(study=study, study_path=study_path, measure=measure)
+    return _fill("study-allocation.qsub" if gridengine is not None
+                 else "study-allocation.sbatch", values)
+
+
+def _prep_values(job: Job, software: Software, script_name: str,
+                 gridengine: Optional[Mapping]) -> dict:
+    """A study's preparing job (a tune, an allocation measurement) is not preempted: it holds
+    no checkpoint, and a requeued run would measure again from the start."""
+    if gridengine is not None:
+        return _gridengine_values(job, software, script_name, gridengine, preemptible=False)
+    return dict(_common(job, software, script_name), sbatch=_sbatch_block(job, preemptible=False))
 
 
 def render_report(job: Job, software: Software, study: str, results_dir: str,

@@ -57,10 +57,12 @@ def job_for(study, name: str, nodes: int, ntasks_per_node: int, overrides: Mappi
 
 def steps(study, study_path: str, points, jobs_dir: Path, software: Software, overrides: Mapping,
           box: Optional[dict], tune: Optional[Sequence[str]], allocation: Sequence[str],
-          gridengine: bool, in_flight: Dict[str, str], measured=None) -> List[Step]:
+          gridengine: Optional[Mapping], in_flight: Dict[str, str], measured=None) -> List[Step]:
     """The tuning jobs (where ``tune`` is not None) that ``points`` need, and the allocation
     jobs the layouts of ``measured`` (default ``points``: a forecast's measurement serves the
-    recorded points too) need; refused while one of them is still queued or running."""
+    recorded points too) need; refused while one of them is still queued or running.
+    ``gridengine``: the Grid Engine request (:func:`hpcdl.launch.batch.gridengine_request`) that
+    makes them qsub scripts, None for Slurm's."""
     out = _tune_steps(study, study_path, points, jobs_dir, software, overrides, box, tune,
                       measured, gridengine)
     out += _allocation_steps(study, study_path, points if measured is None else measured,
@@ -74,7 +76,7 @@ def steps(study, study_path: str, points, jobs_dir: Path, software: Software, ov
 
 def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
                 overrides: Mapping, box: Optional[dict], tune: Optional[Sequence[str]],
-                measured=None, gridengine: bool = False) -> List[Step]:
+                measured=None, gridengine: Optional[Mapping] = None) -> List[Step]:
     """A ``hpcdl tune`` job for each tuning file that ``points`` lack (those they run with, and
     those the report's model takes its exchange from), on their layout, under the points' own
     settings, taking the box's licence like them. Without ``tune`` (no ``--tune``), the
@@ -85,20 +87,17 @@ def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Softwa
         tune = study.EXCHANGE_TUNE
     else:
         lacking = study.lacking_tuning(points, calibration=True)
-    if lacking and gridengine:
-        raise UserError(f"{study.name}: the tuning and exchange files its model reads are made "
-                        "by jobs submitted through Slurm so far; run 'hpcdl tune' in a qsub "
-                        "job at each node count, or submit with --scheduler slurm")
     steps = []
     for path, nodes, rpn, comps, _lacking in lacking:
         # none first: tune's search follows the first (a study refuses int8 with a tuning file)
         comps = [c for c in ("none", "fp16") if c in comps]
         stem = Path(path).stem
         job = job_for(study, f"hpcdl-{study.name}-tune-{stem}", nodes, rpn, overrides,
-                       licence=(box or {}).get("licence"))
+                       licence=_licence(box, gridengine))
         args = ["--study", study_path, "--compression", ",".join(comps), *tune, "--out", path]
-        name = f"tune-{stem}.sbatch"
-        text = render_study_tune(job, software, study.name, study_path, path, args, script_name=name)
+        name = f"tune-{stem}.{_suffix(gridengine)}"
+        text = render_study_tune(job, software, study.name, study_path, path, args,
+                                 script_name=name, gridengine=gridengine)
         steps.append(Step(f"{TUNE_PREFIX}{stem}", {"tuning": path, "nodes": nodes,
                                            "ranks_per_node": rpn, "compressions": comps},
                           jobs_dir / name, text, job, tuning=path))
@@ -107,25 +106,31 @@ def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Softwa
 
 def _allocation_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
                       overrides: Mapping, box: Optional[dict], extra: Sequence[str],
-                      gridengine: bool) -> List[Step]:
+                      gridengine: Optional[Mapping]) -> List[Step]:
     """A ``hpcdl bench allocation`` job for each layout of ``points`` the forecast's files lack
     (:meth:`hpcdl.study.Study.allocation_missing`), taking the box's licence like the points;
     each after the one before (:func:`submit_study`), as they rewrite the same files."""
     missing = study.allocation_missing(points)
-    if missing and gridengine:
-        raise UserError(f"{study.name}: its forecast's allocation measurements are submitted "
-                        "through Slurm so far; run 'hpcdl bench allocation' in a qsub job's "
-                        "mpirun at each node count, or submit with --scheduler slurm")
     spread, loop = study.allocation_files
     steps = []
     for nodes, rpn in missing:
         stem = f"{nodes}n{rpn}r"
         job = job_for(study, f"hpcdl-{study.name}-allocation-{stem}", nodes, rpn, overrides,
-                       licence=(box or {}).get("licence"))
+                       licence=_licence(box, gridengine))
         args = ["--study", study_path, "--spread", spread, "--loop", loop, *extra]
-        name = f"allocation-{stem}.sbatch"
+        name = f"allocation-{stem}.{_suffix(gridengine)}"
         text = render_study_allocation(job, software, study.name, study_path, args,
-                                       script_name=name)
+                                       script_name=name, gridengine=gridengine)
         steps.append(Step(f"{ALLOCATION_PREFIX}{stem}", {"nodes": nodes, "ranks_per_node": rpn},
                           jobs_dir / name, text, job, tuning=f"allocation:{spread}"))
     return steps
+
+
+def _suffix(gridengine: Optional[Mapping]) -> str:
+    return "qsub" if gridengine is not None else "sbatch"
+
+
+def _licence(box: Optional[dict], gridengine: Optional[Mapping]) -> Optional[str]:
+    """The box's Slurm licence each job takes (on Grid Engine its consumable, among the
+    request's resources, does the same)."""
+    return None if gridengine is not None else (box or {}).get("licence")

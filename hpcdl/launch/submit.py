@@ -91,9 +91,9 @@ def plan_study(study, software: Software, force: bool = False,
           if sched == "gridengine" else None)
     if ge is not None:
         overrides["partition"] = ge["queue"] or overrides.get("partition")
-        if tune is not None or any(p.script for p in study.points()):
-            raise UserError(f"{study.name}: a study of your own command, and --tune, run through "
-                            "Slurm (or mpirun) so far; submit this one with --scheduler slurm")
+        if any(p.script for p in study.points()):
+            raise UserError(f"{study.name}: a study of your own command runs through Slurm (or "
+                            "mpirun) so far; submit this one with --scheduler slurm")
     in_flight = _in_flight(jobs_dir)
     study_path = str(Path(study.path).resolve()) if getattr(study, "path", None) else study.name
     here = [p for p in study.points() if p.id not in done and p.id not in in_flight
@@ -101,7 +101,7 @@ def plan_study(study, software: Software, force: bool = False,
     # the allocation is measured for every layout of this box's points, recorded ones too
     mine = [p for p in study.points() if not (p.network and p.network != box["link_rate"])]
     tunes = prep.steps(study, study_path, here, jobs_dir, software, overrides, box, tune,
-                       allocation, ge is not None, in_flight, mine)
+                       allocation, ge, in_flight, mine)
     # only the points submitted now: those of a box with other links are tuned on that box
     _require_tuning(study, [p for p in here if not any(p.tuned and p.tuning_path == t.tuning
                                                        for t in tunes)])
@@ -196,6 +196,28 @@ def _require_tuning(study, points) -> None:
                         + "; ".join(missing))
 
 
+def _submit_step(plan: StudyPlan, step: Step, what: str, after: Optional[str], dry_run: bool,
+                 group: List[str], out) -> Optional[str]:
+    """Submit one job (after the job ``after``, which makes the file it reads), or say how a dry
+    run would; its job id."""
+    ge = plan.scheduler == "gridengine"
+    rel = os.path.relpath(step.script, plan.jobs_dir)
+    if dry_run:
+        dep_text = ((f"-hold_jid <{after}> " if ge else f"--dependency=afterany:<{after}> ")
+                    if after else "")
+        print(f"Would submit {what}: (cd {plan.jobs_dir} && "
+              f"{'qsub ' + ''.join(g + ' ' for g in group) if ge else 'sbatch '}{dep_text}"
+              f"{rel})", file=out)
+        return None
+    jid = (gridengine.qsub(step.script, cwd=plan.jobs_dir, extra=group,
+                           hold=[after] if after else ()) if ge else
+           sbatch(step.script, cwd=plan.jobs_dir,
+                  dependency=f"afterany:{after}" if after else None))
+    print(f"Submitted {what} ({step.job.nodes} node(s) x {step.job.ntasks_per_node} "
+          f"rank(s)) as job {jid}" + (f", after job {after}" if after else ""), file=out)
+    return jid
+
+
 def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
     """Write the scripts, submit the steps and the report after them; return what was submitted."""
     out = out or sys.stdout
@@ -232,25 +254,14 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
     group = ["-g", plan.group] if ge and plan.group else []      # TSUBAME's qsub -g GROUP
     tunes = plan.tunes or []
     for k, step in enumerate(tunes + plan.steps):
-        rel = os.path.relpath(step.script, plan.jobs_dir)
         is_tune = k < len(tunes)
         measures = step.point_id.startswith(ALLOCATION_PREFIX)
         after = made_by.get(step.tuning) if step.tuning else None
         what = (f"the allocation's measurement {step.point_id}" if measures else
                 f"the tuning job for {step.tuning}" if is_tune else f"point {step.point_id}")
-        if dry_run:
-            dep_text = f"--dependency=afterany:<{after}> " if after else ""
-            print(f"Would submit {what}: (cd {plan.jobs_dir} && "
-                  f"{'qsub ' + ''.join(g + ' ' for g in group) if ge else 'sbatch ' + dep_text}"
-                  f"{rel})", file=out)
-            jid = None
-        else:
-            jid = (gridengine.qsub(step.script, cwd=plan.jobs_dir, extra=group) if ge else
-                   sbatch(step.script, cwd=plan.jobs_dir,
-                          dependency=f"afterany:{after}" if after else None))
+        jid = _submit_step(plan, step, what, after, dry_run, group, out)
+        if jid:
             ids.append(jid)
-            print(f"Submitted {what} ({step.job.nodes} node(s) x {step.job.ntasks_per_node} "
-                  f"rank(s)) as job {jid}" + (f", after job {after}" if after else ""), file=out)
         if is_tune:       # the next job of the same file (a point, or the next measurement)
             made_by[step.tuning] = jid or (f"the allocation job {step.point_id}" if measures
                                            else f"the tuning job for {step.tuning}")

@@ -240,3 +240,81 @@ def test_a_study_through_qsub_survives_a_lost_node_and_records_every_point_once(
     assert (root / "box-sge" / "report.md").is_file()
     again = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box")
     assert "Every point of box-sge is recorded; nothing to submit" in again
+
+
+FORECAST = """\
+[study]
+name = "box-sge-forecast"
+scaling = "weak"
+
+[workload]
+name = "cnn"
+model = "small"
+image_size = 32
+num_classes = 10
+batch_size = 8
+num_warmup_batches = 1
+num_batches_per_iter = 2
+num_iters = 1
+
+[layout]
+nodes = [2]
+ranks_per_node = 1
+
+[axes]
+exchange = ["horovod", "horovod+fp16"]
+tuning = ["tuned"]
+
+[run]
+tuning = "TUNING"
+
+[slurm]
+scheduler = "gridengine"
+time = "00:10:00"
+signal_lead = 60
+
+[model]
+forecast = [16]
+"""
+
+
+def test_a_forecast_study_through_qsub_tunes_and_measures_its_allocation_in_its_own_jobs(
+        sge, tmp_path):
+    """study submit --tune of a tuned study with [model] forecast through Grid Engine: hpcdl tune
+    in a qsub job starts its ranks over the job's slots, the tuned points are held until it ends
+    and run its picks, the allocation's own job measures the forecast's spread and loop files,
+    and the report takes them."""
+    study = tmp_path / "forecast.toml"
+    study.write_text(FORECAST.replace("TUNING", str(tmp_path / "tuning" / "sge-{nodes}n.json")))
+    root = tmp_path / "results"
+    exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
+    out = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
+                 *exports, "--tune", "--knobs algorithm --rounds 1 --worker-rounds 1 --iters 2",
+                 "--allocation", "--seconds 2 --rounds 1 --probes 2")
+    tune = next(ln for ln in out.splitlines() if ln.startswith("Submitted the tuning job for "))
+    jid = tune.split(" as job ")[1].split()[0]
+    points = [ln for ln in out.splitlines() if ln.startswith("Submitted point")]
+    assert len(points) == 2 and all(ln.endswith(f", after job {jid}") for ln in points), out
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "study", "status", str(study),
+                          "--results-root", str(root), "--wait", "500"],
+                         capture_output=True, text=True, timeout=530, cwd=ROOT)
+    jobs = root / "box-sge-forecast" / "jobs"
+    logs = "\n".join(p.read_text()[-1500:] for p in sorted(jobs.glob("*.o*")))
+    assert res.returncode == 0, res.stdout + res.stderr + logs
+    doc = json.loads((tmp_path / "tuning" / "sge-2n.json").read_text())
+    assert doc["made_for"]["nodes"] == 2 and set(doc["picks"]) == {"none", "fp16"}
+    assert not doc.get("partial"), doc
+    # the search was sized to the job's h_rt, which Grid Engine does not tell the job
+    assert "# the job ends in" in (jobs / f"hpcdl-box-sge-forecast-tune-sge-2n.o{jid}").read_text()
+    recs = _records(root / "box-sge-forecast" / "runs.jsonl")
+    assert sorted(r["params"]["compression"] for r in recs) == ["fp16", "none"]
+    for rec in recs:
+        assert rec["manifest"]["slurm"]["scheduler"] == "gridengine"
+        assert rec["tuning"]["settings"] == doc["picks"][rec["params"]["compression"]]["env"]
+    rows = json.loads(_hpcdl("study", "status", str(study), "--results-root", str(root), "--json"))
+    assert [(r["point"], r["scheduler"], r["state"]) for r in rows[:2]] == [
+        ("allocation-2n1r", "gridengine", "COMPLETED"), ("tune-sge-2n", "gridengine", "COMPLETED")]
+    spread = json.loads((root / "box-sge-forecast" / "allocation" / "spread.json").read_text())
+    assert len(spread["spread"]["2"]) == 1 and len(spread["spread"]["2"][0]) == 2
+    report = json.loads((root / "box-sge-forecast" / "report.json").read_text())
+    assert "allocation/loop-cpu.json" in report["calibration"]

@@ -455,6 +455,60 @@ def test_a_study_with_a_forecast_measures_each_layout_its_files_lack_in_chained_
     assert [t.point_id for t in submit.plan_study(st, SOFTWARE).tunes] == ["allocation-4n1r"]
 
 
+def test_a_grid_engine_study_with_a_forecast_measures_its_allocation_in_qsub_jobs(tmp_path):
+    """The same jobs through Grid Engine: qsub scripts asking for the study's parallel
+    environment, ranks over the slots with the settings passed on (-x), tune sized to h_rt, each
+    allocation job held after the one before (-hold_jid), and with --tune the tuned points held
+    after the job that makes their file."""
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(STUDY_4NODE.replace("nodes = [4]", "nodes = [1, 2, 4]")
+                          .replace("ranks_per_node = 4", "ranks_per_node = 1")
+                          .replace("[slurm]", '[slurm]\nscheduler = "gridengine"\npe = "mpi"')
+                          + "\n[model]\nforecast = [16, 64]\n")
+    st = study_mod.load(study_file, results_root=tmp_path / "results")
+    plan = submit.plan_study(st, SOFTWARE, allocation=["--seconds", "5"])
+    assert [t.script.name for t in plan.tunes] == ["tune-exchange-4n.qsub", "allocation-2n1r.qsub",
+                                                   "allocation-4n1r.qsub"]
+    tune, _, four = plan.tunes
+    for step in plan.tunes:
+        _bash_syntax_ok(step.text, tmp_path)
+        assert "#SBATCH" not in step.text and "srun" not in step.text
+        assert "#$ -pe mpi " in step.text and "#$ -r y" not in step.text   # not preemptible
+    assert "#$ -pe mpi 4" in tune.text and "#$ -l h_rt=1:00:00" in tune.text
+    assert 'export HPCDL_JOB_END_TIME="$(( $(date +%s) + 3600 ))"' in tune.text
+    assert "-m hpcdl tune --study" in tune.text
+    assert "mpirun -npernode 1 -np 4 --bind-to none \"${FORWARD[@]}\"" in four.text
+    assert "-m hpcdl bench allocation --study" in four.text
+    out = io.StringIO()
+    submit.submit_study(plan, dry_run=True, out=out)
+    lines = out.getvalue().splitlines()
+    assert "&& qsub allocation-2n1r.qsub)" in lines[1]
+    assert "&& qsub -hold_jid <the allocation job allocation-2n1r> allocation-4n1r.qsub)" \
+        in lines[2]
+    # --tune: the tuned points wait for the file their job makes
+    tuned = tmp_path / "tuned.toml"
+    tuned.write_text(study_file.read_text() + '\n[axes]\ntuning = ["tuned"]\n\n[run]\n'
+                     f'tuning = "{tmp_path}/t-{{nodes}}n.json"\n')
+    plan = submit.plan_study(study_mod.load(tuned, results_root=tmp_path / "r2"), SOFTWARE,
+                             tune=["--knobs", "algorithm"])
+    out = io.StringIO()
+    submit.submit_study(plan, dry_run=True, out=out)
+    held = [ln for ln in out.getvalue().splitlines() if "Would submit point n4" in ln]
+    assert held and all(f"qsub -hold_jid <the tuning job for {tmp_path}/t-4n.json> " in ln
+                        for ln in held), out.getvalue()
+
+
+def test_cluster_passes_a_grid_engine_jobs_settings_on_to_its_ranks():
+    from hpcdl import cluster
+    env = {"NSLOTS": "4", "PATH": "/v/bin", "HOROVOD_CYCLE_TIME": "5", "HPCDL_X": "1",
+           "HOME": "/root", "SLURM_JOB_ID": ""}
+    assert cluster.gridengine_mpirun(env) == [
+        "mpirun", "-np", "4", "--bind-to", "none", "-x", "HOROVOD_CYCLE_TIME", "-x", "HPCDL_X",
+        "-x", "PATH"]
+    assert cluster.job_deadline({"HPCDL_JOB_END_TIME": "1700000000"}) == 1700000000
+    assert cluster.job_deadline({"SLURM_JOB_END_TIME": "5", "HPCDL_JOB_END_TIME": "9"}) == 5
+
+
 def test_study_run_makes_the_forecasts_exchange_file_before_the_points(tmp_path):
     """'hpcdl study run' of a study over several nodes with [model] forecast: the allocation's
     measurement, then 'hpcdl tune --knobs algorithm' at the largest node count (it starts its
