@@ -5,16 +5,19 @@ forecast's spread and loop files lack (a study with ``[model] forecast``). Stand
 only."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import command
-from .jobscript import Job, Software, render_study_allocation, render_study_tune
+from .jobscript import Job, Software, _hms, render_study_allocation, render_study_tune
 from ..errors import UserError
 
 TUNE_PREFIX = "tune-"     # a tuning job's id in submitted.jsonl (a point's id starts with n<nodes>)
 ALLOCATION_PREFIX = "allocation-"   # ... and a forecast's allocation measurement's
+# seconds of launches a study's tune job searches for after each candidate's first, where
+# --tune gives no --budget; the job's limit is a point's plus this
+TUNE_BUDGET = 300
 
 
 @dataclass
@@ -79,9 +82,11 @@ def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Softwa
                 measured=None, gridengine: Optional[Mapping] = None) -> List[Step]:
     """A ``hpcdl tune`` job for each tuning file that ``points`` lack (those they run with, and
     those the report's model takes its exchange from), on their layout, under the points' own
-    settings, taking the box's licence like them. Without ``tune`` (no ``--tune``), the
+    settings, taking the box's licence like them, with a limit that fits the search
+    (:func:`_budget`). Without ``tune`` (no ``--tune``), the
     exchange files a forecast reads (of ``measured``, recorded points too) still are made:
     the algorithms timed, nothing searched (``Study.EXCHANGE_TUNE``)."""
+    searched = tune is not None          # --tune: a search; else the algorithms' one launch
     if tune is None:
         lacking = study.lacking_exchange(points if measured is None else measured)
         tune = study.EXCHANGE_TUNE
@@ -94,7 +99,9 @@ def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Softwa
         stem = Path(path).stem
         job = job_for(study, f"hpcdl-{study.name}-tune-{stem}", nodes, rpn, overrides,
                        licence=_licence(box, gridengine))
-        args = ["--study", study_path, "--compression", ",".join(comps), *tune, "--out", path]
+        tune_args, extra = _budget(tune) if searched else (list(tune), 0)
+        job = replace(job, time=_hms(job.seconds + extra))
+        args = ["--study", study_path, "--compression", ",".join(comps), *tune_args, "--out", path]
         name = f"tune-{stem}.{_suffix(gridengine)}"
         text = render_study_tune(job, software, study.name, study_path, path, args,
                                  script_name=name, gridengine=gridengine)
@@ -134,3 +141,20 @@ def _licence(box: Optional[dict], gridengine: Optional[Mapping]) -> Optional[str
     """The box's Slurm licence each job takes (on Grid Engine its consumable, among the
     request's resources, does the same)."""
     return None if gridengine is not None else (box or {}).get("licence")
+
+
+def _budget(tune: Sequence[str]) -> Tuple[List[str], int]:
+    """A tune job's options with its search budget (``--budget`` as given, else
+    :data:`TUNE_BUDGET`) and the seconds it adds to a point's limit for the job's own: every
+    candidate's first launch fits in a point's limit on a cluster where one launch does, the
+    budget's launches after it. Within the job tune stops before the limit and leaves its best."""
+    args = list(tune)
+    for k, a in enumerate(args):
+        value = a.split("=", 1)[1] if a.startswith("--budget=") else \
+            args[k + 1] if a == "--budget" and k + 1 < len(args) else None
+        if value is not None:
+            try:
+                return args, max(0, int(float(value)))
+            except ValueError:
+                raise UserError(f"--tune: --budget {value}: give seconds") from None
+    return args + ["--budget", str(TUNE_BUDGET)], TUNE_BUDGET

@@ -197,13 +197,18 @@ def _require_tuning(study, points) -> None:
 
 
 def _submit_step(plan: StudyPlan, step: Step, what: str, after: Optional[str], dry_run: bool,
-                 group: List[str], out) -> Optional[str]:
+                 group: List[str], out, needs: bool = False) -> Optional[str]:
     """Submit one job (after the job ``after``, which makes the file it reads), or say how a dry
-    run would; its job id."""
+    run would; its job id. ``needs``: the job cannot run without that file, so on Slurm it
+    starts only if ``after`` succeeded and is cancelled, never started, if it did not (Grid
+    Engine's -hold_jid starts it either way: it then fails at its start, and status names why)."""
     ge = plan.scheduler == "gridengine"
     rel = os.path.relpath(step.script, plan.jobs_dir)
+    kind = "afterok" if needs else "afterany"
+    extra = ["--kill-on-invalid-dep=yes"] if needs and after else []
     if dry_run:
-        dep_text = ((f"-hold_jid <{after}> " if ge else f"--dependency=afterany:<{after}> ")
+        dep_text = ((f"-hold_jid <{after}> " if ge else
+                     f"--dependency={kind}:<{after}> " + "".join(x + " " for x in extra))
                     if after else "")
         print(f"Would submit {what}: (cd {plan.jobs_dir} && "
               f"{'qsub ' + ''.join(g + ' ' for g in group) if ge else 'sbatch '}{dep_text}"
@@ -211,8 +216,8 @@ def _submit_step(plan: StudyPlan, step: Step, what: str, after: Optional[str], d
         return None
     jid = (gridengine.qsub(step.script, cwd=plan.jobs_dir, extra=group,
                            hold=[after] if after else ()) if ge else
-           sbatch(step.script, cwd=plan.jobs_dir,
-                  dependency=f"afterany:{after}" if after else None))
+           sbatch(step.script, cwd=plan.jobs_dir, dependency=f"{kind}:{after}" if after else None,
+                  extra=extra))
     print(f"Submitted {what} ({step.job.nodes} node(s) x {step.job.ntasks_per_node} "
           f"rank(s)) as job {jid}" + (f", after job {after}" if after else ""), file=out)
     return jid
@@ -259,13 +264,15 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
         after = made_by.get(step.tuning) if step.tuning else None
         what = (f"the allocation's measurement {step.point_id}" if measures else
                 f"the tuning job for {step.tuning}" if is_tune else f"point {step.point_id}")
-        jid = _submit_step(plan, step, what, after, dry_run, group, out)
+        jid = _submit_step(plan, step, what, after, dry_run, group, out,
+                           needs=not is_tune)
         if jid:
             ids.append(jid)
         if is_tune:       # the next job of the same file (a point, or the next measurement)
             made_by[step.tuning] = jid or (f"the allocation job {step.point_id}" if measures
                                            else f"the tuning job for {step.tuning}")
-        submission["steps"].append({"point": step.point_id, "job_id": jid, "script": str(step.script)})
+        submission["steps"].append({"point": step.point_id, "job_id": jid, "script": str(step.script),
+                                    **({"tuning": step.tuning} if step.tuning else {})})
     dep = (("hold_jid:" + ",".join(ids)) if ge else ("afterany:" + ":".join(ids))) if ids else None
     if dry_run:
         dep_text = ("-hold_jid <step ids> " if ge else "--dependency=afterany:<step ids> ") \
@@ -311,8 +318,9 @@ def _submissions(jobs_dir: Path) -> List[dict]:
     return subs
 
 
-def _latest_jobs(jobs_dir: Path):
-    """The latest job submitted for each point, and for the report."""
+def _latest_jobs(jobs_dir: Path, files: Optional[Dict[str, str]] = None):
+    """The latest job submitted for each point, and for the report; into ``files`` the
+    tuning file each one's latest job reads (a point) or makes (a tune job)."""
     latest: Dict[str, tuple] = {}
     report_id = None
     for sub in _submissions(jobs_dir):
@@ -320,9 +328,27 @@ def _latest_jobs(jobs_dir: Path):
         for st in sub.get("steps", []):
             if st.get("job_id"):
                 latest[str(st["point"])] = (sched, str(st["job_id"]))
+                if files is not None:
+                    files[str(st["point"])] = str(st.get("tuning") or "")
         if (sub.get("report") or {}).get("job_id"):
             report_id = (sched, str(sub["report"]["job_id"]))
     return latest, report_id
+
+
+def _missing_file(pid: str, row: dict, files: Dict[str, str], rows: Dict[str, dict],
+                  jobs_dir: Path) -> Optional[str]:
+    """Why a point that read a tuning file did not run, in one line with the fix: the file is
+    missing and the job that was to make it ended without it."""
+    path = files.get(pid) or ""
+    if row["state"] not in ("CANCELLED", "FAILED") or not path or path.startswith("allocation:") \
+            or Path(path).is_file():
+        return None
+    maker = next((rows[t] for t, f in files.items() if f == path and t.startswith(TUNE_PREFIX)
+                  and t in rows), None)
+    by = (f"its job {maker['job_id']} ({maker['point']}) ended {maker['state']} without it"
+          if maker else "no job of this study makes it")
+    return (f"not run: its tuning file {path} is missing ({by}); see the job's output in "
+            f"{jobs_dir}, then 'hpcdl study submit' again")
 
 
 def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
@@ -330,7 +356,8 @@ def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
     """One row per tuning job (``--tune``), per point (latest submission of each) and one for
     the report; a tuning job's ``recorded`` is None (it makes a file, not a record)."""
     results_dir = Path(results_dir)
-    latest, report_id = _latest_jobs(results_dir / "jobs")
+    files: Dict[str, str] = {}
+    latest, report_id = _latest_jobs(results_dir / "jobs", files)
     recorded = {recorded_point(rec, study_name or rec.get("study"))
                 for rec in records.iter_records(results_dir / "runs.jsonl")} - {None}
     tunes = sorted(p for p in latest if p.startswith((TUNE_PREFIX, ALLOCATION_PREFIX)))
@@ -352,4 +379,9 @@ def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
                      "source": st.source if st else None,
                      "recorded": None if pid in tunes else (results_dir / "report.md").is_file()
                                  if pid == "report" else pid in recorded})
+    by_id = {r["point"]: r for r in rows}
+    for r in rows:
+        if r["point"] not in tunes:
+            r["reason"] = _missing_file(r["point"], r, files, by_id,
+                                        results_dir / "jobs") or r["reason"]
     return rows

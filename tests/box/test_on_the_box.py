@@ -306,3 +306,37 @@ def _refused_on_a_failed_check(res, tmp_path):
     assert sub.returncode == 2, sub.stdout + sub.stderr
     assert "failed its isolation check" in sub.stderr and "compute" in sub.stderr
     assert not (tmp_path / "results" / "box-node-loss" / "jobs" / "submitted.jsonl").exists()
+
+
+def test_tuned_points_whose_tune_job_failed_never_start_and_status_says_why(slurm_cluster,
+                                                                             tmp_path):
+    """A tune job that ends without its file (here: tune refuses --iters 0 in the job): Slurm
+    cancels the tuned points it holds (afterok, --kill-on-invalid-dep) instead of starting them
+    to fail, and status says in one line which file is missing, which job failed, what to do."""
+    study = tmp_path / "tuned.toml"
+    tuning = tmp_path / "tuning" / "box-2n.json"
+    study.write_text(TUNED.replace("TUNING", str(tmp_path / "tuning" / "box-{nodes}n.json"))
+                     .split("[model]")[0])
+    root = tmp_path / "results"
+    exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
+    _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
+           *exports, "--tune", "--knobs algorithm --iters 0")
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "study", "status", str(study),
+                          "--results-root", str(root), "--wait", "200"],
+                         capture_output=True, text=True, timeout=230, cwd=ROOT)
+    assert res.returncode == 1, res.stdout + res.stderr
+    rows = {r["point"]: r for r in json.loads(_hpcdl("study", "status", str(study),
+                                                     "--results-root", str(root), "--json"))}
+    for r in rows.values():
+        deliberate(r["job_id"], "a tune job refused its options on purpose, its points and "
+                                "report without a file or a record")
+    assert rows["tune-box-2n"]["state"] == "FAILED" and not tuning.exists()
+    points = [r for p, r in rows.items() if p.startswith("n2-")]
+    assert len(points) == 2
+    for r in points:
+        assert r["state"] == "CANCELLED" and r["attempts"] <= 1, r     # never started
+        assert r["reason"].startswith(f"not run: its tuning file {tuning} is missing (its job "
+                                      f"{rows['tune-box-2n']['job_id']} (tune-box-2n) ended "
+                                      "FAILED without it)"), r
+        assert r["reason"].endswith("then 'hpcdl study submit' again")
+    assert "not run: its tuning file" in res.stdout

@@ -141,15 +141,18 @@ def test_submit_tune_makes_this_boxs_missing_tuning_files_first_and_the_tuned_po
     text = plan.tunes[0].text
     assert "#SBATCH --nodes=2" in text.splitlines() and "#SBATCH --licenses=box:1" in text.splitlines()
     # none first: the search follows the first compression; the points' own exports
-    assert (f"-m hpcdl tune --study {f} --compression none,fp16 --knobs algorithm --out {want}"
-            in text)
+    assert (f"-m hpcdl tune --study {f} --compression none,fp16 --knobs algorithm --budget 300 "
+            f"--out {want}" in text)
+    # the tune job's limit: a point's, and the search's budget beyond it
+    assert plan.tunes[0].job.seconds == plan.steps[0].job.seconds + 300
     assert "OMPI_MCA_btl_tcp_if_include" in text
     lines = _dry_run(plan)
     first = next(k for k, line in enumerate(lines) if line.startswith("Would submit"))
     assert lines[first].startswith(f"Would submit the tuning job for {want}")
     tuned = [line for line in lines if "-ttuned-" in line and "n2-" in line and "Would" in line]
-    assert len(tuned) == 2 and all(f"--dependency=afterany:<the tuning job for {want}>" in line
-                                   for line in tuned)
+    # a tuned point starts only after its file was made; if it was not, Slurm cancels it
+    assert len(tuned) == 2 and all(f"--dependency=afterok:<the tuning job for {want}> "
+                                   "--kill-on-invalid-dep=yes" in line for line in tuned)
     assert not any("afterany" in line for line in lines
                    if "-tdefault-" in line or "Would submit point n1-" in line)
     # a file that exists with a pick for every compression is not made again
@@ -174,7 +177,7 @@ def test_submit_tune_makes_the_calibrations_tuning_files_for_the_held_out_horovo
     # only the held-out node count, this box's rate, Horovod's compressions (ps has no tune)
     want = f"{tmp_path}/tuning/c-4n-200mbit.json"
     assert [t.tuning for t in plan.tunes] == [want]
-    assert (f"-m hpcdl tune --study {f} --compression none,fp16 --rounds 1 --out {want}"
+    assert (f"-m hpcdl tune --study {f} --compression none,fp16 --rounds 1 --budget 300 --out {want}"
             in plan.tunes[0].text)
     assert "#SBATCH --nodes=4" in plan.tunes[0].text.splitlines()
     lines = _dry_run(plan)

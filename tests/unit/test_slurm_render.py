@@ -496,6 +496,13 @@ def test_a_grid_engine_study_with_a_forecast_measures_its_allocation_in_qsub_job
     held = [ln for ln in out.getvalue().splitlines() if "Would submit point n4" in ln]
     assert held and all(f"qsub -hold_jid <the tuning job for {tmp_path}/t-4n.json> " in ln
                         for ln in held), out.getvalue()
+    tune = next(t for t in plan.tunes if t.tuning.endswith("t-4n.json"))
+    assert "#$ -l h_rt=1:05:00" in tune.text and "--budget 300" in tune.text   # limit + budget
+    plan = submit.plan_study(study_mod.load(tuned, results_root=tmp_path / "r2"), SOFTWARE,
+                             tune=["--knobs", "algorithm", "--budget=120"])
+    tune = next(t for t in plan.tunes if t.tuning.endswith("t-4n.json"))
+    assert "#$ -l h_rt=1:02:00" in tune.text and "--budget" not in tune.text.replace(
+        "--budget=120", "")
 
 
 def test_cluster_passes_a_grid_engine_jobs_settings_on_to_its_ranks():
