@@ -215,10 +215,7 @@ def slim_decoder():
     record = msgspec.defstruct("Record", [(k, Any, unset) for k in REPORT_FIELDS]
                                + [("manifest", manifest, unset)])
     fast = msgspec.json.Decoder(record).decode
-
-    def plain(obj) -> dict:
-        return {k: plain(v) if isinstance(v, msgspec.Struct) else v
-                for k in obj.__struct_fields__ for v in (getattr(obj, k),) if v is not unset}
+    plain = msgspec.to_builtins          # the structs as dicts, their unset fields left out
 
     def decode(text):
         try:
