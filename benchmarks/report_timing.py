@@ -177,6 +177,33 @@ def scale(n: int) -> None:
                 print(f"{study:>17} ({size / 1e6:.0f} MB) workers {w:>7}: {t:5.1f} s, "
                       f"{main_mb:4.0f} MB, all {all_mb:4.0f} MB "
                       f"(target < 10 s, < 200 MB): {'OK' if ok else 'MISSED'}")
+            out = subprocess.run([sys.executable, "-c", PHASES, str(d), str(Path(tmp) / "out")],
+                                 capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+            print(f"{study:>17} one more run, default workers, by phase: {out.stdout.strip()}")
+
+
+# one report, each phase's wall time (the reading, the analysis, the plots, report.json)
+PHASES = """
+import sys, time
+from hpcdl import analysis, report
+took = {}
+def timed(mod, name, label):
+    f = getattr(mod, name)
+    def g(*a, **k):
+        t = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            took[label] = took.get(label, 0.0) + time.perf_counter() - t
+    setattr(mod, name, g)
+for mod, name, label in ((report, "_read", "reading"), (analysis, "analyse", "analysis"),
+                         (report, "draw_plots", "plots"), (report, "_write_json", "report.json")):
+    timed(mod, name, label)
+t0 = time.perf_counter()
+report.write_report(sys.argv[1], out_dir=sys.argv[2])
+took["whole"] = time.perf_counter() - t0
+print(", ".join(f"{k} {v:.1f} s" for k, v in took.items()))
+"""
 
 
 def main():
