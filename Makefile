@@ -1,8 +1,9 @@
-# The README's two commands: `make run` and `make test`. Each runs the (idempotent) set-up first.
+# The README's two commands: `make run` and `make test` (and `make test-all`, what CI runs). Each
+# runs the (idempotent) set-up first.
 PY := .venv/bin/python
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup setup-slurm run test test-unit test-tf2.15 bench
+.PHONY: setup setup-slurm run test test-all test-unit test-tf2.15 bench
 
 setup:
 	bash scripts/setup.sh
@@ -14,10 +15,14 @@ setup-slurm:
 run: setup
 	bash scripts/run-default.sh
 
-# Both stacks: the whole suite on the default one, then the MPI tests on the other (scripts/test.sh;
-# HPCDL_OTHER_STACK=none for the default stack alone). 22-25 min on a fresh clone of a 2-core Zen 3
-# machine with the wheels cached, 30-35 on a day the host ran slower (docs/training.md).
+# The quick tier: every unit test, one MPI test of each training mode and backend, one Slurm run
+# on the cluster box (tests/hpcdl_testing.py QUICK), on the default stack.
 test: setup-slurm
+	HPCDL_OTHER_STACK=none bash scripts/test.sh -m quick -p no:cacheprovider tests
+
+# Every test, both stacks: the whole suite on the default one, then the MPI tests on the other
+# (scripts/test.sh; HPCDL_OTHER_STACK=none for the default stack alone). What CI runs.
+test-all: setup-slurm
 	bash scripts/test.sh
 
 test-unit: setup

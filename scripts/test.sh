@@ -10,7 +10,8 @@
 # then the MPI tests. Fails if any part fails. Arguments go to one pytest of the default stack in
 # the foreground instead of the split above.
 #
-# `make test` (and so CI) runs this after the set-up.
+# `make test-all` (and so CI) runs this after the set-up; `make test` runs the quick tier through
+# it (HPCDL_OTHER_STACK=none, -m quick).
 #
 #   HPCDL_OTHER_STACK=none bash scripts/test.sh   # the default stack only
 set -uo pipefail

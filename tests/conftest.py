@@ -1,6 +1,7 @@
 """Put the repository and the test helpers (tests/hpcdl_testing.py) on sys.path for every test,
 and mark every test with its tier, the folder it lives in: unit (no MPI), mpi (real mpirun
-ranks), slurm (real Slurm on the cluster box), box (training on the box's emulated nodes).
+ranks), slurm (real Slurm on the cluster box), box (training on the box's emulated nodes); and
+the quick tier's tests (every unit test, and those named in hpcdl_testing.QUICK) quick.
 ``pytest -m "not mpi and not slurm and not box"`` therefore starts no mpirun and no Slurm."""
 import fcntl
 import os
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl_testing import must_run
+from hpcdl_testing import QUICK, must_run
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "mpi", "slurm", "box")
@@ -29,6 +30,8 @@ def pytest_collection_modifyitems(config, items):
         if tier not in TIERS:
             raise pytest.UsageError(f"{rel}: a test lives in one of tests/{{{','.join(TIERS)}}}/")
         item.add_marker(getattr(pytest.mark, tier))
+        if tier == "unit" or f"tests/{rel.as_posix()}::{item.name}" in QUICK:
+            item.add_marker(pytest.mark.quick)
 
 
 @pytest.fixture(autouse=True)

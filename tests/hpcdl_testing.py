@@ -99,3 +99,18 @@ def must_run(env, euid: int, platform: str, apt: Optional[str]) -> str:
     if euid == 0 and platform.startswith("linux") and apt:
         return "root on Linux with apt-get"
     return ""
+
+
+# The quick tier (`make test`): what a user runs after set-up to see the install work, in under
+# ten minutes on 2 cores. Beside every unit test, one MPI test of each training mode and exchange
+# backend and one Slurm run on the box; `make test-all` (CI) runs every test.
+QUICK = (
+    "tests/mpi/test_train.py::test_expmlp_on_n_ranks_matches_one_process_on_the_same_global_batch[2]",
+    "tests/mpi/test_train.py::test_record_carries_parameters_curve_throughput_and_manifest",
+    "tests/mpi/test_train_backends.py::test_every_backend_trains_to_the_horovod_model[mpi]",
+    "tests/mpi/test_train_backends.py::test_every_backend_trains_to_the_horovod_model[ring]",
+    "tests/mpi/test_train_backends.py::test_every_backend_trains_to_the_horovod_model[ps]",
+    "tests/mpi/test_async_ps.py::test_downpour_is_not_the_synchronous_result_and_still_learns",
+    "tests/mpi/test_pipeline.py::test_the_pipeline_gives_one_process_loss_curve_and_weights[2-4]",
+    "tests/slurm/test_slurm_cluster.py::test_two_node_run_through_sbatch_and_srun_records_nodes_n1_n2",
+)

@@ -39,3 +39,13 @@ def test_a_box_that_cannot_be_made_under_ci_turns_the_run_red(tmp_path):
     assert res.returncode != 0, res.stdout[-3000:]
     assert "must be made here (CI=true)" in res.stdout and "dpkg lock is held" in res.stdout
     assert " skipped" not in res.stdout.splitlines()[-1], res.stdout[-500:]
+
+
+def test_every_test_the_quick_tier_names_exists():
+    """A renamed test would silently leave the quick tier: each name in QUICK is collected."""
+    from hpcdl_testing import QUICK
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                          "--collect-only", *QUICK], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert f"{len(QUICK)} tests collected" in res.stdout, res.stdout[-2000:]
