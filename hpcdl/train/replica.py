@@ -41,7 +41,8 @@ def flat_exchange(np, tf, exchange, grads, variables) -> list:
 
 class Probe(NamedTuple):
     """One probe's seconds: compute alone, the exchange alone and the wait before it (None on
-    one rank), the whole probe, and the process's CPU seconds in its compute and exchange."""
+    one rank), the whole probe (its gradients made first too: the loop leaves it all out of the
+    timed iteration), and the process's CPU seconds in its compute and exchange."""
     compute: float
     exchange: Optional[float]
     wait: Optional[float]
@@ -133,6 +134,7 @@ class Replica:
         # the exchange's gradients, made first: a compute timed right after the previous one,
         # as a step's is, and not the first call after a pause (a tiny model's probe then took
         # 10-25% longer than its whole step: the pool's threads waking)
+        start = time.perf_counter()
         grads = self.compute_grads(x, y)[1]
         t0, c0 = time.perf_counter(), time.process_time()
         _ = self.compute_grads(x, y)[1][-1].numpy()
@@ -140,13 +142,13 @@ class Replica:
             time.sleep(slow)
         t1, c1 = time.perf_counter(), time.process_time()
         if self.rt.size == 1:
-            return Probe(t1 - t0, None, None, t1 - t0, c1 - c0, None)
+            return Probe(t1 - t0, None, None, t1 - start, c1 - c0, None)
         self.rt.coll.barrier("hpcdl.probe.barrier")
         t2, c2 = time.perf_counter(), time.process_time()
         out = self._exchange_only(grads)
         _ = out[-1].numpy()
         t3, c3 = time.perf_counter(), time.process_time()
-        return Probe(t1 - t0, t3 - t2, t2 - t1, t3 - t0, c1 - c0, c3 - c2)
+        return Probe(t1 - t0, t3 - t2, t2 - t1, t3 - start, c1 - c0, c3 - c2)
 
     def batch(self, step: int):
         if self.sharder is not None:
