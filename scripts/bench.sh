@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 SWEEPS="${SWEEPS:-3}"
-LOOP_ROUNDS="${LOOP_ROUNDS:-3}"
+LOOP_ROUNDS="${LOOP_ROUNDS:-5}"
 PARTS="${PARTS:-sweeps loop}"
 OUT=results/bench
 if [ -n "$(git status --porcelain -uno -- hpcdl scripts benchmarks)" ]; then
