@@ -86,6 +86,10 @@ class Job:
     def seconds(self) -> int:
         return parse_time(self.time)
 
+    def longer(self, secs: int) -> "Job":
+        """This job with ``secs`` more of time limit."""
+        return replace(self, time=_hms(self.seconds + int(secs)))
+
     @property
     def ranks(self) -> int:
         return self.nodes * self.ntasks_per_node

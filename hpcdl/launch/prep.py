@@ -5,12 +5,12 @@ forecast's spread and loop files lack (a study with ``[model] forecast``). Stand
 only."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import command
-from .jobscript import Job, Software, _hms, render_study_allocation, render_study_tune
+from .jobscript import Job, Software, render_study_allocation, render_study_tune
 from ..errors import UserError
 
 TUNE_PREFIX = "tune-"     # a tuning job's id in submitted.jsonl (a point's id starts with n<nodes>)
@@ -100,7 +100,7 @@ def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Softwa
         job = job_for(study, f"hpcdl-{study.name}-tune-{stem}", nodes, rpn, overrides,
                        licence=_licence(box, gridengine))
         tune_args, extra = _budget(tune) if searched else (list(tune), 0)
-        job = replace(job, time=_hms(job.seconds + extra))
+        job = job.longer(extra)
         args = ["--study", study_path, "--compression", ",".join(comps), *tune_args, "--out", path]
         name = f"tune-{stem}.{_suffix(gridengine)}"
         text = render_study_tune(job, software, study.name, study_path, path, args,
