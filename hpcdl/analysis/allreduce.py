@@ -76,29 +76,11 @@ def steps(algorithm: str, n: float, p: int) -> List[Tuple[float, int]]:
     as (bytes of one message, how many in turn): what a per-message cost adds up over. Their
     bytes are :func:`link_bytes`'s; their count is the latency term a link-rate model leaves
     out, which grows with p (a ring's 2(p-1) steps of n/p bytes, recursive halving's log2 p)."""
-    if p <= 1:
-        return []
-    q = 1 << (int(p).bit_length() - 1)
-    fold = q < p
-    k = int(math.log2(q))
-    if algorithm in ("ring", "segmented ring"):
-        return [(n / p, 2 * (p - 1))]
-    if algorithm == "rabenseifner":
-        halving = [(n / 2 ** i, 2) for i in range(1, k + 1)]
-        return halving + ([(n / 2, 2), (n, 1)] if fold else [])
-    if algorithm == "recursive doubling":
-        return [(n, k)] + ([(n, 2)] if fold else [])
-    if algorithm in ("linear", "ps"):
-        return [(n, 2 * (p - 1))]
-    if algorithm == "nonoverlapping":
-        return [(n, 2 * math.ceil(math.log2(p)))]
-    if algorithm == "allgather":
-        return [(n, p - 1)]
-    raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")
+    return [(m, count) for m, count, _ in step_spans(algorithm, n, p)]
 
 
 def step_spans(algorithm: str, n: float, p: int) -> List[Tuple[float, int, int]]:
-    """:func:`steps` with each message's span: how many ranks apart the farthest pair that
+    """:func:`steps`' messages, each with its span: how many ranks apart the farthest pair that
     exchanges it sits (ranks placed in order, one per node), so that on a tree of L nodes per
     leaf switch a message whose span reaches L crosses the tree. A ring's every step waits on its
     wrap-around pair (p - 1 apart); recursive halving and doubling send n/2^i (halving) or n

@@ -922,17 +922,24 @@ def test_an_algorithms_messages_carry_its_link_bytes_and_count_its_latency_terms
 
 
 def test_each_message_knows_how_far_apart_its_ranks_are():
-    """step_spans: the same messages as steps (bytes and count), each with the distance of its
-    farthest pair: a ring's every step waits on its wrap-around pair, halving and doubling go
-    1, 2, 4, ... apart, the fold pairs neighbours."""
+    """step_spans: each algorithm's messages (their count is its latency term, their bytes its
+    link bytes), each with the distance of its farthest pair: a ring's every step waits on its
+    wrap-around pair, halving and doubling go 1, 2, 4, ... apart, the fold pairs neighbours."""
     n = 1e6
-    for algo in ("ring", "rabenseifner", "recursive doubling", "linear", "allgather",
-                 "nonoverlapping"):
-        for p in (2, 3, 6, 16, 24, 1024):
+    for p in (2, 3, 6, 16, 24, 1024):
+        k = p.bit_length() - 1                   # log2 of the largest power of two <= p
+        fold = (1 << k) < p
+        log = math.ceil(math.log2(p))
+        for algo, count, sent in (("ring", 2 * (p - 1), 2 * (p - 1) / p * n),
+                                  ("rabenseifner", 2 * k + 3 * fold, None),
+                                  ("recursive doubling", k + 2 * fold, None),
+                                  ("linear", 2 * (p - 1), None), ("allgather", p - 1, None),
+                                  ("nonoverlapping", 2 * log, 2 * log * n)):
             spans = allreduce.step_spans(algo, n, p)
+            assert sum(c for _, c, _ in spans) == count, (algo, p)
             assert sum(m * c for m, c, _ in spans) == pytest.approx(
-                sum(m * c for m, c in allreduce.steps(algo, n, p)))
-            assert sum(c for _, c, _ in spans) == sum(c for _, c in allreduce.steps(algo, n, p))
+                sent if sent is not None else allreduce.link_bytes(algo, n, p)), (algo, p)
+            assert allreduce.steps(algo, n, p) == [(m, c) for m, c, _ in spans]
             assert all(1 <= s < p for _, _, s in spans)
     assert allreduce.step_spans("ring", n, 64) == [(n / 64, 126, 63)]
     assert [s for _, _, s in allreduce.step_spans("rabenseifner", n, 64)] == [1, 2, 4, 8, 16, 32]
