@@ -10,14 +10,7 @@ else
 fi
 rm -f "$HPCDL_STOP_FILE" "$CKPT_DIR/INTERRUPTED" "$CKPT_DIR/REQUEUED"
 
-# {{ranks_per_node}} rank(s) per node (one per GPU on GPU nodes). Open MPI's mpirun reads the
-# granted hosts from $PE_HOSTFILE and starts its daemons on them with `qrsh -inherit` (tight
-# integration: Grid Engine accounts and ends them with the job), passing on the -x variables.
-FORWARD=()
-for name in {{forward}}; do
-    if [ -n "${!name+x}" ]; then FORWARD+=(-x "$name"); fi
-done
-LAUNCH=(mpirun -npernode {{ranks_per_node}} -np {{ranks}} --bind-to none "${FORWARD[@]}")
+{{> qsub_launch}}
 
 say() { echo "[hpcdl-job $(date +%T)] job ${JOB_ID:-?}: $*" >&2; }
 on_stop() {

@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
 
-from slurm_testing import JOB_EXPORTS, ROOT  # noqa: E402
+from slurm_testing import JOB_EXPORTS, ROOT, tuned_forecast  # noqa: E402
 
 from hpcdl import box  # noqa: E402
 from hpcdl.launch import gridengine, jobscript  # noqa: E402
@@ -242,42 +242,6 @@ def test_a_study_through_qsub_survives_a_lost_node_and_records_every_point_once(
     assert "Every point of box-sge is recorded; nothing to submit" in again
 
 
-FORECAST = """\
-[study]
-name = "box-sge-forecast"
-scaling = "weak"
-
-[workload]
-name = "cnn"
-model = "small"
-image_size = 32
-num_classes = 10
-batch_size = 8
-num_warmup_batches = 1
-num_batches_per_iter = 2
-num_iters = 1
-
-[layout]
-nodes = [2]
-ranks_per_node = 1
-
-[axes]
-exchange = ["horovod", "horovod+fp16"]
-tuning = ["tuned"]
-
-[run]
-tuning = "TUNING"
-
-[slurm]
-scheduler = "gridengine"
-time = "00:10:00"
-signal_lead = 60
-
-[model]
-forecast = [16]
-"""
-
-
 def test_a_forecast_study_through_qsub_tunes_and_measures_its_allocation_in_its_own_jobs(
         sge, tmp_path):
     """study submit --tune of a tuned study with [model] forecast through Grid Engine: hpcdl tune
@@ -285,7 +249,9 @@ def test_a_forecast_study_through_qsub_tunes_and_measures_its_allocation_in_its_
     and run its picks, the allocation's own job measures the forecast's spread and loop files,
     and the report takes them."""
     study = tmp_path / "forecast.toml"
-    study.write_text(FORECAST.replace("TUNING", str(tmp_path / "tuning" / "sge-{nodes}n.json")))
+    study.write_text(tuned_forecast("box-sge-forecast",
+                                    str(tmp_path / "tuning" / "sge-{nodes}n.json"),
+                                    'scheduler = "gridengine"'))
     root = tmp_path / "results"
     exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
     out = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",

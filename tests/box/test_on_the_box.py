@@ -19,7 +19,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
 
 from hpcdl_testing import deliberate  # noqa: E402
-from slurm_testing import JOB_EXPORTS, ROOT, job_output, submit_and_wait  # noqa: E402
+from slurm_testing import (JOB_EXPORTS, ROOT, job_output, submit_and_wait,  # noqa: E402
+                           tuned_forecast)
 
 from hpcdl import box  # noqa: E402
 from hpcdl.launch import jobscript, scheduler  # noqa: E402
@@ -191,46 +192,11 @@ def test_losing_a_node_ends_the_job_and_a_resubmission_runs_only_the_missing_poi
     assert ok == ["n1-r1-horovod-none-rep0", point], ok      # one record per point, none lost
 
 
-TUNED = textwrap.dedent("""\
-    [study]
-    name = "box-tuned"
-    scaling = "weak"
-
-    [workload]
-    name = "cnn"
-    model = "small"
-    image_size = 32
-    num_classes = 10
-    batch_size = 8
-    num_warmup_batches = 1
-    num_batches_per_iter = 2
-    num_iters = 1
-
-    [layout]
-    nodes = [2]
-    ranks_per_node = 1
-
-    [axes]
-    exchange = ["horovod", "horovod+fp16"]
-    tuning = ["tuned"]
-
-    [run]
-    tuning = "TUNING"
-
-    [slurm]
-    time = "00:10:00"
-    cpus_per_task = 1
-    signal_lead = 60
-
-    [model]
-    forecast = [16]
-    """)
-
-
 def test_submit_tune_makes_the_tuning_file_in_a_job_and_the_tuned_points_run_its_picks(
         slurm_cluster, tmp_path):
     study = tmp_path / "tuned.toml"
-    study.write_text(TUNED.replace("TUNING", str(tmp_path / "tuning" / "box-{nodes}n.json")))
+    study.write_text(tuned_forecast("box-tuned", str(tmp_path / "tuning" / "box-{nodes}n.json"),
+                                    "cpus_per_task = 1"))
     root = tmp_path / "results"
     exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
     out = _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
@@ -315,8 +281,8 @@ def test_tuned_points_whose_tune_job_failed_never_start_and_status_says_why(slur
     to fail, and status says in one line which file is missing, which job failed, what to do."""
     study = tmp_path / "tuned.toml"
     tuning = tmp_path / "tuning" / "box-2n.json"
-    study.write_text(TUNED.replace("TUNING", str(tmp_path / "tuning" / "box-{nodes}n.json"))
-                     .split("[model]")[0])
+    study.write_text(tuned_forecast("box-tuned", str(tmp_path / "tuning" / "box-{nodes}n.json"),
+                                    "cpus_per_task = 1").split("[model]")[0])
     root = tmp_path / "results"
     exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
     _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",

@@ -31,3 +31,49 @@ def submit_and_wait(script: Path, timeout: float, cwd=None) -> scheduler.JobStat
 
 def job_output(directory: Path, job_id: str) -> str:
     return "\n".join(p.read_text() for p in sorted(Path(directory).glob(f"*-{job_id}.out")))
+
+
+# A tuned 2-node study asking for a forecast: a tune job's file, then its two points (fp32 and
+# fp16), and the allocation's own measurement; its name and tuning file are the test's
+# (NAME, TUNING), and the scheduler's settings go after [slurm] (SCHEDULER).
+TUNED_FORECAST = """\
+[study]
+name = "NAME"
+scaling = "weak"
+
+[workload]
+name = "cnn"
+model = "small"
+image_size = 32
+num_classes = 10
+batch_size = 8
+num_warmup_batches = 1
+num_batches_per_iter = 2
+num_iters = 1
+
+[layout]
+nodes = [2]
+ranks_per_node = 1
+
+[axes]
+exchange = ["horovod", "horovod+fp16"]
+tuning = ["tuned"]
+
+[run]
+tuning = "TUNING"
+
+[slurm]
+SCHEDULER
+time = "00:10:00"
+signal_lead = 60
+
+[model]
+forecast = [16]
+"""
+
+
+def tuned_forecast(name: str, tuning: str, scheduler: str) -> str:
+    """:data:`TUNED_FORECAST` for the study ``name`` whose points read ``tuning``, its
+    ``[slurm]`` section opened by ``scheduler``'s lines."""
+    return (TUNED_FORECAST.replace("NAME", name).replace("TUNING", tuning)
+            .replace("SCHEDULER", scheduler))

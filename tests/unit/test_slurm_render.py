@@ -477,7 +477,8 @@ def test_a_grid_engine_study_with_a_forecast_measures_its_allocation_in_qsub_job
     assert "#$ -pe mpi 4" in tune.text and "#$ -l h_rt=1:00:00" in tune.text
     assert 'export HPCDL_JOB_END_TIME="$(( $(date +%s) + 3600 ))"' in tune.text
     assert "-m hpcdl tune --study" in tune.text
-    assert "mpirun -npernode 1 -np 4 --bind-to none \"${FORWARD[@]}\"" in four.text
+    assert 'LAUNCH=(mpirun -npernode 1 -np 4 --bind-to none "${FORWARD[@]}")' in four.text
+    assert '"${LAUNCH[@]}" ' in four.text and "-x \"$name\"" in four.text
     assert "-m hpcdl bench allocation --study" in four.text
     out = io.StringIO()
     submit.submit_study(plan, dry_run=True, out=out)
