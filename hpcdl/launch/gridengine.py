@@ -19,7 +19,7 @@ from ..errors import UserError
 from . import scheduler
 from .scheduler import JobState
 
-__all__ = ["qsub", "job_states", "wait_for_jobs", "qdel", "available"]
+__all__ = ["qsub", "release", "job_states", "wait_for_jobs", "qdel", "available"]
 
 # qstat's state letters, in Slurm's words (the first letter that matches decides)
 # (Rr: running again after a restart; Rq: queued again)
@@ -45,10 +45,11 @@ def _run(argv: Sequence[str], cwd=None) -> subprocess.CompletedProcess:
     return scheduler.run_command(argv, cwd=cwd, daemon="sge_qmaster up? (qstat -f)")
 
 
-def qsub(script, *, hold: Sequence[str] = (), cwd=None, extra: Sequence[str] = ()) -> str:
-    """Submit ``script`` with ``qsub -terse`` (after the jobs ``hold``, ``-hold_jid``); return
-    the job id."""
-    argv = [_need("qsub"), "-terse", *extra]
+def qsub(script, *, hold: Sequence[str] = (), cwd=None, extra: Sequence[str] = (),
+         held: bool = False) -> str:
+    """Submit ``script`` with ``qsub -terse`` (after the jobs ``hold``, ``-hold_jid``; with a
+    user hold, ``-h``, when ``held``: :func:`release` lets it run); return the job id."""
+    argv = [_need("qsub"), "-terse", *extra] + (["-h"] if held else [])
     if hold:
         argv += ["-hold_jid", ",".join(str(h) for h in hold)]
     argv.append(str(script))
@@ -56,6 +57,22 @@ def qsub(script, *, hold: Sequence[str] = (), cwd=None, extra: Sequence[str] = (
     if res.returncode != 0:
         raise UserError(f"qsub {script} failed: {res.stderr.strip() or res.stdout.strip()}")
     return res.stdout.strip().split(".")[0]
+
+
+def release(jid: str, waiting: Sequence[str]) -> None:
+    """Let a job submitted ``held`` run, telling it the jobs that wait for the file it makes
+    (its context ``hpcdl_waiting``, ids joined by ':'): Grid Engine starts a job held with
+    -hold_jid whether the job before it succeeded or not, so that job deletes them itself where
+    it ends without its file (templates/study-tune.qsub)."""
+    if waiting:
+        res = _run([_need("qalter"), "-ac", "hpcdl_waiting=" + ":".join(map(str, waiting)),
+                    str(jid)])
+        if res.returncode != 0:
+            raise UserError(f"qalter -ac on job {jid} failed: "
+                            f"{res.stderr.strip() or res.stdout.strip()}")
+    res = _run([_need("qrls"), str(jid)])
+    if res.returncode != 0:
+        raise UserError(f"qrls {jid} failed: {res.stderr.strip() or res.stdout.strip()}")
 
 
 def qdel(ids: Iterable[str]) -> None:

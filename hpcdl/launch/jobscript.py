@@ -337,7 +337,7 @@ def render_study_tune(job: Job, software: Software, study: str, study_path: str,
     tune = " ".join([shlex.quote(software.python), "-m", "hpcdl", "tune"]
                     + [shlex.quote(str(a)) for a in tune_args])
     values.update(study=study, study_path=study_path, tuning_file=shlex.quote(str(tuning_file)),
-                  tune=tune, seconds=job.seconds)
+                  tune=tune, seconds=job.seconds, python=shlex.quote(software.python))
     return _fill("study-tune.qsub" if gridengine is not None else "study-tune.sbatch", values)
 
 

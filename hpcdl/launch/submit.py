@@ -197,11 +197,12 @@ def _require_tuning(study, points) -> None:
 
 
 def _submit_step(plan: StudyPlan, step: Step, what: str, after: Optional[str], dry_run: bool,
-                 group: List[str], out, needs: bool = False) -> Optional[str]:
+                 group: List[str], out, needs: bool = False, held: bool = False) -> Optional[str]:
     """Submit one job (after the job ``after``, which makes the file it reads), or say how a dry
     run would; its job id. ``needs``: the job cannot run without that file, so on Slurm it
-    starts only if ``after`` succeeded and is cancelled, never started, if it did not (Grid
-    Engine's -hold_jid starts it either way: it then fails at its start, and status names why)."""
+    starts only if ``after`` succeeded and is cancelled, never started, if it did not. Grid
+    Engine's -hold_jid starts it either way, so there a tune job is submitted ``held`` and
+    released knowing who waits for it (:func:`gridengine.release`): it deletes them itself."""
     ge = plan.scheduler == "gridengine"
     rel = os.path.relpath(step.script, plan.jobs_dir)
     kind = "afterok" if needs else "afterany"
@@ -210,17 +211,46 @@ def _submit_step(plan: StudyPlan, step: Step, what: str, after: Optional[str], d
         dep_text = ((f"-hold_jid <{after}> " if ge else
                      f"--dependency={kind}:<{after}> " + "".join(x + " " for x in extra))
                     if after else "")
+        dep_text = ("-h " if held else "") + dep_text
         print(f"Would submit {what}: (cd {plan.jobs_dir} && "
               f"{'qsub ' + ''.join(g + ' ' for g in group) if ge else 'sbatch '}{dep_text}"
               f"{rel})", file=out)
         return None
     jid = (gridengine.qsub(step.script, cwd=plan.jobs_dir, extra=group,
-                           hold=[after] if after else ()) if ge else
+                           hold=[after] if after else (), held=held) if ge else
            sbatch(step.script, cwd=plan.jobs_dir, dependency=f"{kind}:{after}" if after else None,
                   extra=extra))
     print(f"Submitted {what} ({step.job.nodes} node(s) x {step.job.ntasks_per_node} "
           f"rank(s)) as job {jid}" + (f", after job {after}" if after else ""), file=out)
     return jid
+
+
+def _submit_steps(plan: StudyPlan, tunes: List[Step], submission: dict, ids: List[str],
+                  made_by: Dict[str, str], waiting: Dict[str, List[str]], dry_run: bool,
+                  group: List[str], out) -> None:
+    """The tune and allocation jobs, then the points, each after the job making its file;
+    into ``waiting`` each held Grid Engine tune job and the points submitted after it."""
+    ge = plan.scheduler == "gridengine"
+    for k, step in enumerate(tunes + plan.steps):
+        is_tune = k < len(tunes)
+        measures = step.point_id.startswith(ALLOCATION_PREFIX)
+        after = made_by.get(step.tuning) if step.tuning else None
+        what = (f"the allocation's measurement {step.point_id}" if measures else
+                f"the tuning job for {step.tuning}" if is_tune else f"point {step.point_id}")
+        held = ge and is_tune and not measures
+        jid = _submit_step(plan, step, what, after, dry_run, group, out,
+                           needs=not is_tune, held=held)
+        if jid:
+            ids.append(jid)
+            if held:
+                waiting[jid] = []
+            elif after in waiting:
+                waiting[after].append(jid)
+        if is_tune:       # the next job of the same file (a point, or the next measurement)
+            made_by[step.tuning] = jid or (f"the allocation job {step.point_id}" if measures
+                                           else f"the tuning job for {step.tuning}")
+        submission["steps"].append({"point": step.point_id, "job_id": jid, "script": str(step.script),
+                                    **({"tuning": step.tuning} if step.tuning else {})})
 
 
 def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
@@ -258,21 +288,13 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
     ge = plan.scheduler == "gridengine"
     group = ["-g", plan.group] if ge and plan.group else []      # TSUBAME's qsub -g GROUP
     tunes = plan.tunes or []
-    for k, step in enumerate(tunes + plan.steps):
-        is_tune = k < len(tunes)
-        measures = step.point_id.startswith(ALLOCATION_PREFIX)
-        after = made_by.get(step.tuning) if step.tuning else None
-        what = (f"the allocation's measurement {step.point_id}" if measures else
-                f"the tuning job for {step.tuning}" if is_tune else f"point {step.point_id}")
-        jid = _submit_step(plan, step, what, after, dry_run, group, out,
-                           needs=not is_tune)
-        if jid:
-            ids.append(jid)
-        if is_tune:       # the next job of the same file (a point, or the next measurement)
-            made_by[step.tuning] = jid or (f"the allocation job {step.point_id}" if measures
-                                           else f"the tuning job for {step.tuning}")
-        submission["steps"].append({"point": step.point_id, "job_id": jid, "script": str(step.script),
-                                    **({"tuning": step.tuning} if step.tuning else {})})
+    waiting: Dict[str, List[str]] = {}       # Grid Engine: a held tune job -> the jobs it makes for
+    try:
+        _submit_steps(plan, tunes, submission, ids, made_by, waiting, dry_run, group, out)
+    finally:
+        for jid, theirs in waiting.items():
+            gridengine.release(jid, theirs)
+
     dep = (("hold_jid:" + ",".join(ids)) if ge else ("afterany:" + ":".join(ids))) if ids else None
     if dry_run:
         dep_text = ("-hold_jid <step ids> " if ge else "--dependency=afterany:<step ids> ") \
@@ -318,13 +340,18 @@ def _submissions(jobs_dir: Path) -> List[dict]:
     return subs
 
 
-def _latest_jobs(jobs_dir: Path, files: Optional[Dict[str, str]] = None):
+def _latest_jobs(jobs_dir: Path, files: Optional[Dict[str, str]] = None,
+                 deleted: Optional[set] = None):
     """The latest job submitted for each point, and for the report; into ``files`` the
-    tuning file each one's latest job reads (a point) or makes (a tune job)."""
+    tuning file each one's latest job reads (a point) or makes (a tune job); into ``deleted``
+    the jobs a Grid Engine tune job deleted before they started (it made no file for them)."""
     latest: Dict[str, tuple] = {}
     report_id = None
     for sub in _submissions(jobs_dir):
         sched = sub.get("scheduler") or "slurm"       # logs written before Grid Engine: Slurm's
+        gone = sub.get("deleted")
+        if deleted is not None and isinstance(gone, dict) and isinstance(gone.get("jobs"), list):
+            deleted.update((sched, str(j)) for j in gone["jobs"])
         for st in sub.get("steps", []):
             if st.get("job_id"):
                 latest[str(st["point"])] = (sched, str(st["job_id"]))
@@ -340,7 +367,7 @@ def _missing_file(pid: str, row: dict, files: Dict[str, str], rows: Dict[str, di
     """Why a point that read a tuning file did not run, in one line with the fix: the file is
     missing and the job that was to make it ended without it."""
     path = files.get(pid) or ""
-    if row["state"] not in ("CANCELLED", "FAILED") or not path or path.startswith("allocation:") \
+    if row["state"] not in ("CANCELLED", "FAILED", "DELETED") or not path or path.startswith("allocation:") \
             or Path(path).is_file():
         return None
     maker = next((rows[t] for t, f in files.items() if f == path and t.startswith(TUNE_PREFIX)
@@ -357,7 +384,8 @@ def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
     the report; a tuning job's ``recorded`` is None (it makes a file, not a record)."""
     results_dir = Path(results_dir)
     files: Dict[str, str] = {}
-    latest, report_id = _latest_jobs(results_dir / "jobs", files)
+    deleted: set = set()
+    latest, report_id = _latest_jobs(results_dir / "jobs", files, deleted)
     recorded = {recorded_point(rec, study_name or rec.get("study"))
                 for rec in records.iter_records(results_dir / "runs.jsonl")} - {None}
     tunes = sorted(p for p in latest if p.startswith((TUNE_PREFIX, ALLOCATION_PREFIX)))
@@ -371,7 +399,8 @@ def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
         st = states.get(jid) if jid else None
         rows.append({"point": pid, "job_id": jid[1] if jid else None,
                      "scheduler": jid[0] if jid else None,
-                     "state": st.state if st else ("NOT SUBMITTED" if not jid else "UNKNOWN"),
+                     "state": st.state if st else ("NOT SUBMITTED" if not jid else
+                                                   "DELETED" if jid in deleted else "UNKNOWN"),
                      "exit_code": st.exit_code if st else None,
                      "reason": st.reason if st else None,
                      "attempts": st.attempts if st else 0,

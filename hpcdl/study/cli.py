@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import time
 from pathlib import Path
 
 from .. import study as _study
 from ..errors import UserError
-from ..launch import batch, study_local, submit
+from ..launch import study_local, submit
+from ..launch.scheduler import ACTIVE_STATES
 
 
 def register(subparsers, name: str, help_text: str) -> None:
@@ -273,12 +275,14 @@ def status_main(opts) -> int:
     rows = submit.study_status(results_dir, ids, name)
     rc = 0
     if opts.wait is not None:
-        try:
-            batch.wait_for_jobs([(r["scheduler"], r["job_id"]) for r in rows if r["job_id"]],
-                                opts.wait, poll=1.0, cancel=False)
-        except TimeoutError:
-            rc = 124
-        rows = submit.study_status(results_dir, ids, name)
+        # the rows themselves are polled: a job a tune job deleted is known only to the log
+        deadline = time.monotonic() + opts.wait
+        while any(r["job_id"] and r["state"] in ACTIVE_STATES for r in rows):
+            if time.monotonic() >= deadline:
+                rc = 124
+                break
+            time.sleep(1.0)
+            rows = submit.study_status(results_dir, ids, name)
         if rc == 0 and any(r["job_id"] and r["state"] != "COMPLETED" for r in rows):
             rc = 1
     if opts.json:

@@ -284,3 +284,34 @@ def test_a_forecast_study_through_qsub_tunes_and_measures_its_allocation_in_its_
     assert len(spread["spread"]["2"]) == 1 and len(spread["spread"]["2"][0]) == 2
     report = json.loads((root / "box-sge-forecast" / "report.json").read_text())
     assert "allocation/loop-cpu.json" in report["calibration"]
+
+
+def test_tuned_points_whose_qsub_tune_job_failed_are_deleted_before_they_start(sge, tmp_path):
+    """-hold_jid starts a job whether the one before it succeeded or not: a tune job that ends
+    without its file (tune refuses --iters 0) deletes the tuned points waiting for it, which
+    never start, and status says which file is missing and which job failed, in one line."""
+    study = tmp_path / "tuned.toml"
+    tuning = tmp_path / "tuning" / "sge-2n.json"
+    study.write_text(tuned_forecast("box-sge-tuned", str(tmp_path / "tuning" / "sge-{nodes}n.json"),
+                                    'scheduler = "gridengine"').split("[model]")[0])
+    root = tmp_path / "results"
+    exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
+    _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
+           *exports, "--tune", "--knobs algorithm --iters 0")
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "study", "status", str(study),
+                          "--results-root", str(root), "--wait", "200"],
+                         capture_output=True, text=True, timeout=230, cwd=ROOT)
+    assert res.returncode == 1, res.stdout + res.stderr
+    rows = {r["point"]: r for r in json.loads(_hpcdl("study", "status", str(study),
+                                                     "--results-root", str(root), "--json"))}
+    tune = rows["tune-sge-2n"]
+    assert tune["state"] == "FAILED" and not tuning.exists(), tune
+    points = [r for p, r in rows.items() if p.startswith("n2-")]
+    assert len(points) == 2
+    jobs = root / "box-sge-tuned" / "jobs"
+    for r in points:
+        assert r["state"] == "DELETED" and r["attempts"] == 0, r
+        assert not list(jobs.glob(f"*.o{r['job_id']}")), r          # never started: no output
+        assert r["reason"].startswith(f"not run: its tuning file {tuning} is missing (its job "
+                                      f"{tune['job_id']} (tune-sge-2n) ended FAILED without it)")
+    assert "not run: its tuning file" in res.stdout

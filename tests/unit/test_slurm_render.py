@@ -494,6 +494,11 @@ def test_a_grid_engine_study_with_a_forecast_measures_its_allocation_in_qsub_job
                              tune=["--knobs", "algorithm"])
     out = io.StringIO()
     submit.submit_study(plan, dry_run=True, out=out)
+    tune_line = next(ln for ln in out.getvalue().splitlines() if "t-4n.json:" in ln)
+    assert "&& qsub -h tune-t-4n.qsub)" in tune_line, tune_line    # released knowing its points
+    tune_text = next(t.text for t in plan.tunes if t.script.name == "tune-t-4n.qsub")
+    _bash_syntax_ok(tune_text, tmp_path)
+    assert "hpcdl_waiting=" in tune_text and "qdel $waiting" in tune_text
     held = [ln for ln in out.getvalue().splitlines() if "Would submit point n4" in ln]
     assert held and all(f"qsub -hold_jid <the tuning job for {tmp_path}/t-4n.json> " in ln
                         for ln in held), out.getvalue()
