@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import study as _study
 from ..errors import UserError
-from ..launch import study_local, submit
+from ..launch import status, study_local, submit
 from ..launch.scheduler import ACTIVE_STATES
 
 
@@ -272,7 +272,7 @@ def status_main(opts) -> int:
     if not (results_dir / "jobs" / "submitted.jsonl").is_file():
         raise UserError(f"nothing submitted for {opts.study}: no {results_dir / 'jobs' / 'submitted.jsonl'} "
                         "(run hpcdl study submit first)")
-    rows = submit.study_status(results_dir, ids, name)
+    rows = status.study_status(results_dir, ids, name)
     rc = 0
     if opts.wait is not None:
         # the rows themselves are polled: a job a tune job deleted is known only to the log
@@ -282,7 +282,7 @@ def status_main(opts) -> int:
                 rc = 124
                 break
             time.sleep(1.0)
-            rows = submit.study_status(results_dir, ids, name)
+            rows = status.study_status(results_dir, ids, name)
         if rc == 0 and any(r["job_id"] and r["state"] != "COMPLETED" for r in rows):
             rc = 1
     if opts.json:

@@ -173,7 +173,7 @@ def test_a_time_in_minutes_is_one_rule_for_the_validator_and_the_job_script(tmp_
 
 
 def test_only_a_run_that_ended_well_counts_as_recorded(tmp_path):
-    from hpcdl.launch import submit
+    from hpcdl.launch import status
     st = study.from_dict({"study": {"name": "s", "scaling": "weak"},
                               "workload": {"name": "expmlp", "batch_size": 10},
                               "layout": {"ranks": [1, 2]}}, tmp_path / "s.toml", results_root=tmp_path)
@@ -181,7 +181,7 @@ def test_only_a_run_that_ended_well_counts_as_recorded(tmp_path):
     records.append(st.runs_path, {"study": "s", "point": {"id": ids[0]}, "status": "ok"})
     records.append(st.runs_path, {"study": "s", "point": {"id": ids[1]}, "status": "failed"})
     assert st.done_ids() == {ids[0]}
-    rows = submit.study_status(st.results_dir, ids, "s")
+    rows = status.study_status(st.results_dir, ids, "s")
     assert [r["recorded"] for r in rows] == [True, False]
 
 
