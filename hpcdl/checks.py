@@ -200,7 +200,9 @@ def schema_file(path, schema: str, what: str, maker: str) -> dict:
 
 
 def _hash(text: bytes) -> bytes:
-    return hashlib.blake2b(text, digest_size=16).digest()
+    """A line's digest, to count exact repeats (SHA-1: twice BLAKE2's speed where the CPU hashes
+    it, and no security rests on it)."""
+    return hashlib.sha1(text, usedforsecurity=False).digest()
 
 
 def _line_at(path: Path, start: int) -> int:
@@ -279,9 +281,4 @@ def _throughput_problem(rec: dict) -> Optional[str]:
     t = lookup(rec, "metrics", "throughput", "mean")
     if isinstance(t, (int, float)) and t > MOST:
         return f"metrics.throughput.mean: {t:g} samples a second is no measurement (over {MOST:g})"
-    return None
-    given = batch / step
-    if not 1.0 / AGREE <= t / given <= AGREE:
-        return (f"metrics.throughput.mean: {t:g} a second, where {batch:g} samples a step in a "
-                f"median {step:g} s give {given:.4g}")
     return None

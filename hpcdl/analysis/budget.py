@@ -99,13 +99,19 @@ def stragglers(rec: dict, ratio: float = RATIO, lost_share: float = LOST_SHARE,
         return []
     named = []
     values = values or _values(ranks)
+    # the other ranks' median is at least this (one value left out moves it down a place at
+    # most): a rank under ratio times it is no straggler, and its median need not be taken
+    floor = {}
+    for name in ("compute", "input"):
+        known = sorted(v for v in values[name] if v is not None)
+        floor[name] = known[(len(known) - 2) // 2] if len(known) >= 2 else None
     for i, r in enumerate(ranks):
         worst = None
         for name in ("compute", "input"):
             mine = values[name][i]
-            theirs = [v for j, v in enumerate(values[name]) if j != i and v is not None]
-            if mine is None or not theirs:
+            if mine is None or floor[name] is None or mine < ratio * floor[name]:
                 continue
+            theirs = [v for j, v in enumerate(values[name]) if j != i and v is not None]
             med = statistics.median(theirs)
             lost = mine - med
             if med > 0 and mine >= ratio * med and lost >= lost_share * P:

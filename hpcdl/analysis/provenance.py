@@ -21,6 +21,7 @@ without ``started`` gives only its timed training (``time`` − ``wall_time_s``)
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import re
 from array import array
 from collections import Counter
@@ -61,11 +62,16 @@ def software_of(rec: dict) -> str:
     """The software under hpcdl/ that made a record, by version: TensorFlow, Horovod (with the
     patches it was built with) and the MPI library ("" where the record names none)."""
     v = (rec.get("manifest") or {}).get("versions") or {}
-    parts = [f"TensorFlow {v['tensorflow']}"] if v.get("tensorflow") else []
-    if v.get("horovod"):
-        parts.append(f"Horovod {v['horovod']}"
-                     + (f" + {v['horovod_patches']}" if v.get("horovod_patches") else ""))
-    mpi = _MPI.search(str(v.get("mpi") or ""))
+    return _software(*(str(v[k]) if v.get(k) else "" for k in
+                       ("tensorflow", "horovod", "horovod_patches", "mpi")))
+
+
+@functools.lru_cache(maxsize=64)       # a report's records name a few stacks, thousands of times
+def _software(tf: str, horovod: str, patches: str, mpi_line: str) -> str:
+    parts = [f"TensorFlow {tf}"] if tf else []
+    if horovod:
+        parts.append(f"Horovod {horovod}" + (f" + {patches}" if patches else ""))
+    mpi = _MPI.search(mpi_line)
     if mpi:
         parts.append(f"{mpi.group(1)} {mpi.group(2)}")
     return ", ".join(parts)

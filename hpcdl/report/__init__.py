@@ -60,7 +60,10 @@ class _Studies:
         name = rec.get("study")
         if self.study_name is not None and name != self.study_name:
             return
-        self.digests.setdefault(name, analysis.Digest()).add(rec)
+        digest = self.digests.get(name)
+        if digest is None:
+            digest = self.digests[name] = analysis.Digest()
+        digest.add(rec)
 
     def merge(self, other: "_Studies") -> None:
         for name, d in other.digests.items():

@@ -12,32 +12,51 @@ from .. import analysis
 from ..analysis.budget import LABELS, PARTS
 
 
-def draw_plots(res: analysis.StudyAnalysis, out: Path) -> List[Path]:
-    """Throughput and speedup, efficiency, the split of the step, axes compared, the model."""
+_PLOTS = (("throughput-speedup", "_plot_throughput"), ("efficiency", "_plot_efficiency"),
+          ("step-split", "_plot_split"), ("efficiency-budget", "_plot_budget"),
+          ("axes-compared", "_plot_axes"), ("model-forecast", "_plot_forecast"),
+          ("model-prediction", "_plot_prediction"), ("convergence", "_plot_convergence"),
+          ("time-to-target", "_plot_time_to_target"))
+_DRAWING = {}          # what forked drawers read: the analysis and the folder (not pickled)
+
+
+def draw_plots(res: analysis.StudyAnalysis, out: Path, workers: int = 0) -> List[Path]:
+    """Throughput and speedup, efficiency, the split of the step, axes compared, the model.
+    The figures are drawn by ``workers`` forked processes (default: one per core, at most 4),
+    each its share; by this one where there is one core."""
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib
     matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401 - imported once, before any fork
+    workers = workers or min(4, len(os.sched_getaffinity(0)))
+    if workers < 2:
+        return [p for stem, _ in _PLOTS for p in _draw(stem, res, out)]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    _DRAWING.update(res=res, out=out)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as ex:
+            drawn = list(ex.map(_draw_forked, [stem for stem, _ in _PLOTS]))
+    finally:
+        _DRAWING.clear()
+    return [p for got in drawn for p in got]
+
+
+def _draw_forked(stem: str) -> List[Path]:
+    return _draw(stem, _DRAWING["res"], _DRAWING["out"])
+
+
+def _draw(stem: str, res, out: Path) -> List[Path]:
+    """The figure ``stem`` (none where the analysis has nothing to show in it) as its file."""
     import matplotlib.pyplot as plt
-
-    files = []
-
-    def save(fig, stem):
-        path = out / f"{stem}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        files.append(path)
-
-    for stem, draw in (("throughput-speedup", _plot_throughput), ("efficiency", _plot_efficiency),
-                       ("step-split", _plot_split), ("efficiency-budget", _plot_budget),
-                       ("axes-compared", _plot_axes),
-                       ("model-forecast", _plot_forecast),
-                       ("model-prediction", _plot_prediction), ("convergence", _plot_convergence),
-                       ("time-to-target", _plot_time_to_target)):
-        fig = draw(plt, res)
-        if fig is not None:
-            save(fig, stem)
-    return files
+    fig = globals()[dict(_PLOTS)[stem]](plt, res)
+    if fig is None:
+        return []
+    path = out / f"{stem}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return [path]
 
 
 def _plot_budget(plt, res):
