@@ -7,10 +7,13 @@ canonical synthetic-benchmark loop and nothing else. Rounds alternate which goes
 figure is, per model and rank count, the median over rounds of hpcdl's total img/s over the
 bare loop's in the same round (target: >= 0.98), with its range. ``--against COMMIT`` puts
 ``hpcdl train`` of that commit (checked out in a temporary worktree) in the bare loop's place:
-whether a change moved the loop's speed.
+whether a change moved the loop's speed. ``--launcher srun``, inside a Slurm allocation, starts
+both with the same ``srun`` step over the allocation's tasks (as the job scripts start ranks), in
+the allocation's environment, threads per rank as the cluster gives them.
 
     python benchmarks/loop_overhead.py [--rounds 5] [--ranks 1,2] [--models resnet50:64:8:10,small:32:32:50]
     python benchmarks/loop_overhead.py --against HEAD~1 --models small:32:32:50
+    sbatch -N 8 --ntasks-per-node 1 --wrap "python benchmarks/loop_overhead.py --launcher srun --models small:32:32:20"
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hpcdl import cluster  # noqa: E402
 from hpcdl.launch import local  # noqa: E402
 
 TOTAL = re.compile(r"^Total img/sec on (\d+) rank\(s\): ([0-9.]+) \+-([0-9.]+)$", re.M)
@@ -40,19 +44,24 @@ def _work(opts, model: str, size: int, batch: int, iters: int) -> list:
 
 def _commands(opts, np_, work, against: Path = None) -> dict:
     """name -> (argv, the tree whose hpcdl it runs)."""
+    def launch(command):
+        if opts.launcher == "srun":
+            return cluster.srun_step() + [f"--ntasks={np_}"] + command
+        return local.mpirun_command(np_, command)
     train = ["train", "--workload", "cnn", "--num-classes", "1000", *work, "--results", "-"]
-    out = {"hpcdl": (local.mpirun_command(np_, local.hpcdl_command(train)), ROOT)}
+    out = {"hpcdl": (launch(local.hpcdl_command(train)), ROOT)}
     if against is None:
         bare = [sys.executable, str(ROOT / "benchmarks" / "bare_horovod_loop.py"), *work]
-        out["bare"] = (local.mpirun_command(np_, bare), ROOT)
+        out["bare"] = (launch(bare), ROOT)
     else:
-        out["against"] = (local.mpirun_command(np_, local.hpcdl_command(train)), against)
+        out["against"] = (launch(local.hpcdl_command(train)), against)
     return out
 
 
-def _run(argv, tree: Path, np_, timeout):
-    env = dict(os.environ, PYTHONPATH=str(tree),
-               HPCDL_THREADS=str(max(1, (os.cpu_count() or 1) // np_)))
+def _run(argv, tree: Path, np_, timeout, srun: bool = False):
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    if not srun:       # under srun, the cluster's rule (its CPUs per task) for both
+        env["HPCDL_THREADS"] = str(max(1, (os.cpu_count() or 1) // np_))
     res = local.run(argv, timeout=timeout, env=env, cwd=str(tree))
     m = TOTAL.search(res.stdout)
     if res.returncode != 0 or res.timed_out or not m:
@@ -85,7 +94,15 @@ def main(argv=None) -> int:
     ap.add_argument("--against", default=None, metavar="COMMIT",
                     help="compare with hpcdl train of this commit instead of the bare loop")
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--launcher", choices=("mpirun", "srun"), default="mpirun",
+                    help="srun: inside a Slurm allocation, both by one srun step over its tasks "
+                         "(--ranks defaults to the allocation's)")
     opts = ap.parse_args(argv)
+    if opts.launcher == "srun":
+        if not os.environ.get("SLURM_JOB_ID"):
+            ap.error("--launcher srun runs inside a Slurm allocation (sbatch or salloc)")
+        if opts.ranks == "1,2":
+            opts.ranks = os.environ.get("SLURM_NTASKS", "1")
     ranks = [int(r) for r in opts.ranks.split(",")]
     models = _models(opts.models, opts.iters)
     tree, tmp = None, None
@@ -96,9 +113,12 @@ def main(argv=None) -> int:
                         opts.against], check=True, capture_output=True)
     other = "against" if tree else "bare"
     try:
+        where = (f"one srun step in Slurm job {os.environ['SLURM_JOB_ID']} on "
+                 f"{os.environ.get('SLURM_JOB_NODELIST', '?')}, threads/rank as the job gives"
+                 if opts.launcher == "srun" else "mpirun, threads/rank = cores / ranks")
         print(f"# hpcdl train vs {'hpcdl train of ' + opts.against if tree else 'the bare Horovod loop'}: "
-              f"cnn, {opts.warmup} warm-up + iterations x {opts.per_iter} steps, threads/rank = "
-              f"cores / ranks; {opts.rounds} rounds, first runner alternating")
+              f"cnn, {opts.warmup} warm-up + iterations x {opts.per_iter} steps, {where}; "
+              f"{opts.rounds} rounds, first runner alternating")
         print(f"#{'model':>14} {'ranks':>5} {'round':>5} {'first':>7} {'hpcdl img/s':>16} "
               f"{other + ' img/s':>16} {'ratio':>6}")
         ratios = {(m, n): [] for m in models for n in ranks}
@@ -107,7 +127,8 @@ def main(argv=None) -> int:
                 for np_ in ranks:
                     cmds = _commands(opts, np_, _work(opts, model, size, batch, iters), tree)
                     order = ["hpcdl", other] if (rnd + np_ + k) % 2 == 0 else [other, "hpcdl"]
-                    got = {name: _run(*cmds[name], np_, opts.timeout) for name in order}
+                    got = {name: _run(*cmds[name], np_, opts.timeout, opts.launcher == "srun")
+                           for name in order}
                     ratio = got["hpcdl"][0] / got[other][0]
                     ratios[(model, size, batch, iters), np_].append(ratio)
                     print(f" {f'{model} {size}px':>14} {np_:>5} {rnd + 1:>5} {order[0]:>7} "
