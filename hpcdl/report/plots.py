@@ -22,28 +22,33 @@ _DRAWING = {}          # what forked drawers read: the analysis and the folder (
 
 def draw_plots(res: analysis.StudyAnalysis, out: Path, workers: int = 0) -> List[Path]:
     """Throughput and speedup, efficiency, the split of the step, axes compared, the model.
-    The figures are drawn by ``workers`` forked processes (default: one per core, at most 4),
-    each its share; by this one where there is one core."""
+    ``workers`` processes draw them (default: one per core, at most 4): this one and the rest
+    forked, each its share of the figures (a fork adds only the memory its drawing takes)."""
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot  # noqa: F401 - imported once, before any fork
-    workers = workers or min(4, len(os.sched_getaffinity(0)))
-    if workers < 2:
-        return [p for stem, _ in _PLOTS for p in _draw(stem, res, out)]
+    workers = min(workers or len(os.sched_getaffinity(0)), 4, len(_PLOTS))
+    stems = [stem for stem, _ in _PLOTS]
+    shares = [stems[k::workers] for k in range(max(1, workers))]
+    if len(shares) < 2:
+        return [p for stem in stems for p in _draw(stem, res, out)]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     _DRAWING.update(res=res, out=out)
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as ex:
-            drawn = list(ex.map(_draw_forked, [stem for stem, _ in _PLOTS]))
+        with ProcessPoolExecutor(len(shares) - 1,
+                                 mp_context=multiprocessing.get_context("fork")) as ex:
+            theirs = [ex.submit(_draw_forked, share) for share in shares[1:]]
+            drawn = {p.stem: p for stem in shares[0] for p in _draw(stem, res, out)}
+            drawn.update((p.stem, p) for f in theirs for p in f.result())
     finally:
         _DRAWING.clear()
-    return [p for got in drawn for p in got]
+    return [drawn[stem] for stem in stems if stem in drawn]
 
 
-def _draw_forked(stem: str) -> List[Path]:
-    return _draw(stem, _DRAWING["res"], _DRAWING["out"])
+def _draw_forked(stems: List[str]) -> List[Path]:
+    return [p for stem in stems for p in _draw(stem, _DRAWING["res"], _DRAWING["out"])]
 
 
 def _draw(stem: str, res, out: Path) -> List[Path]:
