@@ -215,7 +215,17 @@ def slim_decoder():
     record = msgspec.defstruct("Record", [(k, Any, unset) for k in REPORT_FIELDS]
                                + [("manifest", manifest, unset)])
     fast = msgspec.json.Decoder(record).decode
-    plain = msgspec.to_builtins          # the structs as dicts, their unset fields left out
+    fields = REPORT_FIELDS + ("manifest",), REPORT_MANIFEST + ("env",), REPORT_ENV
+
+    def plain(obj, level=0):
+        """The structs as dicts, their unset fields left out; what they hold is already plain
+        (msgspec.to_builtins would copy all of it again)."""
+        out = {}
+        for f in fields[level]:
+            v = getattr(obj, f)
+            if v is not unset:
+                out[f] = plain(v, level + 1) if f in ("manifest", "env") else v
+        return out
 
     def decode(text):
         try:
