@@ -112,24 +112,29 @@ def scan(path, check: Optional[Callable[[dict], Optional[str]]] = None,
     start, stop = part or (0, None)
     seen = out.hashes
     keep = keep or out.records.append
-    for lineno, text, rec, _ in records.lines(out.path, decode, start, stop,
-                                              _line_at(out.path, start)):
+    before = [0 if start <= 0 else None]     # the lines before the part: counted when first named
+
+    def number(lineno: int) -> int:
+        if before[0] is None:
+            before[0] = _line_at(out.path, start) - 1
+        return before[0] + lineno
+    for lineno, text, rec, _ in records.lines(out.path, decode, start, stop):
         digest = _hash(text)
         if digest in seen:
-            out.duplicates.append(lineno)
+            out.duplicates.append(number(lineno))
             continue
         seen.add(digest)
         if rec is None:
-            out.torn.append(lineno)
+            out.torn.append(number(lineno))
             continue
         why = check(rec) if check else None
         if why:
-            out.excluded.append(f"{out.path}:{lineno}: {why}")
+            out.excluded.append(f"{out.path}:{number(lineno)}: {why}")
             continue
         key = point(rec) if point else None
         if key is not None:
             if key in out.points:
-                out.repeated.append(f"{out.path}:{lineno}: {key[1]}")
+                out.repeated.append(f"{out.path}:{number(lineno)}: {key[1]}")
                 continue
             out.points.add(key)
         keep(rec)
