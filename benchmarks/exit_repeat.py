@@ -3,11 +3,11 @@
 (three Horovod backends, one per compression, each averaging on every rank) run again and again
 with core dumps on, counting exit statuses, signals, core files and hangs.
 
-By default each run ends as the test's script does, with ``sys.exit`` and Python's whole
-teardown; ``--leave`` ends it as hpcdl's commands do (``cli._leave``: atexit handlers, MPI
-finalised, no module teardown). ``--python`` runs another stack's interpreter (its venv).
+By default each run ends as the test's check and hpcdl's commands do (``cli._leave``: atexit
+handlers, MPI finalised, no module teardown); ``--teardown`` ends it with ``sys.exit`` and
+Python's whole teardown, as the check did before. ``--python`` runs another stack's interpreter.
 
-    python benchmarks/exit_repeat.py --runs 100 [--leave] [--python .venv-tf2.15/bin/python]
+    python benchmarks/exit_repeat.py --runs 100 [--teardown] [--python .venv-tf2.15/bin/python]
 
 Core files go where the kernel's core_pattern says; set it to a folder first to keep them
 (``echo '/tmp/cores/core.%e.%p' > /proc/sys/kernel/core_pattern``) and name it with --cores.
@@ -32,24 +32,24 @@ from hpcdl.launch import local  # noqa: E402
 TEST = ROOT / "tests" / "mpi" / "test_comm.py"
 
 
-def check_script(leave: bool) -> str:
-    """The test's check, as it is in the test file, ending with ``cli._leave`` if ``leave``."""
+def check_script(teardown: bool) -> str:
+    """The test's check, as it is in the test file, ending with ``sys.exit`` if ``teardown``."""
     text = TEST.read_text()
     body = re.search(r"CHECK = textwrap\.dedent\(r'''(.*?)'''\)", text, re.S).group(1)
     import textwrap
     body = textwrap.dedent(body)
-    end = "sys.exit(1 if total else 0)"
+    end = "cli._leave(code)"
     if end not in body:
         raise SystemExit(f"{TEST}: its check no longer ends with {end!r}")
-    return body.replace(end, "from hpcdl import cli\n"
-                             "cli._leave(1 if total else 0)") if leave else body
+    return body.replace(end, "pass") if teardown else body      # then its sys.exit(code)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--ranks", type=int, default=3)
-    ap.add_argument("--leave", action="store_true", help="end as hpcdl's commands do")
+    ap.add_argument("--teardown", action="store_true",
+                    help="end with sys.exit and Python's whole teardown")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--timeout", type=float, default=90)
     ap.add_argument("--cores", default=None, help="the folder core_pattern writes to")
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     ends = collections.Counter()
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "check_comm.py"
-        script.write_text(check_script(opts.leave))
+        script.write_text(check_script(opts.teardown))
         env = dict(os.environ, PYTHONPATH=str(ROOT), HPCDL_RING_PIECE_BYTES="4096")
         argv_ = local.mpirun_command(opts.ranks, [opts.python, str(script), "horovod"])
         t0 = time.monotonic()
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     print(file=sys.stderr)
     new = sorted(set(cores.iterdir()) - before) if cores else []
     print(f"# {opts.runs} runs of the {opts.ranks}-rank Horovod check, ending with "
-          f"{'cli._leave' if opts.leave else 'sys.exit (whole teardown)'}, {opts.python}")
+          f"{'sys.exit (whole teardown)' if opts.teardown else 'cli._leave'}, {opts.python}")
     for end, n in ends.most_common():
         print(f"  {end}: {n}")
     print(f"  core files: {len(new) if cores else 'not looked for (no --cores)'}"
