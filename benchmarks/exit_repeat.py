@@ -5,9 +5,10 @@ with core dumps on, counting exit statuses, signals, core files and hangs.
 
 By default each run ends as the test's check and hpcdl's commands do (``cli._leave``: atexit
 handlers, MPI finalised, no module teardown); ``--teardown`` ends it with ``sys.exit`` and
-Python's whole teardown, as the check did before. ``--python`` runs another stack's interpreter.
+Python's whole teardown, as the check did before. Run it with a stack's own interpreter to
+measure that stack (``.venv-tf2.15/bin/python benchmarks/exit_repeat.py``).
 
-    python benchmarks/exit_repeat.py --runs 100 [--teardown] [--python .venv-tf2.15/bin/python]
+    python benchmarks/exit_repeat.py --runs 100 [--teardown]
 
 Core files go where the kernel's core_pattern says; set it to a folder first to keep them
 (``echo '/tmp/cores/core.%e.%p' > /proc/sys/kernel/core_pattern``) and name it with --cores.
@@ -50,7 +51,6 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks", type=int, default=3)
     ap.add_argument("--teardown", action="store_true",
                     help="end with sys.exit and Python's whole teardown")
-    ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--timeout", type=float, default=90)
     ap.add_argument("--cores", default=None, help="the folder core_pattern writes to")
     opts = ap.parse_args(argv)
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         script = Path(tmp) / "check_comm.py"
         script.write_text(check_script(opts.teardown))
         env = dict(os.environ, PYTHONPATH=str(ROOT), HPCDL_RING_PIECE_BYTES="4096")
-        argv_ = local.mpirun_command(opts.ranks, [opts.python, str(script), "horovod"])
+        argv_ = local.mpirun_command(opts.ranks, [sys.executable, str(script), "horovod"])
         t0 = time.monotonic()
         for k in range(1, opts.runs + 1):
             res = local.run(argv_, timeout=opts.timeout, env=env)
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     print(file=sys.stderr)
     new = sorted(set(cores.iterdir()) - before) if cores else []
     print(f"# {opts.runs} runs of the {opts.ranks}-rank Horovod check, ending with "
-          f"{'sys.exit (whole teardown)' if opts.teardown else 'cli._leave'}, {opts.python}")
+          f"{'sys.exit (whole teardown)' if opts.teardown else 'cli._leave'}, {sys.executable}")
     for end, n in ends.most_common():
         print(f"  {end}: {n}")
     print(f"  core files: {len(new) if cores else 'not looked for (no --cores)'}"
