@@ -3,7 +3,7 @@
 This is the only module that reads the environment: the launcher's (``OMPI_COMM_WORLD_*``,
 ``PMI_*``, ``PMIX_RANK``, ``SLURM_*``, Grid Engine's ``JOB_ID``/``PE_HOSTFILE``) and hpcdl's own settings (:data:`SETTINGS`, read through
 :func:`setting`). It also owns the settings every rank gets before MPI and Horovod start
-(:data:`RANK_DEFAULTS`), and TensorFlow's ``TF_USE_LEGACY_KERAS`` (:func:`prefer_legacy_keras`,
+(:data:`RANK_DEFAULTS`), and TensorFlow's ``TF_USE_LEGACY_KERAS`` (:func:`set_legacy_keras`,
 set or taken away when hpcdl is imported). It imports nothing but the standard library, so it can run before
 TensorFlow starts and set the thread counts TensorFlow reads at start-up.
 
@@ -104,7 +104,7 @@ def apply_rank_defaults(environ=None, timeline: bool = False) -> dict:
 LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
 
 
-def prefer_legacy_keras(want: bool, environ=None) -> None:
+def set_legacy_keras(want: bool, environ=None) -> None:
     """Before TensorFlow is imported: ``want``, set TF_USE_LEGACY_KERAS=1 unless the user set
     it; else take away a TF_USE_LEGACY_KERAS that asks for tf-keras (which TensorFlow 2.15 then
     tries to import, and fails to without it: hpcdl.stack.prefer_legacy_keras decides)."""

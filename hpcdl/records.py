@@ -28,6 +28,7 @@ from .stack import package_version
 from .errors import UserError
 
 SCHEMA = "hpcdl.run/1"
+SCALINGS = ("strong", "weak")     # what a study declares its points to be (declared.scaling)
 SECTIONS = ("gradient_bytes", "replicas_identical", "weights_digest", "resumed_from", "box",
             "command", "tuning")          # what a record may carry beside its common keys
 

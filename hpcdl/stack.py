@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import List, Optional
 
-from .cluster import LEGACY_KERAS, legacy_keras, prefer_legacy_keras as set_legacy_keras
+from .cluster import LEGACY_KERAS, legacy_keras, set_legacy_keras
 from .errors import UserError
 
 STACK_FILE = "hpcdl-stack.json"

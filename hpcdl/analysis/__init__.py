@@ -22,10 +22,10 @@ from .host_spread import HostSpread
 from .loop_share import LoopShare
 from .published import PUBLISHED, PUBLISHED_INPUTS, PUBLISHED_SETUP, published_comparison
 from .reading import Digest
-from .scaling import (SCALINGS, Row, add_scaling, axes, efficiency, flag_rows, group_records,
+from .scaling import (Row, add_scaling, axes, efficiency, flag_rows, group_records,
                       karp_flatt, pooled, rows_of, speedup)
 from .systems import systems_of
-from ..records import lookup as _get
+from ..records import SCALINGS, lookup as _get
 
 # re-exported: the package's names as its users import them
 __all__ = ["PUBLISHED", "PUBLISHED_INPUTS", "PUBLISHED_SETUP", "SCALINGS", "Row", "StudyAnalysis",

@@ -129,11 +129,6 @@ def describe(s: dict) -> str:
             f"median; they wait {s['lost_s'] * 1e3:.3g} ms per step ({s['lost_share'] * 100:.0f}%)")
 
 
-def _median(values) -> Optional[float]:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
-
-
 PHASES = ("P", "input", "step", "book", "compute", "exchange", "wait", "busy_med", "busy_max")
 
 

@@ -13,9 +13,6 @@ from .reading import NONE, Digest, Repeats, axis_name
 from .. import costmodel
 
 
-SCALINGS = ("strong", "weak")
-
-
 # --- scaling maths ------------------------------------------------------------------------------
 
 def speedup(x, x0):
@@ -123,11 +120,6 @@ class Row:
         d.update(ci95=self.ci95, rest_share=self.rest_share, axis=self.axis,
                  wire_bytes=self.wire_bytes)
         return d
-
-
-def _median(values) -> Optional[float]:
-    vals = [v for v in values if v is not None]
-    return float(np.median(vals)) if vals else None
 
 
 def group_records(recs: Iterable[dict]) -> List[Row]:

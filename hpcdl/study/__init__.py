@@ -82,7 +82,6 @@ try:
 except ModuleNotFoundError:  # pragma: no cover - Python < 3.11
     import tomli as _toml  # type: ignore
 
-SCALINGS = ("strong", "weak")
 DEFAULT_TIMEOUT = 600.0
 
 # [workload] keys -> (type, hpcdl train flag). batch_size/global_batch are handled per scaling.
@@ -770,7 +769,7 @@ def _study_section(v, raw, path):
     name = v.get(st, "study.name", str, default=path.stem)
     if not _NAME_RE.match(name):
         v.fail("study.name", f"'{name}' must be letters, digits, '.', '_' or '-' (it names a folder)")
-    return (name, v.choice(st, "study.scaling", SCALINGS),
+    return (name, v.choice(st, "study.scaling", records.SCALINGS),
             v.get(st, "study.repeats", int, default=1, minimum=1),
             v.get(st, "study.description", str, default=""))
 
