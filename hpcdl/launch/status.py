@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from . import batch
+from .scheduler import ACTIVE_STATES
 from .prep import ALLOCATION_PREFIX, TUNE_PREFIX
 from .. import records
 from ..errors import UserError
 from ..study import recorded_point
 
-__all__ = ["study_status", "latest_jobs"]
+__all__ = ["study_status", "latest_jobs", "unfinished"]
 
 
 def _submissions(jobs_dir: Path) -> List[dict]:
@@ -115,3 +116,14 @@ def study_status(results_dir: Path, point_ids: Optional[Sequence[str]] = None,
             r["reason"] = _missing_file(r["point"], r, files, by_id,
                                         results_dir / "jobs") or r["reason"]
     return rows
+
+
+def unfinished(results_dir: Path) -> List[tuple]:
+    """The study's latest jobs (each point's, each tune's, the report's) that have not ended:
+    neither ended as their scheduler tells nor deleted unstarted by a tune job. Reads the
+    submission log and the schedulers only, not the records: cheap to poll."""
+    deleted: set = set()
+    latest, report_id = latest_jobs(Path(results_dir) / "jobs", None, deleted)
+    ids = [j for j in list(latest.values()) + [report_id] if j and j not in deleted]
+    states = batch.job_states(ids) if ids else {}
+    return [j for j in ids if j not in states or states[j].state in ACTIVE_STATES]

@@ -14,7 +14,6 @@ from pathlib import Path
 from .. import study as _study
 from ..errors import UserError
 from ..launch import status, study_local, submit
-from ..launch.scheduler import ACTIVE_STATES
 
 
 def register(subparsers, name: str, help_text: str) -> None:
@@ -275,14 +274,15 @@ def status_main(opts) -> int:
     rows = status.study_status(results_dir, ids, name)
     rc = 0
     if opts.wait is not None:
-        # the rows themselves are polled: a job a tune job deleted is known only to the log
+        # the submission log is polled with the schedulers: a job a tune job deleted unstarted
+        # is known only to the log
         deadline = time.monotonic() + opts.wait
-        while any(r["job_id"] and r["state"] in ACTIVE_STATES for r in rows):
+        while status.unfinished(results_dir):
             if time.monotonic() >= deadline:
                 rc = 124
                 break
             time.sleep(1.0)
-            rows = status.study_status(results_dir, ids, name)
+        rows = status.study_status(results_dir, ids, name)
         if rc == 0 and any(r["job_id"] and r["state"] != "COMPLETED" for r in rows):
             rc = 1
     if opts.json:
