@@ -43,7 +43,7 @@ def _submissions(jobs_dir: Path) -> List[dict]:
 
 
 def latest_jobs(jobs_dir: Path, files: Optional[Dict[str, str]] = None,
-                 deleted: Optional[set] = None):
+                deleted: Optional[set] = None):
     """The latest job submitted for each point, and for the report; into ``files`` the
     tuning file each one's latest job reads (a point) or makes (a tune job); into ``deleted``
     the jobs a Grid Engine tune job deleted before they started (it made no file for them)."""
