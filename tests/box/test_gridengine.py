@@ -20,7 +20,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
 
-from slurm_testing import JOB_EXPORTS, ROOT, tuned_forecast  # noqa: E402
+from slurm_testing import (JOB_EXPORTS, ROOT, failed_tune, hpcdl as _hpcdl,  # noqa: E402
+                           tuned_forecast)
 
 from hpcdl import box  # noqa: E402
 from hpcdl.launch import gridengine, jobscript  # noqa: E402
@@ -160,13 +161,6 @@ signal_lead = 60
 """
 
 
-def _hpcdl(*args, timeout=120):
-    res = subprocess.run([sys.executable, "-m", "hpcdl", *args], capture_output=True, text=True,
-                         timeout=timeout, cwd=ROOT)
-    assert res.returncode == 0, f"hpcdl {' '.join(args)}: exit {res.returncode}\n{res.stdout}\n{res.stderr}"
-    return res.stdout
-
-
 def _running(jobs: Path, name: str, jid: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while "Step " not in _output(jobs, name, jid):
@@ -290,25 +284,13 @@ def test_tuned_points_whose_qsub_tune_job_failed_are_deleted_before_they_start(s
     """-hold_jid starts a job whether the one before it succeeded or not: a tune job that ends
     without its file (tune refuses --iters 0) deletes the tuned points waiting for it, which
     never start, and status says which file is missing and which job failed, in one line."""
-    study = tmp_path / "tuned.toml"
-    tuning = tmp_path / "tuning" / "sge-2n.json"
-    study.write_text(tuned_forecast("box-sge-tuned", str(tmp_path / "tuning" / "sge-{nodes}n.json"),
-                                    'scheduler = "gridengine"').split("[model]")[0])
-    root = tmp_path / "results"
-    exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
-    _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
-           *exports, "--tune", "--knobs algorithm --iters 0")
-    res = subprocess.run([sys.executable, "-m", "hpcdl", "study", "status", str(study),
-                          "--results-root", str(root), "--wait", "200"],
-                         capture_output=True, text=True, timeout=230, cwd=ROOT)
+    tuning, res, rows = failed_tune(tmp_path, "box-sge-tuned", "sge", 'scheduler = "gridengine"')
     assert res.returncode == 1, res.stdout + res.stderr
-    rows = {r["point"]: r for r in json.loads(_hpcdl("study", "status", str(study),
-                                                     "--results-root", str(root), "--json"))}
     tune = rows["tune-sge-2n"]
     assert tune["state"] == "FAILED" and not tuning.exists(), tune
     points = [r for p, r in rows.items() if p.startswith("n2-")]
     assert len(points) == 2
-    jobs = root / "box-sge-tuned" / "jobs"
+    jobs = tmp_path / "results" / "box-sge-tuned" / "jobs"
     for r in points:
         assert r["state"] == "DELETED" and r["attempts"] == 0, r
         assert not list(jobs.glob(f"*.o{r['job_id']}")), r          # never started: no output

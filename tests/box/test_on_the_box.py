@@ -19,8 +19,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
 
 from hpcdl_testing import deliberate  # noqa: E402
-from slurm_testing import (JOB_EXPORTS, ROOT, job_output, submit_and_wait,  # noqa: E402
-                           tuned_forecast)
+from slurm_testing import (JOB_EXPORTS, ROOT, failed_tune, hpcdl as _hpcdl,  # noqa: E402
+                           job_output, submit_and_wait, tuned_forecast)
 
 from hpcdl import box  # noqa: E402
 from hpcdl.launch import jobscript, scheduler  # noqa: E402
@@ -42,13 +42,6 @@ def software(slurm_cluster):
 
 def _records(path: Path):
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
-
-
-def _hpcdl(*args, timeout=120):
-    res = subprocess.run([sys.executable, "-m", "hpcdl", *args], capture_output=True, text=True,
-                         timeout=timeout, cwd=ROOT)
-    assert res.returncode == 0, f"hpcdl {' '.join(args)}: exit {res.returncode}\n{res.stdout}\n{res.stderr}"
-    return res.stdout
 
 
 def test_a_run_on_two_box_nodes_records_hostnames_link_bytes_and_the_box(software, tmp_path):
@@ -279,20 +272,8 @@ def test_tuned_points_whose_tune_job_failed_never_start_and_status_says_why(slur
     """A tune job that ends without its file (here: tune refuses --iters 0 in the job): Slurm
     cancels the tuned points it holds (afterok, --kill-on-invalid-dep) instead of starting them
     to fail, and status says in one line which file is missing, which job failed, what to do."""
-    study = tmp_path / "tuned.toml"
-    tuning = tmp_path / "tuning" / "box-2n.json"
-    study.write_text(tuned_forecast("box-tuned", str(tmp_path / "tuning" / "box-{nodes}n.json"),
-                                    "cpus_per_task = 1").split("[model]")[0])
-    root = tmp_path / "results"
-    exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
-    _hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
-           *exports, "--tune", "--knobs algorithm --iters 0")
-    res = subprocess.run([sys.executable, "-m", "hpcdl", "study", "status", str(study),
-                          "--results-root", str(root), "--wait", "200"],
-                         capture_output=True, text=True, timeout=230, cwd=ROOT)
+    tuning, res, rows = failed_tune(tmp_path, "box-tuned", "box", "cpus_per_task = 1")
     assert res.returncode == 1, res.stdout + res.stderr
-    rows = {r["point"]: r for r in json.loads(_hpcdl("study", "status", str(study),
-                                                     "--results-root", str(root), "--json"))}
     for r in rows.values():
         deliberate(r["job_id"], "a tune job refused its options on purpose, its points and "
                                 "report without a file or a record")

@@ -1,6 +1,8 @@
 """Helpers of the Slurm tests (import as slurm_testing)."""
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -77,3 +79,31 @@ def tuned_forecast(name: str, tuning: str, scheduler: str) -> str:
     ``[slurm]`` section opened by ``scheduler``'s lines."""
     return (TUNED_FORECAST.replace("NAME", name).replace("TUNING", tuning)
             .replace("SCHEDULER", scheduler))
+
+
+def hpcdl(*args, timeout=120) -> str:
+    """``python -m hpcdl ARGS``'s output; the test fails where it exits non-zero."""
+    res = subprocess.run([sys.executable, "-m", "hpcdl", *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=ROOT)
+    assert res.returncode == 0, f"hpcdl {' '.join(args)}: exit {res.returncode}\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+def failed_tune(tmp_path: Path, name: str, stem: str, scheduler: str):
+    """:func:`tuned_forecast` without its model, submitted with --tune options tune refuses
+    (--iters 0), so its tune job ends without the file, and ``status --wait``ed on: (the tuning
+    file the points would read, that status run, the status rows by point). ``stem``: the
+    tuning file's name before ``-{nodes}n.json``."""
+    study = tmp_path / "tuned.toml"
+    study.write_text(tuned_forecast(name, str(tmp_path / "tuning" / f"{stem}-{{nodes}}n.json"),
+                                    scheduler).split("[model]")[0])
+    root = tmp_path / "results"
+    exports = [f"--export={k}={v}" for k, v in JOB_EXPORTS.items()]
+    hpcdl("study", "submit", str(study), "--results-root", str(root), "--unchecked-box",
+          *exports, "--tune", "--knobs algorithm --iters 0")
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "study", "status", str(study),
+                          "--results-root", str(root), "--wait", "200"],
+                         capture_output=True, text=True, timeout=230, cwd=ROOT)
+    rows = {r["point"]: r for r in json.loads(hpcdl("study", "status", str(study),
+                                                    "--results-root", str(root), "--json"))}
+    return tmp_path / "tuning" / f"{stem}-2n.json", res, rows
