@@ -45,6 +45,14 @@ def _run(argv: Sequence[str], cwd=None) -> subprocess.CompletedProcess:
     return scheduler.run_command(argv, cwd=cwd, daemon="sge_qmaster up? (qstat -f)")
 
 
+def _must(argv: Sequence[str], what: str, cwd=None) -> str:
+    """``argv``'s output, or UserError naming ``what`` failed and why (its own words)."""
+    res = _run(argv, cwd=cwd)
+    if res.returncode != 0:
+        raise UserError(f"{what} failed: {res.stderr.strip() or res.stdout.strip()}")
+    return res.stdout
+
+
 def qsub(script, *, hold: Sequence[str] = (), cwd=None, extra: Sequence[str] = (),
          held: bool = False) -> str:
     """Submit ``script`` with ``qsub -terse`` (after the jobs ``hold``, ``-hold_jid``; with a
@@ -53,10 +61,7 @@ def qsub(script, *, hold: Sequence[str] = (), cwd=None, extra: Sequence[str] = (
     if hold:
         argv += ["-hold_jid", ",".join(str(h) for h in hold)]
     argv.append(str(script))
-    res = _run(argv, cwd=cwd)
-    if res.returncode != 0:
-        raise UserError(f"qsub {script} failed: {res.stderr.strip() or res.stdout.strip()}")
-    return res.stdout.strip().split(".")[0]
+    return _must(argv, f"qsub {script}", cwd=cwd).strip().split(".")[0]
 
 
 def release(jid: str, waiting: Sequence[str]) -> None:
@@ -65,14 +70,9 @@ def release(jid: str, waiting: Sequence[str]) -> None:
     -hold_jid whether the job before it succeeded or not, so that job deletes them itself where
     it ends without its file (templates/study-tune.qsub)."""
     if waiting:
-        res = _run([_need("qalter"), "-ac", "hpcdl_waiting=" + ":".join(map(str, waiting)),
-                    str(jid)])
-        if res.returncode != 0:
-            raise UserError(f"qalter -ac on job {jid} failed: "
-                            f"{res.stderr.strip() or res.stdout.strip()}")
-    res = _run([_need("qrls"), str(jid)])
-    if res.returncode != 0:
-        raise UserError(f"qrls {jid} failed: {res.stderr.strip() or res.stdout.strip()}")
+        _must([_need("qalter"), "-ac", "hpcdl_waiting=" + ":".join(map(str, waiting)), str(jid)],
+              f"qalter -ac on job {jid}")
+    _must([_need("qrls"), str(jid)], f"qrls {jid}")
 
 
 def qdel(ids: Iterable[str]) -> None:

@@ -69,8 +69,8 @@ def _missing_file(pid: str, row: dict, files: Dict[str, str], rows: Dict[str, di
     """Why a point that read a tuning file did not run, in one line with the fix: the file is
     missing and the job that was to make it ended without it."""
     path = files.get(pid) or ""
-    if row["state"] not in ("CANCELLED", "FAILED", "DELETED") or not path or path.startswith("allocation:") \
-            or Path(path).is_file():
+    if row["state"] not in ("CANCELLED", "FAILED", "DELETED") or not path \
+            or path.startswith("allocation:") or Path(path).is_file():
         return None
     maker = next((rows[t] for t, f in files.items() if f == path and t.startswith(TUNE_PREFIX)
                   and t in rows), None)
