@@ -145,20 +145,16 @@ def run_timed(argv, env) -> float:
     t0 = time.perf_counter()
     res = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                          env=env, cwd=ROOT)
+    took = time.perf_counter() - t0
     if res.returncode != 0:
         sys.exit(f"{' '.join(argv)} failed:\n{res.stderr}")
-    return time.perf_counter() - t0
+    return took
 
 
 def wall(argv, repeat):
+    """(best, median) wall seconds of ``repeat`` runs."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
-        times.append(time.perf_counter() - t0)
-        if res.returncode != 0:
-            sys.exit(f"{' '.join(argv)} failed:\n{res.stderr}")
+    times = [run_timed(argv, env) for _ in range(repeat)]
     return min(times), statistics.median(times)
 
 
