@@ -30,11 +30,15 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-ALGORITHMS = ("ring", "ps", "allgather")
-# Open MPI's tuned allreduce algorithms by their number (coll_tuned_allreduce_algorithm), as
-# tables and records name them; 0 leaves the choice to the library
-OMPI_ALLREDUCE_NAMES = {0: "library's choice", 1: "basic linear", 2: "nonoverlapping",
-                        3: "recursive doubling", 4: "ring", 5: "segmented ring", 6: "Rabenseifner"}
+# Open MPI's tuned allreduce algorithms by their number (coll_tuned_allreduce_algorithm): the
+# name the exchange model knows each by (:mod:`hpcdl.analysis.allreduce`), and the name tables
+# and records print; 0 leaves the choice to the library
+OMPI_ALGORITHMS = {1: ("linear", "basic linear"), 2: ("nonoverlapping", "nonoverlapping"),
+                   3: ("recursive doubling", "recursive doubling"), 4: ("ring", "ring"),
+                   5: ("segmented ring", "segmented ring"), 6: ("rabenseifner", "Rabenseifner")}
+OMPI_ALLREDUCE = {n: model for n, (model, _) in OMPI_ALGORITHMS.items()}
+OMPI_ALLREDUCE_NAMES = {0: "library's choice",
+                        **{n: label for n, (_, label) in OMPI_ALGORITHMS.items()}}
 # Horovod 0.28's own values (the cycle time and fusion threshold since Horovod 0.21)
 HOROVOD_DEFAULTS = {"HOROVOD_CYCLE_TIME": "1", "HOROVOD_FUSION_THRESHOLD": str(128 << 20),
                     "HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}
@@ -101,7 +105,7 @@ def node_bytes(algorithm: str, n: float, p: int, root: bool = False) -> Tuple[fl
     elif algorithm == "allgather":
         each = (p - 1) * n
     else:
-        raise ValueError(f"unknown algorithm '{algorithm}': choose one of {', '.join(ALGORITHMS)}")
+        raise ValueError(f"unknown algorithm '{algorithm}': choose one of {', '.join(FORMULAS)}")
     return each, each
 
 
@@ -124,8 +128,8 @@ def algorithm_for(backend: str, compression: str = "none") -> str:
 def coefficients(algorithm: str, n, p: int) -> Tuple:
     """(a, b, c) of ``t = a*alpha + b*beta + c*gamma`` at ``n`` bytes on ``p`` ranks (0 at p = 1)."""
     n = np.asarray(n, dtype=np.float64)
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm '{algorithm}': choose one of {', '.join(ALGORITHMS)}")
+    if algorithm not in FORMULAS:
+        raise ValueError(f"unknown algorithm '{algorithm}': choose one of {', '.join(FORMULAS)}")
     p = np.asarray(p, dtype=np.float64)
     one = np.where(p > 1, 1.0, 0.0) * np.ones_like(n)
     if algorithm == "ring":

@@ -10,10 +10,7 @@ from .. import costmodel
 from ..records import lookup as _get
 
 from ..costmodel import FRAMING, payload   # noqa: F401  (the link model's payload rate)
-
-# Open MPI's tuned allreduce algorithms (coll_tuned_allreduce_algorithm)
-OMPI_ALLREDUCE = {1: "linear", 2: "nonoverlapping", 3: "recursive doubling", 4: "ring",
-                  5: "segmented ring", 6: "rabenseifner"}
+from ..costmodel import OMPI_ALLREDUCE       # noqa: F401  (Open MPI's algorithms, by number)
 
 
 # Open MPI 4.1's fixed decision (ompi_coll_tuned_allreduce_intra_dec_fixed, commutative

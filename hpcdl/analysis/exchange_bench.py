@@ -25,7 +25,7 @@ from .. import costmodel
 from ..costmodel import OMPI_ALLREDUCE_NAMES
 
 # the algorithms a tuning file times, Open MPI's number -> the name :mod:`.allreduce` models it by
-ALGORITHMS = {n: OMPI_ALLREDUCE[n] for n in (3, 4, 6)}
+TIMED = {n: OMPI_ALLREDUCE[n] for n in (3, 4, 6)}
 
 SCHEMA = "hpcdl.tuning/1"
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -92,7 +92,7 @@ class Bench:
         doc = self._matching(path, nodes, compression, wire)
         rest = setting.split(", ", 1)[1] if ", " in setting else ""
         out = {}
-        for number, name in ALGORITHMS.items():
+        for number, name in TIMED.items():
             got = None if doc is None else _timed(doc, path, compression,
                                                   f"{OMPI_ALLREDUCE_NAMES[number]}, {rest}")
             if got is not None:

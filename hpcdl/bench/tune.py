@@ -95,7 +95,7 @@ KNOBS = {"cycle": ("HOROVOD_CYCLE_TIME", ("1", "0.2", "5")),
          "fusion": ("HOROVOD_FUSION_THRESHOLD", (str(128 * MIB), str(32 * MIB), str(8 * MIB))),
          "hierarchical": ("HOROVOD_HIERARCHICAL_ALLREDUCE", ("0", "1"))}
 # Open MPI allreduce algorithms tried, as (number, segment bytes); 0 is the library's choice
-ALGORITHMS = ((0, 0), (4, 0), (5, MIB), (6, 0), (3, 0))
+CANDIDATES = ((0, 0), (4, 0), (5, MIB), (6, 0), (3, 0))
 # hpcdl's flat backends, candidates with --knobs backend
 FLAT = ("ring", "mpi")
 
@@ -627,7 +627,7 @@ def main(opts) -> int:
     if cluster.discover().size > 1:
         raise UserError("run hpcdl tune itself, not under mpirun or srun: it launches the ranks")
     se = Search(opts, comps, [k for k in knobs if k not in ("algorithm", "backend")],
-                list(ALGORITHMS) if "algorithm" in knobs else [(0, 0)],
+                list(CANDIDATES) if "algorithm" in knobs else [(0, 0)],
                 backends=list(FLAT) if "backend" in knobs else [])
     started = time.monotonic()
     se.out = opts.out

@@ -21,12 +21,9 @@ import ctypes.util
 import importlib
 from typing import Optional
 
-from ..costmodel import OMPI_ALLREDUCE_NAMES
-
 ALGORITHM = "coll_tuned_allreduce_algorithm"
 SEGMENT = "coll_tuned_allreduce_algorithm_segmentsize"
 DYNAMIC = "coll_tuned_use_dynamic_rules"
-ALGORITHMS = OMPI_ALLREDUCE_NAMES
 
 _lib = None
 _started = False
