@@ -17,7 +17,7 @@ import socket
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 __all__ = ["Layout", "discover", "threads_per_rank", "configure_threads", "apply_tf_threads",
            "pin_gpu", "log", "is_root", "launcher_env", "SETTINGS", "setting", "RANK_DEFAULTS",
@@ -461,15 +461,21 @@ def threads_per_rank(layout: Optional[Layout] = None, env: Optional[Mapping[str,
     return cpus_granted(layout.local_size, quota=cgroup_cpu_limit())
 
 
-def configure_threads(layout: Optional[Layout] = None, env=None) -> int:
-    """Export OMP_NUM_THREADS and TensorFlow's intra/inter-op thread counts before TF starts."""
-    env = os.environ if env is None else env
+def thread_env(layout: Optional[Layout] = None, env=None) -> Dict[str, str]:
+    """The thread counts OpenMP and TensorFlow read at start-up, for :func:`threads_per_rank`:
+    what hpcdl train sets, and what a study's own command gets (:mod:`hpcdl.launch.with_threads`)."""
     n = threads_per_rank(layout, env)
-    env["OMP_NUM_THREADS"] = str(n)
-    env["TF_NUM_INTRAOP_THREADS"] = str(n)
-    env["TF_NUM_INTEROP_THREADS"] = str(max(1, min(2, n)))
+    return {"OMP_NUM_THREADS": str(n), "TF_NUM_INTRAOP_THREADS": str(n),
+            "TF_NUM_INTEROP_THREADS": str(max(1, min(2, n)))}
+
+
+def configure_threads(layout: Optional[Layout] = None, env=None) -> int:
+    """Export :func:`thread_env` before TF starts; the thread count."""
+    env = os.environ if env is None else env
+    counts = thread_env(layout, env)
+    env.update(counts)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return n
+    return int(counts["OMP_NUM_THREADS"])
 
 
 def apply_tf_threads(tf, n: int) -> None:

@@ -77,6 +77,12 @@ def spec_for(study, point, results_dir=None, launcher: str = "mpirun") -> Spec:
     return spec
 
 
+def with_threads(argv: Sequence[str], python: Optional[str] = None) -> List[str]:
+    """The argv each rank starts: the command through :mod:`.with_threads`, which gives it the
+    threads hpcdl train would take."""
+    return [python or sys.executable, "-m", "hpcdl.launch.with_threads", *argv]
+
+
 def environment(spec: Spec) -> Dict[str, str]:
     """What every rank of the command gets: hpcdl's Keras callback reads its study, point,
     declarations and results file from here, so the script needs no hpcdl options."""

@@ -58,7 +58,8 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
     done_time = 0.0
     for k, point in enumerate(todo, 1):
         spec = command.spec_for(study, point) if point.script else None
-        words = spec.argv if spec else local.hpcdl_command(point.command(runs))
+        words = (command.with_threads(spec.argv) if spec
+                 else local.hpcdl_command(point.command(runs)))
         argv = local.mpirun_command(point.ranks, words, extra=study.mpirun_args)
         elapsed = time.monotonic() - t_start
         eta = f", ETA {_fmt(done_time / (k - 1) * (len(todo) - k + 1))}" if k > 1 else ""
@@ -180,8 +181,6 @@ def _run_command(spec, argv, env, limit_s, stream, out):
     the point's log, then write the point's record and say what it holds."""
     command.prepare(spec)
     env = {**env, **spec.env}
-    if env.get("HPCDL_THREADS"):                 # [run] threads_per_rank, for TensorFlow too
-        env.setdefault("TF_NUM_INTRAOP_THREADS", env["HPCDL_THREADS"])
     res = local.run(argv, timeout=limit_s, env=env, log=spec.log)
     rec = command.finish(spec, res.returncode, res.elapsed, res.timed_out)
     for line in command.summary(rec):

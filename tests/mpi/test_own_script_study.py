@@ -113,3 +113,30 @@ def test_a_crash_on_one_rank_ends_that_point_and_the_study_goes_on(tmp_path):
     # Run again: the recorded point is skipped, the failed one is tried again.
     out = hpcdl("study", "run", str(path), "--results-root", str(tmp_path / "r"), expect=1)
     assert "1 point(s) already recorded" in out and "[1/1] n1-r2-script-none-rep0" in out
+
+
+def test_each_rank_of_a_command_gets_the_threads_hpcdl_train_would_take(tmp_path):
+    """[run] threads_per_rank reaches OpenMP's and TensorFlow's thread counts in every rank of
+    the user's command, as it does hpcdl train's (hpcdl.launch.with_threads); a count the user
+    exported stays."""
+    seen = tmp_path / "threads.txt"
+    path = tmp_path / "threads.toml"
+    path.write_text(textwrap.dedent(f"""\
+        [study]
+        name = "threads"
+        scaling = "weak"
+
+        [workload]
+        command = ["sh", "-c", "echo $OMP_NUM_THREADS $TF_NUM_INTRAOP_THREADS $TF_NUM_INTEROP_THREADS >> {seen}"]
+        batch_size = 32
+
+        [layout]
+        ranks = [2]
+
+        [run]
+        timeout = 60
+        threads_per_rank = 3
+        env = {{TF_NUM_INTEROP_THREADS = "1"}}
+        """))
+    hpcdl("study", "run", str(path), "--results-root", str(tmp_path / "r"), timeout=120)
+    assert seen.read_text().splitlines() == ["3 3 1", "3 3 1"]

@@ -214,6 +214,8 @@ def test_the_command_job_script_matches_golden_requeues_and_records_whatever_the
     script.write_text(step.text)
     assert subprocess.run(["bash", "-n", str(script)], timeout=10).returncode == 0
     assert "#SBATCH --requeue" in step.text and "--signal" not in step.text
+    # each rank takes its threads by hpcdl train's rule, not a rule of the script's own
+    assert "COMMAND=(python -m hpcdl.launch.with_threads python train.py" in step.text
     assert "export HPCDL_RESULTS=/opt/hpcdl/results/mine/points/n2-r2-script-none-rep0.jsonl" in step.text
     assert ('-m hpcdl.launch.command "$SPEC" --exit-status "$rc"' in step.text
             and step.text.rstrip().endswith('exit "$rc"'))
