@@ -153,3 +153,21 @@ def test_help_is_written_for_users():
     assert any(name == "train" for name, _ in helps)
     bad = [f"{name}: {w!r}" for name, text in helps for w in MAINTAINER_WORDS if w in text]
     assert bad == []
+
+
+def test_where_to_look_names_a_room_file_and_function_that_exist():
+    """docs/architecture.md's "Where to look": each behaviour's room is the module of the file
+    it names, and the function it names is defined there."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    part = text.split("## Where to look", 1)[1].split("\n## ", 1)[0]
+    rows = [r for r in part.splitlines() if r.startswith("| ") and "`" in r]
+    assert len(rows) >= 5, "the table did not parse"
+    for row in rows:
+        _, room, where = [c.strip() for c in row.strip("|").split("|")]
+        path, *funcs = re.findall(r"`([^`]+)`", where)
+        assert (ROOT / path).is_file(), row
+        if path.endswith(".py"):
+            assert path[:-3].replace("/", ".") == "hpcdl." + room.strip("`"), row
+            source = (ROOT / path).read_text()
+            for f in (f for f in funcs if "/" not in f):
+                assert re.search(rf"^def {re.escape(f)}\(", source, re.M), (row, f)
