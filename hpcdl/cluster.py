@@ -6,9 +6,6 @@ This is the only module that reads the environment: the launcher's (``OMPI_COMM_
 (:data:`RANK_DEFAULTS`), and TensorFlow's ``TF_USE_LEGACY_KERAS`` (:func:`set_legacy_keras`,
 set or taken away when hpcdl is imported). It imports nothing but the standard library, so it can run before
 TensorFlow starts and set the thread counts TensorFlow reads at start-up.
-
-Past 400 lines because what a rank was granted includes its cgroup's CPU quota: the quota's
-reading (cores, and how often it held the rank back) lives beside the thread counts it decides.
 """
 from __future__ import annotations
 

@@ -4,9 +4,6 @@ One record per run, one line per record. Writers append the whole line in a sing
 under an exclusive ``flock`` and ``fsync`` it, so several jobs of a study may append to the same
 file at once and a crash leaves at most one torn last line. Readers report a torn or corrupt line
 and skip it; they never rewrite the file.
-
-A little over 400 lines: the record's builder, its manifest (code, versions, processor, settings)
-and the readers (whole records, and the report's slim one) are one contract, kept in one place.
 """
 from __future__ import annotations
 

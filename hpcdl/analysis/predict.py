@@ -2,64 +2,32 @@
 points part by part (compute, exchange, step), checked at every point it was not fitted to,
 beside two baselines, with bands from its own out-of-sample error and their measured coverage.
 
-The parts, for p ranks (one per node) at per-rank batch b, from the calibration runs only:
+The parts, for p ranks (one per node) at per-rank batch b, from the calibration runs only
+(why each has its form, with the measurements behind it: docs/decisions.md):
 
 - **compute** of one rank is ``center(p, b) = c·b·(1 + k·[p > 1])``: c per sample from the
-  1-node runs (compute proportional to the batch), k from the largest calibrated p: as soon as a
-  rank has a peer, the exchange's background work (Horovod's cycle negotiating with the others,
-  MPI's progress) takes a share of its node's CPU. That share grows with the node count (on the
-  box's 0.2-core nodes 15% of a computing rank's CPU at 2 nodes, 20% at 4, 21% at 8), which no
-  run on at most 2 nodes shows (1 + k·log2 p, a form tried before, over-predicted 8 nodes'
-  compute by more than half): where a short benchmark on the allocation measured it (a loop
-  file, :mod:`.loop_share`), a Horovod axis's compute beyond its calibration is also
-  ``(1 - s(p_cal)) / (1 - s(p))`` as long; else it stays at 1 + k. A step waits for its slowest
-  rank: the slowest rank's median probe, the figure records carry, is ``center × E[max of p
-  draws]`` of the ranks' medians relative to their run's center (the spread measured at the
-  calibration points, first probe of each rank left out: it traces the graph), and that is also
-  the compute the step pays. Beyond the calibration, where a short benchmark on the allocation
-  measured how far its nodes lie apart computing at once (a spread file, :mod:`.host_spread`),
-  the p ranks are drawn from the spread it measured at the largest node count <= p instead: two
-  ranks about their own mean show less of the nodes' spread than eight nodes of a shared host
-  do, and eight ranks of one training (a coupled spread file) more than eight independent
-  nodes. Measured on the five box CNN studies' Horovod points, the step beyond its exchange
-  timed alone is 1.02, 1.00 and 1.02 × that compute at 2, 4 and 8 nodes; the
-  expected maximum of p single probes, the form used before, grows faster with p and put the
-  8-node step 3% of the step too high once the compute itself was right.
-- **exchange** timed alone is the bytes the allreduce algorithm puts on each link: the algorithm
-  the MPI library runs at that rank count and size (Open MPI's fixed decision, or the one the run
-  pinned with ``coll_tuned_allreduce_algorithm``; hpcdl's own ring and parameter server as they
-  are written; :mod:`.allreduce`), at the link's payload rate where the records carry it (the
-  cluster box), plus what the calibration runs spent beyond that: where the algorithm sends and
-  receives over one connection at once, a share of the other direction's bytes (on a shaped link
-  each direction's data queues with the other's acknowledgements), else a fixed time per
-  exchange. So a run at another rate is predicted from its rate alone. Without a link rate, one
-  time per link byte is fitted. The latency term is left out: one multi-rank node count cannot
-  tell it from bandwidth, and the box's links add none. A study that declares a bench fit as
-  well (``[model] fit`` beside ``calibrate``) takes the exchange from the fit instead: α and β
-  of ``hpcdl bench allreduce`` on the allocation, through the same path a training step calls,
-  at any rank count (:func:`hpcdl.costmodel.predict_fit`). Or a held-out point's exchange is
-  measured on its own allocation: what ``hpcdl tune`` timed there for the setting its runs ran
-  (:mod:`.exchange_bench`); the model's own stays beside it, to say what it would have missed.
-- **step** = compute + fixed + exchange − min(exchange, window × compute): fixed is
-  the 1-node step beyond its compute, window the share of the compute the exchange hid behind
-  at the calibration points (0 for the parameter server, whose exchange follows the backward
-  pass); none is taken as hidden beyond the calibrated node count (on the box 2-node Horovod
-  points hid up to 89% of their exchange, 3-node 16–61%, 5-node 18–31%, 4, 6 and 8 about none).
-  An allreduce starts when its slowest rank is ready, so the step pays the slowest rank's
-  compute; the parameter server takes each worker's push as it comes, the others' pushes on its
-  link while the slowest still computes, so its step pays the ranks' center (on the box CNN
-  studies' 4- and 8-node ps points the step beyond its exchange timed alone is 0.86–0.94 × the
-  slowest worker's compute, about the center).
+  1-node runs, k the share of a node's CPU the exchange's background work takes as soon as a
+  rank has a peer, from the largest calibrated p. Beyond the calibration, a loop file
+  (:mod:`.loop_share`) scales it by the share at p. The step pays the slowest rank: ``center ×
+  E[max of p draws]`` of the ranks' medians about their run's center, drawn from the
+  calibration's spread or, beyond it, from a spread file (:mod:`.host_spread`).
+- **exchange** timed alone is the bytes the allreduce algorithm the MPI library runs puts on
+  each link (:mod:`.allreduce`) at the link's payload rate where the records carry it, plus what
+  the calibration runs spent beyond that (a share of the other direction's bytes where one
+  connection carries both, else a fixed time per exchange); without a link rate, one time per
+  link byte. A bench fit (``[model] fit``) or an exchange measured by ``hpcdl tune`` on the
+  held-out point's allocation (:mod:`.exchange_bench`) takes its place where the study names it.
+- **step** = compute + fixed + exchange − min(exchange, window × compute): fixed is the 1-node
+  step beyond its compute, window the share of the compute the exchange hid behind at the
+  calibration points (0 for the parameter server, whose step pays the ranks' center); none is
+  taken as hidden beyond the calibrated node count.
 
 Baselines, on the same calibration points: *naive*, efficiency stays at its largest calibrated
-point's; *one-parameter*, the 1-node step plus one β (α = 0) from the largest calibrated point's
-excess over it, with the ring's (or the parameter server's) coefficient. The band is conformal:
-the 90% quantile of the relative errors of predicting each calibration run left out (one repeat,
-all axes pooled; beyond ten repeats, one of ten folds), applied to the prediction; beyond the
-calibration its lower edge is applied to the step as if the exchange hid as it did at the
-calibration (``step_if_hidden``), since how much hides there is not known. Its coverage is
-counted on the held-out points; :mod:`.floor` says how close these repeats let them check.
-(Past 400 lines: the model's statement here and its one implementation below stay together.)
+point's; *one-parameter*, the 1-node step plus one β from the largest calibrated point's excess.
+The band is conformal: the 90% quantile of the relative errors of predicting each calibration
+run left out, applied to the prediction; beyond the calibration its lower edge takes the
+exchange as hidden as at the calibration. Its coverage is counted on the held-out points;
+:mod:`.floor` says how close these repeats let them check.
 """
 from __future__ import annotations
 

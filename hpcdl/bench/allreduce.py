@@ -13,9 +13,7 @@ MPI_Allreduce. Sizes count float32 bytes whatever the compression, so a compress
 busbw is the effective one. Rank 0 prints the table and appends one ``hpcdl.bench/1`` record to
 ``--results``.
 
-``hpcdl bench fit`` (:mod:`hpcdl.bench.fit`) fits the cost model to such records. This module is
-a little over 400 lines: the sweep end to end (options, test data and its check, plan, measure,
-format, record), each a function of its own.
+``hpcdl bench fit`` (:mod:`hpcdl.bench.fit`) fits the cost model to such records.
 """
 from __future__ import annotations
 

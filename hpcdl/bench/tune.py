@@ -63,9 +63,7 @@ search follows the first compression asked for; every launch times each compress
 and each takes the search's result where it is faster for it.
 
 This module is the driver; a launch's ranks run :mod:`.tune_launch`, which prints its figures as
-one JSON line the driver reads. Over 400 lines: the search, its confirmation, the picks, the
-table and the tuning file all read one :class:`Search`'s figures and names, which a split would
-pass back and forth.
+one JSON line the driver reads.
 
 Not tried: Horovod over Gloo. Its controller needs horovodrun's rendezvous; with the MPI
 controller, Horovod 0.28 crashes when its CPU operations are switched to Gloo.

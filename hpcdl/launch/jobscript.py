@@ -4,10 +4,7 @@ The templates ship inside the package (``hpcdl/templates``, read with ``importli
 with ``{{name}}`` placeholders and ``{{> part}}`` includes of ``_part.sh``. The ``#SBATCH`` lines
 are sorted ``--key=value`` lines, so a rendered script can be compared with a golden file.
 ``python -m hpcdl.launch.jobscript`` writes the script of one training run (Slurm, or Grid
-Engine as on TSUBAME). Standard library only: this runs on a login node without TensorFlow. It
-runs past 400 lines on purpose: the settings block, the sbatch rules and every template's renderer
-(one run, a study's point of hpcdl train or of the user's command, the report, Grid Engine) are
-one rendering rule, kept in one place.
+Engine as on TSUBAME). Standard library only: this runs on a login node without TensorFlow.
 """
 from __future__ import annotations
 

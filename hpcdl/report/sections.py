@@ -3,8 +3,7 @@ Markdown (and, where the analysis holds none, its entry in ``report.json``) from
 
 The order sections are registered in is the order of the Markdown; ``files_at`` places a
 section's tables in the report's list of files (and so in its closing "Files:" line). Adding a
-section is one function with :func:`section` above it; nothing else changes. The module runs past
-400 lines on purpose: every section's tables and words read best beside each other.
+section is one function with :func:`section` above it; nothing else changes.
 """
 from __future__ import annotations
 

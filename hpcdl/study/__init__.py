@@ -6,9 +6,7 @@ repeats, the backend and compression axes, how to run a point locally and the Sl
 :func:`load` checks all of it and raises :class:`StudyError` naming the file, the key and what is
 allowed; :meth:`Study.points` lists the runs in the order they are run.
 
-Standard library only: launchers, the report and the Slurm renderer all import this module. It
-runs past 400 lines on purpose: the whole study-file format, its validation, the rules that
-depend on it (what counts as recorded, a Slurm time) and its expansion into runs, in one place.
+Standard library only: launchers, the report and the Slurm renderer all import this module.
 
 Example::
 

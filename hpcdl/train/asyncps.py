@@ -23,9 +23,6 @@ Training ends when every worker has made its steps, or when the server stops it:
 reached in an evaluation of the server's parameters, or a worker asking to stop (a signal, a
 stop file, the time limit), after which each worker gets "stop" in place of its parameters.
 A dead worker or server ends the job through the launcher, as for the other backends.
-
-The module runs past 400 lines on purpose: the server, its workers and the figures made of their
-logs share one protocol (its tags, the order of a reply's two messages) and read best together.
 """
 from __future__ import annotations
 

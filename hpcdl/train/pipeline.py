@@ -21,9 +21,6 @@ activations forward and their gradients backward at every cut, against the 2(p -
 ring allreduce of the same model's n gradient bytes sends per rank when data parallel.
 Beside GPipe's figure, the record has the bubble that schedule gives for the stages' timed
 costs, (M - 1) x the slowest + each once, which unequal stages raise.
-
-The module runs past 400 lines on purpose: the cut, the stage's step and the figures made of
-it share the stages' functions and their timing, and read best together.
 """
 from __future__ import annotations
 

@@ -188,9 +188,23 @@ def test_no_function_is_longer_than_80_lines():
     assert long == []
 
 
-def test_a_module_past_400_lines_says_why_in_its_docstring():
+MAX_MODULE_LINES = 500
+# modules still to be split, at their size when this list was made: each may shrink, none may
+# grow, and a module leaves the list once it is under the limit
+TO_SPLIT = {"hpcdl/study/__init__.py": 1044, "hpcdl/report/sections.py": 968,
+            "hpcdl/bench/tune.py": 657, "hpcdl/train/asyncps.py": 619,
+            "hpcdl/train/pipeline.py": 602, "hpcdl/cluster.py": 527,
+            "hpcdl/launch/jobscript.py": 513}
+
+
+def test_no_module_is_past_500_lines():
+    over = {}
     for path in sorted(PKG.rglob("*.py")):
-        text = path.read_text()
-        if len(text.splitlines()) > 400:
-            doc = ast.get_docstring(ast.parse(text)) or ""
-            assert re.search(r"400\s+lines", doc), f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines"
+        n = len(path.read_text().splitlines())
+        rel = str(path.relative_to(ROOT))
+        if n > TO_SPLIT.get(rel, MAX_MODULE_LINES):
+            over[rel] = n
+    assert over == {}, f"past {MAX_MODULE_LINES} lines (or past their size on the list): {over}"
+    # the list holds only modules that still need it
+    assert {rel for rel in TO_SPLIT
+            if len((ROOT / rel).read_text().splitlines()) <= MAX_MODULE_LINES} == set()
