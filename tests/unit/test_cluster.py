@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl import cluster
+from hpcdl import cgroup, cluster
 from hpcdl_testing import ROOT
 
 OMPI = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
@@ -112,8 +112,8 @@ def test_what_a_cpu_quota_held_back_is_read_from_its_cgroup_v2_and_v1(tmp_path):
     (v2 / "job" / "cpu.stat").write_text("usage_usec 3000000\nuser_usec 2500000\n"
                                          "nr_periods 50\nnr_throttled 40\n"
                                          "throttled_usec 1500000\n")
-    found = cluster._limiting_cgroup("0::/job\n", _mountinfo(tmp_path / "v1", v2))
-    assert cluster.cgroup_cpu_usage(found) == {"cores": 0.2, "period_us": 100000, "usage_s": 3.0,
+    found = cgroup._limiting_cgroup("0::/job\n", _mountinfo(tmp_path / "v1", v2))
+    assert cgroup.cgroup_cpu_usage(found) == {"cores": 0.2, "period_us": 100000, "usage_s": 3.0,
                                                "throttled_s": 1.5, "periods": 50,
                                                "throttled_periods": 40}
     v1 = tmp_path / "cpu"
@@ -122,12 +122,12 @@ def test_what_a_cpu_quota_held_back_is_read_from_its_cgroup_v2_and_v1(tmp_path):
     (v1 / "n1" / "cpu.cfs_period_us").write_text("10000\n")
     (v1 / "n1" / "cpu.stat").write_text("nr_periods 16158\nnr_throttled 15938\n"
                                         "throttled_time 142161447440\nnr_bursts 0\n")
-    found = cluster._limiting_cgroup("3:cpu,cpuacct:/n1\n", _mountinfo(v1, v2))
-    got = cluster.cgroup_cpu_usage(found)
+    found = cgroup._limiting_cgroup("3:cpu,cpuacct:/n1\n", _mountinfo(v1, v2))
+    got = cgroup.cgroup_cpu_usage(found)
     assert got["cores"] == 0.2 and got["period_us"] == 10000
     assert got["usage_s"] is None                                # cpuacct not beside it
     assert got["throttled_s"] == pytest.approx(142.16144744) and got["throttled_periods"] == 15938
-    assert cluster.cgroup_cpu_usage(cluster._limiting_cgroup("3:cpu:/\n", _mountinfo(v1, v2))) \
+    assert cgroup.cgroup_cpu_usage(cgroup._limiting_cgroup("3:cpu:/\n", _mountinfo(v1, v2))) \
         is None                                                  # no quota, nothing to say
 
 
