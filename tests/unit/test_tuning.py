@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from hpcdl.bench import tune, tune_launch
+from hpcdl.bench import tune, tune_file, tune_launch
 from hpcdl.comm import tuning
 from hpcdl.errors import UserError
 
@@ -94,7 +94,7 @@ def test_the_search_result_is_taken_when_faster_and_written_as_full_settings(mon
         monkeypatch.delenv(k, raising=False)
     se = _search()
     confirm = {"default": {"none": [0.010, 0.011, 0.012]}, "pick": {"none": [0.005, 0.006, 0.007]}}
-    pick = tune._picks(se, {"HOROVOD_CYCLE_TIME": "0.2"}, (4, 0), confirm)["none"]
+    pick = tune_file.picks(se, {"HOROVOD_CYCLE_TIME": "0.2"}, (4, 0), confirm)["none"]
     assert pick["name"] == "ring, cycle 0.2 ms, fusion 128 MiB"
     assert pick["exchange_s"] == 0.006 and pick["default_s"] == 0.011
     assert pick["gain"] == pytest.approx(0.011 / 0.006)
@@ -111,14 +111,14 @@ def test_a_gain_within_the_margin_keeps_the_default_and_the_job_environment(monk
     monkeypatch.delenv("HOROVOD_CYCLE_TIME", raising=False)
     se = _search()
     confirm = {"default": {"none": [0.0100] * 3}, "pick": {"none": [0.0099] * 3}}
-    pick = tune._picks(se, {"HOROVOD_CYCLE_TIME": "5"}, (4, 0), confirm)["none"]
+    pick = tune_file.picks(se, {"HOROVOD_CYCLE_TIME": "5"}, (4, 0), confirm)["none"]
     assert pick["name"] == "library's choice, cycle 1 ms, fusion 64 MiB" and pick["gain"] == 1.0
     assert pick["searched"] == "ring, cycle 5 ms, fusion 64 MiB"
     assert pick["env"]["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "0"
     assert pick["env"]["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "0"
     assert pick["env"]["HOROVOD_FUSION_THRESHOLD"] == str(64 << 20)
     se.opts.margin = 0.0
-    assert tune._picks(se, {"HOROVOD_CYCLE_TIME": "5"}, (4, 0), confirm)["none"]["name"] \
+    assert tune_file.picks(se, {"HOROVOD_CYCLE_TIME": "5"}, (4, 0), confirm)["none"]["name"] \
         .startswith("ring")
 
 
@@ -144,7 +144,7 @@ def test_an_algorithm_only_search_is_decided_by_the_launches_that_ran_it_beside_
     monkeypatch.setattr(tune, "_launch", lambda *a: pytest.fail("no launch is needed"))
     confirm = tune._confirm(se, {}, (4, 0))
     assert confirm == {"default": {"none": [0.7, 0.71, 0.72]}, "pick": {"none": [0.41, 0.43, 0.42]}}
-    pick = tune._picks(se, {}, (4, 0), confirm)["none"]
+    pick = tune_file.picks(se, {}, (4, 0), confirm)["none"]
     assert pick["name"].startswith("ring") and pick["gain"] == pytest.approx(0.71 / 0.42)
 
 
@@ -161,12 +161,12 @@ def test_an_algorithm_only_search_lets_each_compression_take_its_own_fastest_alg
         "native": [0.59], "bytes": 4 << 20, "ranks": 4, "nodes": 4, "tensors": 10,
         "link_limit_s": 0.277}]
     confirm = tune._confirm(se, {}, (5, 1 << 20))
-    picks = tune._picks(se, {}, (5, 1 << 20), confirm)
+    picks = tune_file.picks(se, {}, (5, 1 << 20), confirm)
     assert picks["none"]["name"].startswith("segmented ring")
     assert picks["fp16"]["name"].startswith("ring,")
     assert picks["fp16"]["env"]["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "4"
     assert picks["fp16"]["exchange_s"] == pytest.approx(0.2205)
-    table = tune._table(se, picks, se.runs[tune._key(se.effective({}))][0])
+    table = tune_file.table(se, picks, se.runs[tune._key(se.effective({}))][0])
     # the link carries fp16's half as many bytes: its limit is half fp32's
     fp16_ring = next(line for line in table if line.startswith(" fp16 *ring"))
     assert fp16_ring.split()[-1] == f"{0.277 / 2 / 0.2205:.2f}"
@@ -182,8 +182,8 @@ def test_where_ranks_share_memory_the_table_measures_against_a_memcpy_of_the_byt
              "bytes": 64 << 20, "ranks": 2, "nodes": 1, "tensors": 1, "link_limit_s": None,
              "memcpy_s": 0.004}
     se.runs[tune._key(se.effective({}))] = [first]
-    picks = tune._picks(se, {}, (4, 0), tune._confirm(se, {}, (4, 0)))
-    table = tune._table(se, picks, first)
+    picks = tune_file.picks(se, {}, (4, 0), tune._confirm(se, {}, (4, 0)))
+    table = tune_file.table(se, picks, first)
     assert table[0].endswith(" vs memcpy")
     assert next(ln for ln in table if ln.startswith(" none *ring")).split()[-1] == "0.50"
     assert "a memcpy of those bytes on every rank at once 4.00 ms" in "\n".join(table)
@@ -206,18 +206,18 @@ def test_a_horovod_knob_goes_by_the_step_the_compute_beside_its_thread_included(
     assert se.compute(five, "0/0") is None              # launches of other algorithms: none
     confirm = {"default": {"none": [0.40] * 3}, "pick": {"none": [0.41] * 3},
                "compute": {"default": 1.46, "pick": 1.26}}
-    pick = tune._picks(se, five, (4, 0), confirm)["none"]
+    pick = tune_file.picks(se, five, (4, 0), confirm)["none"]
     assert pick["chosen"] and pick["name"] == "ring, cycle 5 ms, fusion 128 MiB"
     assert pick["gain"] < 1 and pick["step_gain"] == pytest.approx(1.86 / 1.67)
     assert pick["compute_s"] == 1.26 and pick["default_compute_s"] == 1.46
-    table = tune._table(se, {"none": pick}, facts)
+    table = tune_file.table(se, {"none": pick}, facts)
     row = next(ln for ln in table if ln.startswith(" none *"))
     assert row.split()[-5:-3] == ["411.00", "1260.0"]          # exchange, compute beside it
     line = table[-1]
     assert "1260.0 ms against 1460.0 ms computing beside it, so the file takes it (1.11x)" in line
     # without the compute beside both, the exchange alone decides
     del confirm["compute"]
-    assert not tune._picks(se, five, (4, 0), confirm)["none"]["chosen"]
+    assert not tune_file.picks(se, five, (4, 0), confirm)["none"]["chosen"]
 
 
 def test_an_algorithm_far_slower_for_every_compression_after_the_first_round_is_dropped():
@@ -314,7 +314,7 @@ def test_a_flat_backend_faster_than_horovods_pick_by_the_margin_becomes_the_pick
         monkeypatch.delenv(k, raising=False)
     se = _search()
     five = {"HOROVOD_CYCLE_TIME": "5"}
-    pick = tune._picks(se, five, (4, 0), _flat_confirm([0.004] * 3, [0.009] * 3))["none"]
+    pick = tune_file.picks(se, five, (4, 0), _flat_confirm([0.004] * 3, [0.009] * 3))["none"]
     assert pick["backend"] == "ring" and pick["exchange_s"] == 0.004
     assert pick["horovod_pick"] == "ring, cycle 5 ms, fusion 128 MiB"
     assert pick["flat_gain"] == pytest.approx(0.008 / 0.004)
@@ -324,7 +324,7 @@ def test_a_flat_backend_faster_than_horovods_pick_by_the_margin_becomes_the_pick
     assert set(pick["env"]) == set(tuning.SETTINGS)
     assert len(pick["flat_candidates"]) == 4
     # within the margin of Horovod's pick: Horovod stays
-    pick = tune._picks(se, five, (4, 0), _flat_confirm([0.0079] * 3, [0.009] * 3))["none"]
+    pick = tune_file.picks(se, five, (4, 0), _flat_confirm([0.0079] * 3, [0.009] * 3))["none"]
     assert "backend" not in pick and pick["name"] == "ring, cycle 5 ms, fusion 128 MiB"
 
 
@@ -337,19 +337,19 @@ def test_a_flat_backend_goes_by_the_step_with_its_compute_measured_without_horov
     # Horovod thread beside it (as training runs it), makes its step the faster one
     confirm = _flat_confirm([0.010] * 3, [0.020] * 3, {"default": 0.100, "pick": 0.080},
                             {"default": 0.070, "pick": 0.069})
-    pick = tune._picks(se, five, (4, 0), confirm)["none"]
+    pick = tune_file.picks(se, five, (4, 0), confirm)["none"]
     assert pick["backend"] == "ring" and pick["compute_s"] == 0.069
     assert pick["flat_gain"] == pytest.approx((0.008 + 0.080) / (0.010 + 0.069))
     assert pick["name"] == "hpcdl ring, no Horovod (in the pick's launches)"
     # without the compute's gain, the slower exchange keeps Horovod's pick
     same = _flat_confirm([0.010] * 3, [0.020] * 3, {"default": 0.100, "pick": 0.080},
                          {"default": 0.080, "pick": 0.080})
-    assert "backend" not in tune._picks(se, five, (4, 0), same)["none"]
+    assert "backend" not in tune_file.picks(se, five, (4, 0), same)["none"]
     facts = {"native": [0.003], "bytes": 4 << 20, "ranks": 2, "nodes": 1, "tensors": 10,
              "memcpy_s": 0.001}
     se.runs[tune._key(se.effective(five))] = [
         {"times": {"4/0": {"none": [0.008]}}, "compute": {"4/0": [0.080]}, **facts}]
-    table = tune._table(se, {"none": pick}, facts)
+    table = tune_file.table(se, {"none": pick}, facts)
     rows = [ln for ln in table if ln.startswith(" none") and "hpcdl " in ln]
     assert len(rows) == 4 and sum(r.startswith(" none *hpcdl ring") for r in rows) == 1
     assert "so the file takes it; hpcdl train runs it where no --backend is given" in table[-1]
