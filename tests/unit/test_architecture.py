@@ -191,7 +191,7 @@ def test_no_function_is_longer_than_80_lines():
 MAX_MODULE_LINES = 500
 # modules still to be split, at their size when this list was made: each may shrink, none may
 # grow, and a module leaves the list once it is under the limit
-TO_SPLIT = {"hpcdl/study/__init__.py": 1044, "hpcdl/report/sections.py": 968}
+TO_SPLIT = {"hpcdl/report/sections.py": 968}
 
 
 def test_no_module_is_past_500_lines():
