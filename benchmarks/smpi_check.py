@@ -3,16 +3,14 @@
 
 SMPI runs a real MPI program on a simulated platform (Degomme et al., IEEE TPDS 28(8), 2017),
 each allreduce algorithm forced by name. The forecast's exchange is
-:func:`hpcdl.analysis.allreduce.exchange_time`: the algorithm's messages on the slowest rank's
-path, each at the cost a 2-rank sweep on the same platform measured for a message of its size:
-between two nodes of one leaf switch, or for a message whose pairs span a leaf's nodes
+:func:`hpcdl.analysis.allreduce.exchange_time`: a fixed cost per call plus the algorithm's
+messages on the slowest rank's path, each at what one more ring step of its size adds, measured
+by rings of 2, 4 and 8 ranks at that exact size (:func:`marginal`): within one leaf switch, or
+over two leaves for a message whose pair spans a leaf
 (:func:`hpcdl.analysis.allreduce.step_spans`: a ring's wrap-around pair, halving and doubling's
-far partners) between nodes in different leaves (what ``hpcdl bench allreduce`` gives in a 2-node
-job placed within a leaf, or across the tree). So each platform is calibrated at 2 ranks only
-and checked at every larger rank count. One pair for all messages is wrong one way or the other
-on the tree: calibrated within a leaf the ring at 256 ranks came out 23% short, across the tree a
-16-rank ring (one leaf) 89% over. Beside it, the same sum with
-the platform's declared α and β (no measurement): what a plain α-β model would say.
+far partners). So each platform is calibrated at 8 ranks at most and checked at 16 to 1024.
+Beside it, the same sum with the platform's declared α and β (no measurement): what a plain
+α-β model would say.
 
 Platforms: one switch with a private link per node (the box's shape, 150 Mbit/s), and a two-level
 fat tree of full bisection (25 Gbit/s, 32 nodes per leaf, SimGrid's destination-mod-k routing).
@@ -24,11 +22,11 @@ tree's uplinks (Rabenseifner at 256 ranks and 9.4 MB took 12.4 ms so against 7.2
     python benchmarks/smpi_check.py > results/smpi-check.txt
 """
 import argparse
-import math
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Dict, Tuple
 
 import numpy as np
 
@@ -69,7 +67,6 @@ PLATFORMS = {
 # the forecast's name -> SMPI's (MPICH's Rabenseifner and recursive doubling, Open MPI's ring)
 ALGORITHMS = {"ring": "lr", "rabenseifner": "rab_rdb", "recursive doubling": "rdb",
               "segmented ring": "ompi_ring_segmented"}
-SWEEP = [2 ** k for k in range(8, 29)]          # 2-rank calibration, 256 B to 256 MiB
 
 
 def build(work: Path) -> Path:
@@ -100,27 +97,53 @@ def smpi(work: Path, platform: str, p: int, nbytes: int, algorithm: str,
     return float(out.stdout.split()[-1])
 
 
-def per_message(sizes, seconds):
-    """A message's cost by its bytes, interpolated log-log between the sweep's points (a 2-rank
-    ring is two messages of half the buffer each)."""
-    m = np.log(np.asarray(sizes, dtype=float) / 2)
-    t = np.log(np.asarray(seconds, dtype=float) / 2)
-    return lambda b: float(np.exp(np.interp(math.log(b), m, t)))
+CAL_RANKS = (2, 4, 8)       # the calibration's rings; every checked count is larger
 
 
-def _sweep(work: Path, platform: str, pair) -> object:
-    """A message's cost by its bytes between the two nodes ``pair`` (:func:`per_message`)."""
-    hosts = work / f"pair-{pair[0]}-{pair[1]}.txt"
-    hosts.write_text("".join(f"{h}\n" for h in pair))
-    return per_message(SWEEP, [smpi(work, platform, 2, n, "lr", str(hosts)) for n in SWEEP])
+def marginal(work: Path, platform: str, m: int, leaf: int = 0) -> Tuple[float, float]:
+    """(what one more step of ``m`` bytes adds to a ring, its fixed cost per call): a ring of
+    p ranks is F + 2(p - 1) steps, fitted by least squares over rings of :data:`CAL_RANKS`
+    ranks on neighbouring nodes of one leaf, or (``leaf``: nodes per leaf) half of them in each
+    of two leaves, so that two of its steps cross the tree among steps within a leaf, as a ring
+    over several leaves has them. Half a 2-rank ring's time is no step's cost: it carries half
+    the call's fixed cost too (the local copy, the ranks' skew leaving the barrier), about 6 us
+    a call here against 5 us a step of 1 KB within a leaf. Nor does a ring whose every pair
+    crosses the tree price a step across it: its ranks move in lock step, up to 13% faster a
+    step than a ring that mixes near and far pairs."""
+    m = max(4, int(round(m / 4)) * 4)
+    t = []
+    for p in CAL_RANKS:
+        nodes = (list(range(p)) if not leaf
+                 else list(range(p // 2)) + list(range(leaf, leaf + p - p // 2)))
+        hosts = work / f"ring-{leaf}-{p}.txt"
+        hosts.write_text("".join(f"n{i}\n" for i in nodes))
+        t.append(smpi(work, platform, p, m * p, "lr", str(hosts)))
+    steps = np.array([2.0 * (p - 1) for p in CAL_RANKS])
+    slope, fixed = np.polyfit(steps, np.array(t), 1)
+    return float(slope), float(fixed)
+
+
+def calibrate(work: Path, platform: str, sizes, leaf: int = 0) -> Dict[int, Tuple[float, float]]:
+    return {m: marginal(work, platform, m, leaf) for m in sorted(sizes)}
+
+
+def priced(costs: Dict[int, Tuple[float, float]]):
+    """A message's cost by its bytes, from the calibration at that exact size (SMPI's network
+    model steps its latency and bandwidth factors at fixed sizes, so interpolating between
+    sizes straddles them: a 62.5 KB message priced between 32 and 64 KiB came out 21% over)."""
+    return lambda b: costs[max(4, int(round(b / 4)) * 4)][0]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", default="16,64,256,1024")
-    ap.add_argument("--sizes", default="1000000,9407888",
-                    help="bytes: a 1 MB message and the small CNN's gradients (ResNet-50's 102 MB "
-                         "take SMPI minutes per run at 1024 ranks: it copies every payload)")
+    ap.add_argument("--sizes", default="1048576,9437184",
+                    help="bytes: 1 MiB, and 9 MiB about the small CNN's 9.4 MB of gradients. Each "
+                         "is a whole number of floats per rank at every count: SMPI's ring "
+                         "allreduces the remainder of an uneven split afterwards with its default "
+                         "algorithm (0.25 s of a 1.66 s ring at 1024 ranks and 9,407,888 bytes), "
+                         "where Open MPI's ring sends uneven blocks. ResNet-50's 102 MB take SMPI "
+                         "minutes per run at 1024 ranks: it copies every payload")
     ap.add_argument("--work", default="build/smpi")
     ap.add_argument("--tolerance", type=float, default=0.15)
     opts = ap.parse_args(argv)
@@ -129,26 +152,30 @@ def main(argv=None) -> int:
     work = Path(opts.work)
     build(work)
     ranks = [int(x) for x in opts.ranks.split(",")]
-    sizes = [int(x) for x in opts.sizes.split(",")]
+    sizes_all = [int(x) for x in opts.sizes.split(",")]
     print(f"# python benchmarks/smpi_check.py --ranks {opts.ranks} --sizes {opts.sizes}")
     print("# SimGrid " + subprocess.run(["smpirun", "--version"], capture_output=True,
                                         text=True).stdout.split("\n")[0].strip())
-    print("# forecast: the algorithm's messages (step_spans()), each at the 2-rank sweep's cost "
-          "for its size, within a leaf or across the tree as its pairs span; declared: the same "
-          "messages at the platform's α + bytes/bandwidth")
+    print("# forecast: a fixed cost per call plus the algorithm's messages (step_spans()), each at "
+          "what a ring step of its size adds (rings of 2, 4 and 8 ranks), within a leaf or over "
+          "two leaves as its pairs span; declared: the same messages at the platform's "
+          "α + bytes/bandwidth")
     print(f"{'platform':20} {'algorithm':19} {'ranks':>5} {'bytes':>10} {'SMPI s':>9} "
           f"{'forecast':>9} {'err':>7} {'declared':>9} {'err':>7}")
     worst, within, total = {}, 0, 0
     for platform, (_, lat, bits, leaf) in PLATFORMS.items():
-        near, far = (_sweep(work, platform, pair) for pair in (
-            ("n0", "n1"), ("n0", "n1023") if leaf else ("n0", "n1")))
+        sizes = {max(4, int(round(m / 4)) * 4) for name in ALGORITHMS for p in ranks
+                 for n in sizes_all for m, _, _ in step_spans(name, n, p)}
+        near_costs = calibrate(work, platform, sizes)
+        near = priced(near_costs)
+        far = priced(calibrate(work, platform, sizes, leaf)) if leaf else None
+        fixed = float(np.median([f for _, f in near_costs.values()]))
         declared = lambda b, lat=lat, bits=bits: lat + 8 * b / bits      # noqa: E731
         for name, algo in ALGORITHMS.items():
             for p in ranks:
-                for n in sizes:
+                for n in sizes_all:
                     sim = smpi(work, platform, p, n, algo)
-                    got = sum(count * (far if leaf and span >= leaf else near)(m)
-                              for m, count, span in step_spans(name, n, p))
+                    got = exchange_time(name, n, p, near, far, leaf, fixed)
                     plain = exchange_time(name, n, p, declared)
                     err, err0 = (got - sim) / sim, (plain - sim) / sim
                     total += 1

@@ -4,7 +4,7 @@ and receives over one connection at once. Numpy-free."""
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from .. import costmodel
 from ..records import lookup as _get
@@ -105,10 +105,17 @@ def step_spans(algorithm: str, n: float, p: int) -> List[Tuple[float, int, int]]
 
 
 def exchange_time(algorithm: str, n: float, p: int,
-                  per_message: Callable[[float], float]) -> float:
-    """Seconds of one allreduce: ``per_message(bytes)`` (a link's α + bytes·β, or what a
-    2-node sweep measured a message of that size to take) summed over :func:`steps`."""
-    return float(sum(count * per_message(m) for m, count in steps(algorithm, n, p)))
+                  per_message: Callable[[float], float],
+                  far: Optional[Callable[[float], float]] = None, leaf: Optional[int] = None,
+                  fixed: float = 0.0) -> float:
+    """Seconds of one allreduce: ``fixed`` once per call plus ``per_message(bytes)`` (a link's
+    α + bytes·β, or what a message of that size adds to a ring's time on the allocation)
+    summed over :func:`step_spans`. On a tree of ``leaf`` nodes per switch, a message whose
+    pair spans a leaf costs ``far(bytes)`` instead: a ring's every step, whose ranks move in
+    lock step, waits on its slowest pair."""
+    return fixed + float(sum(
+        count * (far if far is not None and leaf and span >= leaf else per_message)(m)
+        for m, count, span in step_spans(algorithm, n, p)))
 
 
 def link_bytes(algorithm: str, n: float, p: int) -> float:

@@ -946,6 +946,20 @@ def test_each_message_knows_how_far_apart_its_ranks_are():
     assert allreduce.step_spans("recursive doubling", n, 6)[-1] == (n, 2, 1)
 
 
+def test_on_a_tree_a_message_whose_pair_spans_a_leaf_costs_the_far_price():
+    """exchange_time with a leaf size: a ring within one leaf pays the near price every step;
+    past a leaf every step waits on the wrap-around pair across the tree; Rabenseifner's halving
+    pays far only for the rounds whose partners sit a leaf or more apart; the fixed cost comes
+    once a call."""
+    n, near, far = 1e6, (lambda m: 1e-6), (lambda m: 3e-6)
+    t = lambda algo, p: allreduce.exchange_time(algo, n, p, near, far, 32, fixed=5e-6)  # noqa
+    assert t("ring", 16) == pytest.approx(5e-6 + 30 * 1e-6)
+    assert t("ring", 64) == pytest.approx(5e-6 + 126 * 3e-6)
+    # 64 ranks: partners 1, 2, 4, 8, 16 apart stay in a leaf, 32 apart cross (2 messages)
+    assert t("rabenseifner", 64) == pytest.approx(5e-6 + 10 * 1e-6 + 2 * 3e-6)
+    # without a leaf size the far price is never asked for
+    assert allreduce.exchange_time("ring", n, 64, near, far) == pytest.approx(126 * 1e-6)
+
 def test_the_forecast_is_the_held_out_model_carried_to_the_planned_node_counts():
     res = predict.analyse(study(), reading.row_key, 2, "weak", forecast=(8, 64, 256))
     (ax,) = res["axes"]
