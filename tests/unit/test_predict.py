@@ -11,7 +11,7 @@ from hpcdl import analysis, costmodel
 from hpcdl.analysis import allreduce, baselines, host_spread, loop_share, measured, predict, reading
 from hpcdl.analysis.host_spread import HostSpread
 from hpcdl.analysis.loop_share import LoopShare
-from hpcdl.report import sections
+from hpcdl.report import prediction
 
 MB = 4_617_088          # box-cnn-weak's gradient bytes
 
@@ -295,15 +295,15 @@ def test_the_tuned_settings_are_a_remedy_of_the_default_ones_measured_by_the_tun
 def test_the_report_says_whether_the_model_beats_the_baselines_and_what_its_band_covered():
     recs = study(repeats=9)
     res = _run(recs)
-    lines = "\n".join(sections._prediction_markdown(res, {
-        "prediction-vs-measured": sections._prediction_table(res),
-        "prediction-remedies": sections._remedy_table(res)}))
+    lines = "\n".join(prediction._prediction_markdown(res, {
+        "prediction-vs-measured": prediction._prediction_table(res),
+        "prediction-remedies": prediction._remedy_table(res)}))
     assert "The model's error is at most half the one-β baseline's." in lines
     assert "Step within 10%: 2 of 2" in lines and "Nominal coverage 90%, measured" in lines
     res["heldout"]["mae_model"] = res["heldout"]["mae_one_parameter"] * 1.5
-    lines = "\n".join(sections._prediction_markdown(res, {
-        "prediction-vs-measured": sections._prediction_table(res),
-        "prediction-remedies": sections._remedy_table(res)}))
+    lines = "\n".join(prediction._prediction_markdown(res, {
+        "prediction-vs-measured": prediction._prediction_table(res),
+        "prediction-remedies": prediction._remedy_table(res)}))
     assert "The model does **not** beat the one-β baseline." in lines
 
 
@@ -369,9 +369,9 @@ def test_a_study_declaring_both_is_analysed_with_the_fit_for_the_exchange_only()
     ax = res.prediction["axes"][0]
     assert ax["model"]["exchange_source"] == "bench fit (horovod, 2 ranks) from f.json"
     assert {r.fitted for r in res.rows} == {True, False}
-    line = "\n".join(sections._prediction_markdown(res.prediction, {
-        "prediction-vs-measured": sections._prediction_table(res.prediction),
-        "prediction-remedies": sections._remedy_table(res.prediction)}))
+    line = "\n".join(prediction._prediction_markdown(res.prediction, {
+        "prediction-vs-measured": prediction._prediction_table(res.prediction),
+        "prediction-remedies": prediction._remedy_table(res.prediction)}))
     assert "exchange from the bench fit (horovod, 2 ranks) from f.json" in line
 
 
@@ -417,7 +417,7 @@ def test_the_held_out_exchange_from_the_tune_files_at_each_node_count(tmp_path):
     assert all(pt["exchange_from"] is None for pt in ps["points"])
     # calibration points keep the runs' exchange
     assert all(pt["exchange_from"] is None for pt in ring["points"] if pt["fitted"])
-    words = "\n".join(sections._bench_words(res))
+    words = "\n".join(prediction._bench_words(res))
     assert "for 1 of the held-out points" in words
     assert "within 15% at 0 of 1" in words and "not taken:" in words
 
@@ -556,11 +556,11 @@ def test_the_repeats_spread_is_the_measurements_own_error_and_the_report_says_it
     res = _run(recs)
     assert [pt["repeat_spread"] for pt in res["axes"][0]["points"]] == pytest.approx([0.1] * 3)
     assert res["noise"] == pytest.approx({"points": 3, "median": 0.1, "max": 0.1})
-    assert "repeats of one point lie 10.0% apart" in sections._noise_words(res["noise"])
+    assert "repeats of one point lie 10.0% apart" in prediction._noise_words(res["noise"])
     one = _run(study(nodes=(1, 2, 4), repeats=1))
     assert one["noise"] == {"points": 0, "median": None, "max": None}
     assert one["axes"][0]["points"][0]["repeat_spread"] is None
-    assert sections._noise_words(one["noise"]).startswith("One repeat per point")
+    assert prediction._noise_words(one["noise"]).startswith("One repeat per point")
 
 
 def test_a_baseline_within_the_repeats_spread_is_said_to_be_beyond_what_can_be_shown():
@@ -568,9 +568,9 @@ def test_a_baseline_within_the_repeats_spread_is_said_to_be_beyond_what_can_be_s
     res = _run(recs)
 
     def words():
-        return "\n".join(sections._prediction_markdown(res, {
-            "prediction-vs-measured": sections._prediction_table(res),
-            "prediction-remedies": sections._remedy_table(res)}))
+        return "\n".join(prediction._prediction_markdown(res, {
+            "prediction-vs-measured": prediction._prediction_table(res),
+            "prediction-remedies": prediction._remedy_table(res)}))
     res["heldout"].update(mae_model=0.048, mae_one_parameter=0.046)
     res["floor"] = {}                  # as without folds of repeats to refit the model on
     res["noise"] = {"points": 12, "median": 0.05, "max": 0.137}
@@ -618,9 +618,9 @@ def test_a_target_below_the_floor_is_said_to_be_beyond_what_these_repeats_can_sh
     res = _run(_noisy(4, 0))
 
     def words():
-        return "\n".join(sections._prediction_markdown(res, {
-            "prediction-vs-measured": sections._prediction_table(res),
-            "prediction-remedies": sections._remedy_table(res)}))
+        return "\n".join(prediction._prediction_markdown(res, {
+            "prediction-vs-measured": prediction._prediction_table(res),
+            "prediction-remedies": prediction._remedy_table(res)}))
     res["heldout"].update(mae_model=0.056, mae_one_parameter=0.052)
     res["floor"].update(floor=0.030, model_moves=0.041, one_parameter_moves=0.088,
                         measured_moves=0.029)
@@ -675,7 +675,7 @@ def test_compute_beyond_the_calibration_follows_the_loops_share_from_a_loop_file
     at8 = next(pt for a in plain["axes"] if a["backend"] == "horovod" for pt in a["points"]
                if pt["nodes"] == 8)
     assert at8["error"]["compute"] == pytest.approx((1 - 0.2) / (1 - 0.12) - 1, rel=1e-9)
-    words = "\n".join(sections._loop_words(res))
+    words = "\n".join(prediction._loop_words(res))
     assert "on 1 Horovod axis(es)" in words and "loop.json (2 round(s), links 200mbit" in words
 
 
@@ -771,7 +771,7 @@ def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(t
             assert (paid > 0) == (ax["backend"] != "ps")
     assert predict.expected_max(files[8], 16) > predict.expected_max(files[8], 8) > 1.03
     assert res["spread_bench"]["axes"] == [a["axis"] for a in res["axes"]]
-    words = "\n".join(sections._spread_words(res))
+    words = "\n".join(prediction._spread_words(res))
     assert "on 2 axis(es)" in words and "spread.json (2 round(s), links 200mbit" in words
     # each round's own factor is shown, so that a round far from the others is seen
     rounds = [predict.expected_max(run, 8) for run in SPREAD["8"]]
@@ -779,13 +779,13 @@ def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(t
     assert f"×{rounds[0]:.3f}/{rounds[1]:.3f} at 8 nodes" in words
     # a file without the flag was made by independent nodes (as every file was before it)
     assert "each node alone, nothing exchanged" in words and "one short training" not in words
-    assert "×1.0" in sections._axis_words(res["axes"][0]) and "node medians at 8 nodes" in \
-        sections._axis_words(res["axes"][0])
-    assert "spread from 6 rank medians" in sections._axis_words(res["axes"][0])
+    assert "×1.0" in prediction._axis_words(res["axes"][0]) and "node medians at 8 nodes" in \
+        prediction._axis_words(res["axes"][0])
+    assert "spread from 6 rank medians" in prediction._axis_words(res["axes"][0])
     # the parameter server's records time rank 0's phases, no rank's probes: no spread of its own
     flat = {**res["axes"][1], "model": {**res["axes"][1]["model"], "rank_draws": 0}}
-    assert "no spread of its own" in sections._axis_words(flat)
-    assert "0 rank medians" not in sections._axis_words(flat)
+    assert "no spread of its own" in prediction._axis_words(flat)
+    assert "0 rank medians" not in prediction._axis_words(flat)
 
 
 def test_a_coupled_spread_file_is_drawn_from_alike_and_the_report_says_it_was_one_training(
@@ -797,7 +797,7 @@ def test_a_coupled_spread_file_is_drawn_from_alike_and_the_report_says_it_was_on
         _spread_file(tmp_path / "b.json", coupled=True), MACHINE))
     assert res["spread_bench"]["coupled"] is True and plain["spread_bench"]["coupled"] is False
     assert [a["points"] for a in res["axes"]] == [a["points"] for a in plain["axes"]]
-    words = "\n".join(sections._spread_words(res))
+    words = "\n".join(prediction._spread_words(res))
     assert "one short training of k ranks, one per node, exchanging" in words
     assert "nothing exchanged" not in words
 
@@ -864,13 +864,13 @@ def test_every_point_at_a_node_count_under_predicted_is_said_to_be_a_bias():
         assert by[p]["points"] == 6 and by[p]["under"] == 6 and by[p]["biased"]
         assert by[p]["sign_p"] == pytest.approx(2 / 64)
         assert by[p]["compute"] == pytest.approx((1 - LOOP[p]) / (1 - LOOP[2]) - 1, rel=1e-9)
-    words = "\n".join(sections._bias_words(res["heldout"]["by_nodes"]))
+    words = "\n".join(prediction._bias_words(res["heldout"]["by_nodes"]))
     assert "**Bias at 8 nodes**: 6 of 6 held-out steps are under-predicted" in words
     assert "optimistic in efficiency" in words and "p = 0.031" in words
     # an unbiased study: no node count flagged, no words
     plain = _run(study(rates=(RATE, 500e6), compressions=("none", "fp16")))
     assert not any(b["biased"] for b in plain["heldout"]["by_nodes"])
-    assert sections._bias_words(plain["heldout"]["by_nodes"]) == []
+    assert prediction._bias_words(plain["heldout"]["by_nodes"]) == []
 
 
 def test_beyond_the_calibration_the_band_reaches_down_to_the_step_with_the_exchange_hidden():
