@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     machine = machines.pop() if len(machines) == 1 else None
     loop = LoopShare(a.loop_bench, machine) if a.loop_bench else None
     spread = HostSpread(a.spread_bench, machine) if a.spread_bench else None
-    res = predict.analyse(recs, _row_key, declared_nodes_max(recs) or 2, "weak", others, loop=loop,
+    res = predict.of_records(recs, _row_key, declared_nodes_max(recs) or 2, "weak", others, loop=loop,
                           spread=spread)
     print(f"# python benchmarks/remedy_check.py {a.study} {' '.join(map(str, a.remedied))}"
           + (f" --loop-bench {a.loop_bench}" if a.loop_bench else "")

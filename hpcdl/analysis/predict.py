@@ -232,7 +232,7 @@ def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict],
     return out
 
 
-def analyse(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
+def of_records(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
             remedied: Sequence[dict] = (),
             exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None,
             bench: Optional[Bench] = None, loop: Optional[LoopShare] = None,

@@ -28,7 +28,7 @@ def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> Li
     gain where the remedy was run. For an uncompressed axis: fp16 gradients (half the bytes;
     measured by the same study's fp16 axis at the same rate) and twice the batch per rank
     (measured by ``others``: a study of the same workload with another batch, its axes as
-    :func:`analyse` returns them). For a study's default settings (a tuning axis): the tuned
+    :func:`.predict.of_records` returns them). For a study's default settings (a tuning axis): the tuned
     points' allreduce algorithm, the one part of the tuned settings the model has a term for
     (measured by the tuned points). For an axis the MPI library exchanges: the algorithm the
     model predicts fastest there, where the library ran another (measured where a tuned axis

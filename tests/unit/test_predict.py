@@ -157,7 +157,7 @@ def study(nodes=(1, 2, 4, 8), repeats=3, rates=(RATE,), compressions=("none",),
 
 
 def _run(recs, remedied=()):
-    return predict.analyse(recs, reading.row_key, 2, "weak", remedied)
+    return predict.of_records(recs, reading.row_key, 2, "weak", remedied)
 
 
 def test_a_study_made_by_known_parts_is_predicted_exactly_at_every_held_out_point():
@@ -308,7 +308,7 @@ def test_the_report_says_whether_the_model_beats_the_baselines_and_what_its_band
 
 
 def test_a_study_without_a_calibration_subset_calibrates_on_every_point_and_without_probes_on_none():
-    res = predict.analyse(study(), reading.row_key, 0, "weak")
+    res = predict.of_records(study(), reading.row_key, 0, "weak")
     assert not res["held_out"] and res["heldout"]["points"] == 0
     assert all(pt["fitted"] for ax in res["axes"] for pt in ax["points"])
     assert res["forecast"] and res["band_halfwidth"] is not None
@@ -332,7 +332,7 @@ def test_a_window_over_the_whole_compute_is_not_carried():
 
 def test_a_bench_fit_beside_the_calibration_subset_gives_the_exchange_of_every_point():
     fit = {"alpha_s": 1e-3, "beta_s_per_byte": 4e-8, "model": "ring", "_source": "bench fit (horovod)"}
-    res = predict.analyse(study(), reading.row_key, 2, "weak",
+    res = predict.of_records(study(), reading.row_key, 2, "weak",
                           exchange_fit=lambda backend, compression: dict(fit))
     ax = res["axes"][0]
     assert ax["model"]["exchange_source"] == "bench fit (horovod)"
@@ -343,7 +343,7 @@ def test_a_bench_fit_beside_the_calibration_subset_gives_the_exchange_of_every_p
         # compute still comes from the runs, unchanged by the fit
         assert pt["predicted"]["compute"] == pytest.approx(pt["measured"]["compute"], rel=1e-9)
     # a fit is of one allocation's links: nothing is predicted across rates from it
-    two = predict.analyse(study(rates=(RATE, 500e6)), reading.row_key, 2, "weak",
+    two = predict.of_records(study(rates=(RATE, 500e6)), reading.row_key, 2, "weak",
                           exchange_fit=lambda backend, compression: dict(fit))
     assert two["cross_rate"] == []
 
@@ -398,7 +398,7 @@ def test_the_held_out_exchange_from_the_tune_files_at_each_node_count(tmp_path):
         ("none", "ring, cycle 1 ms, fusion 128 MiB", [0.001])])
     _tuning_file(tmp_path / "box-8n-200mbit.json", 4, [("none", DEFAULTS, [ex[8]])])
     bench = predict.Bench(str(tmp_path / "box-{nodes}n-{network}.json"))
-    res = predict.analyse(recs, reading.row_key, 2, "weak", bench=bench)
+    res = predict.of_records(recs, reading.row_key, 2, "weak", bench=bench)
     ring = next(a for a in res["axes"] if a["backend"] == "horovod")
     at = {pt["nodes"]: pt for pt in ring["points"]}
     # 4 nodes: the median of its three rounds of the setting the runs ran, the step exact
@@ -435,19 +435,19 @@ def test_the_forecast_on_the_allocation_starts_from_each_algorithms_measured_exc
         ("none", "Rabenseifner, cycle 1 ms, fusion 128 MiB", [ex8 * 0.99, ex8, ex8 * 1.01]),
         ("none", "ring, cycle 1 ms, fusion 128 MiB", [0.5])])
     bench = predict.Bench(str(tmp_path / "e-{nodes}n-{network}.json"))
-    res = predict.analyse(recs, reading.row_key, 2, "weak", bench=bench, forecast=(8, 64))
+    res = predict.of_records(recs, reading.row_key, 2, "weak", bench=bench, forecast=(8, 64))
     (f,) = res["forecast"]
     here = {r["nodes"]: r for r in f["here"]}
     assert here[8]["exchange_s"] == pytest.approx(ex8, rel=1e-12)
     # the setting the runs ran, as the held-out point there takes it
     assert "e-8n-200mbit.json (" + DEFAULTS in here[8]["exchange_from"]
-    plain = predict.analyse(recs, reading.row_key, 2, "weak", forecast=(8, 64))
+    plain = predict.of_records(recs, reading.row_key, 2, "weak", forecast=(8, 64))
     bare = {r["nodes"]: r for r in plain["forecast"][0]["here"]}
     assert bare[64]["exchange_from"] == ""
     assert here[64]["exchange_s"] == pytest.approx(bare[64]["exchange_s"] * 1.3, rel=1e-9)
     assert "x1.3 the model's at 8 nodes" in here[64]["exchange_from"]
     # a study holding no point out starts from its largest node count's own runs
-    every = predict.analyse(recs, reading.row_key, 0, "weak", forecast=(64,))
+    every = predict.of_records(recs, reading.row_key, 0, "weak", forecast=(64,))
     (r64,) = every["forecast"][0]["here"]
     assert r64["exchange_from"].startswith("the 8-node runs' own exchange")
     assert r64["exchange_s"] == pytest.approx(bare[64]["exchange_s"] * 1.3, rel=0.02)
@@ -459,7 +459,7 @@ def test_what_each_input_is_worth_is_measured_by_leaving_it_out(tmp_path):
     _tuning_file(tmp_path / "e-8n-200mbit.json", 8,
                  [("none", DEFAULTS, [truth(8, ex_factor=extra)[1]])])
     bench = predict.Bench(str(tmp_path / "e-{nodes}n-{network}.json"))
-    done = predict.analyse(recs, reading.row_key, 2, "weak", bench=bench, forecast=())
+    done = predict.of_records(recs, reading.row_key, 2, "weak", bench=bench, forecast=())
     costs = predict.input_costs(done, predict._points(recs, reading.row_key), 2, "weak", None,
                                 bench, None, None)
     by = {c["input"]: c for c in costs}
@@ -476,7 +476,7 @@ def test_a_pinned_algorithm_takes_its_own_candidate_and_another_model_is_refused
         ("none", DEFAULTS, [9.0]), ("none", "ring, cycle 1 ms, fusion 128 MiB", [0.25])])
     _tuning_file(tmp_path / "t-8.json", 8, [("none", "ring, cycle 1 ms, fusion 128 MiB", [0.5])],
                  nbytes=2 * MB)
-    res = predict.analyse(recs, reading.row_key, 2, "weak",
+    res = predict.of_records(recs, reading.row_key, 2, "weak",
                           bench=predict.Bench(str(tmp_path / "t-{nodes}.json")))
     at = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
     assert at[4]["predicted"]["exchange"] == 0.25
@@ -494,14 +494,14 @@ def test_a_tuning_file_made_on_another_processor_is_refused(tmp_path):
     path.write_text(json.dumps(doc))
     pattern = str(tmp_path / "t-{nodes}.json")
     here = "cpu AMD EPYC (family 25 model 1; avx2 fma); box cpus_per_node=0.2"
-    res = predict.analyse(recs, reading.row_key, 2, "weak", bench=predict.Bench(pattern, machine=here))
+    res = predict.of_records(recs, reading.row_key, 2, "weak", bench=predict.Bench(pattern, machine=here))
     at = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
     assert at[4]["exchange_from"] is None
     assert f"{path}: made on processor 'Intel Xeon (family 6 model 85; avx512f)', the records ran " \
            "on 'AMD EPYC (family 25 model 1; avx2 fma)'" in res["exchange_bench"]["misses"]
     # the records' own processor: taken
     same = here.replace("AMD EPYC (family 25 model 1; avx2 fma)", doc["made_for"]["cpu"])
-    res = predict.analyse(recs, reading.row_key, 2, "weak", bench=predict.Bench(pattern, machine=same))
+    res = predict.of_records(recs, reading.row_key, 2, "weak", bench=predict.Bench(pattern, machine=same))
     assert {pt["nodes"]: pt for pt in res["axes"][0]["points"]}[4]["predicted"]["exchange"] == 0.25
 
 
@@ -657,7 +657,7 @@ def _loop_file(path, shares_by_cycle, machine=MACHINE):
 def test_compute_beyond_the_calibration_follows_the_loops_share_from_a_loop_file(tmp_path):
     recs = study(loop=LOOP) + study(backend="ps")
     path = _loop_file(tmp_path / "loop.json", {"1": LOOP, "5": {2: 0.3, 8: 0.3}})
-    res = predict.analyse(recs, reading.row_key, 2, "weak", loop=LoopShare(path, MACHINE))
+    res = predict.of_records(recs, reading.row_key, 2, "weak", loop=LoopShare(path, MACHINE))
     hvd = next(a for a in res["axes"] if a["backend"] == "horovod")
     # the axis ran Horovod's default cycle (1 ms): its shares, and every part exact
     assert hvd["model"]["loop_shares"] == LOOP
@@ -671,7 +671,7 @@ def test_compute_beyond_the_calibration_follows_the_loops_share_from_a_loop_file
     assert ps["model"]["loop_shares"] is None
     assert res["loop_bench"]["axes"] == [hvd["axis"]] and not res["loop_bench"]["misses"]
     # without the file the 8-node compute is short by exactly the loop's growth
-    plain = predict.analyse(recs, reading.row_key, 2, "weak")
+    plain = predict.of_records(recs, reading.row_key, 2, "weak")
     at8 = next(pt for a in plain["axes"] if a["backend"] == "horovod" for pt in a["points"]
                if pt["nodes"] == 8)
     assert at8["error"]["compute"] == pytest.approx((1 - 0.2) / (1 - 0.12) - 1, rel=1e-9)
@@ -682,7 +682,7 @@ def test_compute_beyond_the_calibration_follows_the_loops_share_from_a_loop_file
 def test_a_loop_file_of_another_machine_or_cycle_is_not_taken_and_says_why(tmp_path):
     recs = study(loop=LOOP)
     path = _loop_file(tmp_path / "loop.json", {"5": LOOP})
-    res = predict.analyse(recs, reading.row_key, 2, "weak", loop=LoopShare(path, MACHINE))
+    res = predict.of_records(recs, reading.row_key, 2, "weak", loop=LoopShare(path, MACHINE))
     assert res["axes"][0]["model"]["loop_shares"] is None
     assert res["loop_bench"]["misses"] == [f"{path}: no shares at a 1 ms cycle"]
     other = LoopShare(path, MACHINE.replace("0.2", "0.5"))
@@ -745,7 +745,7 @@ def _spread_file(path, spread=SPREAD, machine=MACHINE, coupled=None):
 def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(tmp_path):
     recs = study(nodes=(1, 2, 4, 8, 16)) + study(backend="ps", nodes=(1, 2, 4, 8, 16))
     path = _spread_file(tmp_path / "spread.json")
-    res = predict.analyse(recs, reading.row_key, 2, "weak", spread=HostSpread(path, MACHINE))
+    res = predict.of_records(recs, reading.row_key, 2, "weak", spread=HostSpread(path, MACHINE))
     plain = _run(recs)
     files = {int(k): [d for run in v for d in run] for k, v in SPREAD.items()}
     for ax, without in zip(res["axes"], plain["axes"]):
@@ -791,9 +791,9 @@ def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(t
 def test_a_coupled_spread_file_is_drawn_from_alike_and_the_report_says_it_was_one_training(
         tmp_path):
     recs = study(nodes=(1, 2, 4, 8))
-    plain = predict.analyse(recs, reading.row_key, 2, "weak",
+    plain = predict.of_records(recs, reading.row_key, 2, "weak",
                             spread=HostSpread(_spread_file(tmp_path / "a.json"), MACHINE))
-    res = predict.analyse(recs, reading.row_key, 2, "weak", spread=HostSpread(
+    res = predict.of_records(recs, reading.row_key, 2, "weak", spread=HostSpread(
         _spread_file(tmp_path / "b.json", coupled=True), MACHINE))
     assert res["spread_bench"]["coupled"] is True and plain["spread_bench"]["coupled"] is False
     assert [a["points"] for a in res["axes"]] == [a["points"] for a in plain["axes"]]
@@ -805,7 +805,7 @@ def test_a_coupled_spread_file_is_drawn_from_alike_and_the_report_says_it_was_on
 def test_a_spread_file_of_another_machine_is_not_taken_and_says_why(tmp_path):
     recs = study()
     path = _spread_file(tmp_path / "spread.json")
-    res = predict.analyse(recs, reading.row_key, 2, "weak",
+    res = predict.of_records(recs, reading.row_key, 2, "weak",
                           spread=HostSpread(path, MACHINE.replace("0.2", "0.5")))
     assert res["axes"][0]["model"]["host_spread"] is None
     assert "measured on" in res["spread_bench"]["misses"][0]
@@ -961,7 +961,7 @@ def test_on_a_tree_a_message_whose_pair_spans_a_leaf_costs_the_far_price():
     assert allreduce.exchange_time("ring", n, 64, near, far) == pytest.approx(126 * 1e-6)
 
 def test_the_forecast_is_the_held_out_model_carried_to_the_planned_node_counts():
-    res = predict.analyse(study(), reading.row_key, 2, "weak", forecast=(8, 64, 256))
+    res = predict.of_records(study(), reading.row_key, 2, "weak", forecast=(8, 64, 256))
     (ax,) = res["axes"]
     (f,) = res["forecast"]
     here = {r["nodes"]: r for r in f["here"]}
@@ -982,7 +982,7 @@ def test_the_forecast_is_the_held_out_model_carried_to_the_planned_node_counts()
     noisy = study(repeats=9)
     for r in noisy:
         r["metrics"]["step_time"]["median"] *= 1 + rng.gauss(0, 0.03)
-    res = predict.analyse(noisy, reading.row_key, 2, "weak", forecast=(8, 64, 256))
+    res = predict.of_records(noisy, reading.row_key, 2, "weak", forecast=(8, 64, 256))
     (f,) = res["forecast"]
     widths = [(r["band_s"][1] - r["step_s"]) / r["step_s"] for r in f["here"]]
     assert widths == sorted(widths) and widths[0] < widths[-1]
@@ -992,7 +992,7 @@ def test_the_forecast_is_the_held_out_model_carried_to_the_planned_node_counts()
 def test_a_named_network_whose_exchange_stays_hidden_in_the_compute_is_left_out_with_why():
     """This study's 1 MB of gradients on InfiniBand costs far under 1% of a 0.4 s step: the
     network columns would repeat the compute's ratio, so they are left out and named."""
-    res = predict.analyse(study(), reading.row_key, 2, "weak", forecast=(16,))
+    res = predict.of_records(study(), reading.row_key, 2, "weak", forecast=(16,))
     (f,) = res["forecast"]
     assert "InfiniBand EDR" in f["left_out"] and len(f["left_out"]) == 4
     # one column stands for them all: the slowest's, whose exchange still stays under 1%
@@ -1003,7 +1003,7 @@ def test_a_named_network_whose_exchange_stays_hidden_in_the_compute_is_left_out_
     big = study(per_sample=1e-6)
     for r in big:
         r["gradient_bytes"] = 1000 * MB
-    res = predict.analyse(big, reading.row_key, 2, "weak", forecast=(16,))
+    res = predict.of_records(big, reading.row_key, 2, "weak", forecast=(16,))
     (f,) = res["forecast"]
     nets = {n["network"]: n for n in f["networks"]}
     assert "ib-edr" in nets

@@ -1,0 +1,218 @@
+"""The whole study: records in, one :class:`StudyAnalysis` out (the report only renders it):
+the rows and their scaling figures, the efficiency budget, the part-by-part model's held-out
+check and forecast (:mod:`.predict`), the published comparison and what the records pooled."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, List, Optional, Sequence
+
+from . import budget, predict
+from .declared import (declared_bench, declared_forecast, declared_loop, declared_nodes_max,
+                       declared_spread)
+from .exchange_bench import Bench
+from .host_spread import HostSpread
+from .loop_share import LoopShare
+from .provenance import Provenance
+from .published import PUBLISHED_INPUTS, PUBLISHED_SETUP, published_comparison
+from .reading import Digest
+from .scaling import Row, axes, flag_rows, rows_of
+from .systems import systems_of
+from ..records import lookup as _get
+
+
+@dataclass
+class StudyAnalysis:
+    """Everything the report shows, computed once; ``report.json`` is this object serialised."""
+
+    study: str
+    workload: Optional[str]
+    scaling: str
+    scaling_source: str                # where the scaling kind came from
+    calibration: str                   # "runs" or "fit:<path>"
+    records: int
+    rows: List[Row]
+    published: List[dict]
+    cores: Optional[int] = None
+    convergence: List[dict] = field(default_factory=list)   # time to accuracy (convergence.py)
+    budget: List[dict] = field(default_factory=list)        # where the efficiency goes (budget.py)
+    systems: List[dict] = field(default_factory=list)       # asynchronous and pipeline runs' own
+    provenance: Optional[Provenance] = None                 # what was pooled (provenance.py)
+    prediction: dict = field(default_factory=dict)          # held-out points, part by part
+    why_no_model: str = ""             # why the study has no model ("" when it has one)
+
+    @property
+    def axes(self) -> List[str]:
+        return axes(self.rows)
+
+    def as_dict(self) -> dict:
+        return {"schema": "hpcdl.report/3", "study": self.study, "workload": self.workload,
+                "scaling": self.scaling, "scaling_source": self.scaling_source,
+                "calibration": self.calibration, "records": self.records,
+                "rows": [r.as_dict() for r in self.rows],
+                "published": {"setup": PUBLISHED_SETUP, "inputs": PUBLISHED_INPUTS,
+                              "rows": self.published},
+                "cores": self.cores,
+                "convergence": self.convergence, "budget": self.budget,
+                "systems": self.systems, "why_no_model": self.why_no_model or None,
+                "provenance": self.provenance.as_dict() if self.provenance else None,
+                "prediction": self.prediction}
+
+
+def declared_scaling(recs: Iterable[dict], given: Optional[str] = None):
+    """(scaling kind, where it came from): the study's declaration in the records, else ``given``."""
+    kinds = (set(recs.scalings) if isinstance(recs, Digest) else
+             {_get(r, "declared", "scaling") for r in recs} - {None})
+    if len(kinds) > 1:
+        raise ValueError(f"the records declare different scaling kinds {sorted(kinds)}: "
+                         "report one study at a time")
+    if kinds:
+        kind = kinds.pop()
+        if given and given != kind:
+            raise ValueError(f"--scaling {given} contradicts the study's declared {kind} scaling")
+        return kind, "declared by the study"
+    if given:
+        return given, "given on the command line"
+    raise ValueError("the records do not declare strong or weak scaling (they were not made by a "
+                     "study): give --scaling strong or --scaling weak")
+
+
+def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] = None,
+            fit_label: Optional[str] = None, scaling: Optional[str] = None,
+            algorithm: Optional[str] = None, allow_mixed: bool = False,
+            exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
+            spread_bench: Optional[str] = None,
+            forecast: Optional[Sequence[int]] = None) -> StudyAnalysis:
+    """The analysis of one study's records, or of what :class:`.reading.Digest` kept of them
+    as they were read (raises ValueError on what cannot be analysed, and
+    :class:`provenance.MixedRecords` on records of different code, software, study files,
+    processors or box settings unless ``allow_mixed``). ``exchange_bench``, ``loop_bench`` and
+    ``spread_bench``: see :func:`_predicted`; ``forecast``: the node counts the part-by-part
+    model forecasts (else the study's ``[model] forecast``, else :data:`.forecast.FORECAST`)."""
+    recs = recs if isinstance(recs, Digest) else Digest.of(recs)
+    origin = recs.origin.result(allow_mixed)
+    rows = rows_of(recs.runs)
+    if not rows:
+        raise ValueError("no record has metrics.throughput")
+    kind, source = declared_scaling(recs, scaling)
+    # a bench fit (declared or given) calibrates the exchange: alone, with the study's every
+    # point for the rest; beside a declared calibration subset, with the subset's points
+    nodes_max = declared_nodes_max(recs)
+    fit_for = _fit_for(fit_doc, fit_label)
+    cores = recs.cores
+    flag_rows(rows, cores)
+    # an axis whose records time no step (a script seen only from outside) has no model, nor
+    # one whose step is no allreduce (the asynchronous parameter server, a pipeline)
+    timed = [a for a in axes(rows)
+             if any(math.isfinite(r.step_time) and r.modelled for r in rows if r.axis == a)]
+    pattern, loop = exchange_bench or declared_bench(recs), loop_bench or declared_loop(recs)
+    spread = spread_bench or declared_spread(recs)
+    if forecast is None:
+        forecast = declared_forecast(recs) or predict.FORECAST
+    ahead = _predicted(recs, origin, nodes_max, kind, fit_for, pattern, loop, spread, forecast)
+    _heldout_from(ahead, rows)
+    for r in rows:
+        r.fitted = r.nodes <= nodes_max if nodes_max else r.fitted
+    spent = budget.of_points(recs.budget, rows)
+    return StudyAnalysis(
+        study=name, workload=recs.workload, scaling=kind,
+        scaling_source=source, calibration=_calibration_text(fit_label if fit_doc else None,
+                                                             nodes_max, pattern, loop, spread),
+        records=recs.records, rows=rows, cores=cores,
+        why_no_model="" if ahead else _no_model(rows, timed),
+        published=published_comparison(),
+        convergence=recs.curves.result({(r.axis, r.ranks): r.speedup for r in rows}),
+        budget=spent,
+        systems=systems_of(recs.systems),
+        provenance=origin, prediction=ahead)
+
+
+def _no_model(rows: Sequence[Row], timed: Sequence[str]) -> str:
+    """Why no axis of a study has the part-by-part model."""
+    if not timed:
+        return ("no record times a step that is one allreduce (a script seen only from outside, "
+                "an asynchronous parameter server, a pipeline)")
+    if not any(r.computes and any(c is not None for c in r.computes) for r in rows):
+        return "no record probes the compute alone, so no step splits into compute and exchange"
+    return ("no axis has a 1-rank point and a multi-rank point with probes, one rank per node "
+            "or all ranks on one node: measure both")
+
+
+def _predicted(recs: Digest, origin, nodes_max: int, kind: str, fit_for, pattern: Optional[str],
+               loop_bench: Optional[str], spread_bench: Optional[str] = None,
+               forecast: Sequence[int] = predict.FORECAST) -> dict:
+    """:func:`predict.of_points` of the records: the held-out exchange from the tuning files
+    ``pattern`` names (a path pattern; else the study's declared one, if any), a Horovod axis's
+    compute beyond its calibration after the loop file ``loop_bench`` (:mod:`.loop_share`; used
+    only when every record ran on the machine it measured), every axis's slowest rank there
+    drawn from the spread file ``spread_bench`` (:mod:`.host_spread`, likewise)."""
+    machines = {key[2] for key in origin.groups}
+    machine = machines.pop() if len(machines) == 1 else None
+    loop = LoopShare(loop_bench, machine) if loop_bench else None
+    spread = HostSpread(spread_bench, machine) if spread_bench else None
+    if not nodes_max and not forecast:
+        return {}
+    bench = Bench(pattern, machine=machine) if pattern else None
+    out = predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for, bench=bench,
+                            loop=loop, spread=spread, forecast=forecast)
+    if out and out["held_out"]:
+        out["input_costs"] = predict.input_costs(out, recs.points, nodes_max, kind, fit_for,
+                                                 bench, loop, spread)
+    return out
+
+
+def _calibration_text(fit_label: Optional[str], nodes_max: int,
+                      bench: Optional[str] = None, loop: Optional[str] = None,
+                      spread: Optional[str] = None) -> str:
+    whose = "their" if nodes_max else "the forecast's"     # held-out points, or none
+    if spread:
+        return (_calibration_text(fit_label, nodes_max, bench, loop)
+                + f"; {whose} slowest rank from the nodes' spread in {spread}")
+    if loop:
+        return (_calibration_text(fit_label, nodes_max, bench)
+                + f"; {whose} compute after the share of a node Horovod's loop takes in {loop}")
+    if bench and nodes_max:
+        return (f"runs with at most {nodes_max} node(s); the other points are predicted, their "
+                f"exchange from the tuning files {bench} where those measured it"
+                + (f", else from fit:{fit_label}" if fit_label else ""))
+    if fit_label and nodes_max:
+        return (f"runs with at most {nodes_max} node(s), the exchange from fit:{fit_label}; the "
+                "other points are predicted")
+    if fit_label:
+        return f"fit:{fit_label}"
+    return (f"runs with at most {nodes_max} node(s); the other points are predicted"
+            if nodes_max else "runs")
+
+
+def _heldout_from(ahead: dict, rows: Sequence[Row]) -> None:
+    """Each held-out row's step error as the part-by-part prediction made it."""
+    errors = {(ax["axis"], pt["nodes"]): pt["error"]["step"]
+              for ax in ahead.get("axes", []) for pt in ax["points"] if not pt["fitted"]}
+    for r in rows:
+        if (r.axis, r.nodes) in errors and r.ranks == r.nodes:
+            r.heldout_error = errors[(r.axis, r.nodes)]
+
+
+def _fit_for(fit_doc: Optional[dict], label: Optional[str]):
+    """``(backend, compression) -> the fit's entry`` (its source naming ``label``), or None."""
+    if fit_doc is None:
+        return None
+
+    def entry(backend: str, compression: str) -> Optional[dict]:
+        fit = load_fit(fit_doc, backend, compression)
+        if fit is not None and label:
+            fit["_source"] = f"{fit['_source']} from {label}"
+        return fit
+    return entry
+
+
+def load_fit(doc: dict, backend: str = "horovod", compression: str = "none") -> Optional[dict]:
+    """The alpha/beta/gamma entry of a ``hpcdl.fit/1`` document for a backend and compression."""
+    entries = doc.get("backends") or {}
+    # A compression's own entry first; else the uncompressed one (wire bytes carry the ratio).
+    for key in (f"{backend}+{compression}", backend, f"{backend}+none"):
+        if key in entries:
+            out = dict(entries[key])
+            out["_source"] = f"bench fit ({key}, {doc.get('ranks', '?')} ranks)"
+            return out
+    return None
