@@ -194,6 +194,7 @@ def scale(n: int) -> None:
 PHASES = """
 import sys, time
 from hpcdl import analysis, report
+from hpcdl.report import writing
 took = {}
 def timed(mod, name, label):
     f = getattr(mod, name)
@@ -204,8 +205,8 @@ def timed(mod, name, label):
         finally:
             took[label] = took.get(label, 0.0) + time.perf_counter() - t
     setattr(mod, name, g)
-for mod, name, label in ((report, "_read", "reading"), (analysis, "analyse", "analysis"),
-                         (report, "draw_plots", "plots"), (report, "_write_json", "report.json")):
+for mod, name, label in ((writing, "_read", "reading"), (analysis, "analyse", "analysis"),
+                         (writing, "draw_plots", "plots"), (writing, "_write_json", "report.json")):
     timed(mod, name, label)
 t0 = time.perf_counter()
 report.write_report(sys.argv[1], out_dir=sys.argv[2])

@@ -1,0 +1,208 @@
+"""Writing a report: the analysis of the records (:func:`hpcdl.analysis.analyse`) rendered by
+the registered sections into ``report.md``, one CSV per table, the plots and ``report.json``,
+each headed by the command that regenerates it, and what the records left out or mixed."""
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from . import sections
+from .plots import draw_plots  # matplotlib is imported only when plots are drawn
+from .table import stable
+from .. import analysis, checks, costmodel
+from ..errors import UserError
+from .reading import _read, _resolve
+
+
+def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = None,
+                 algorithm: Optional[str] = None,
+                 plots: bool = True, scaling: Optional[str] = None,
+                 allow_mixed: bool = False, workers: Optional[int] = None,
+                 exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
+                 spread_bench: Optional[str] = None,
+                 forecast: Optional[Sequence[int]] = None) -> Dict:
+    """Analyse the records in ``src`` and render the report; return {'report', 'json', 'files'}.
+    ``workers``: processes that read the records (see :func:`_workers`); ``exchange_bench``: the
+    tuning files (a path pattern) whose exchange the held-out points take; ``loop_bench``: the
+    loop file whose shares the held-out points' compute follows; ``spread_bench``: the spread
+    file their slowest rank is drawn from."""
+    runs = _resolve(src)
+    if not runs.exists():
+        raise UserError(f"{runs}: no such results file (run the study first: hpcdl study run)")
+    try:
+        read, studies = _read(runs, study_name, workers)
+    except OSError as exc:
+        raise UserError(f"{exc.filename or runs}: cannot be read ({exc.strerror or exc})") from None
+    for note in read.notes():
+        sys.stderr.write(f"hpcdl study report: {note}\n")
+    recs = studies.pick()
+    if recs is None:
+        raise UserError(f"{runs}: no train records{f' of study {study_name}' if study_name else ''}")
+    out = Path(out_dir) if out_dir else runs.parent
+    checks.check_writable_dir(out, "the report's folder")
+    for flag, given, schema in (("--loop-bench", loop_bench, "hpcdl.loop-cpu/1"),
+                                ("--spread-bench", spread_bench, "hpcdl.host-spread/1")):
+        if given:                  # named on the command line: a wrong file is refused
+            checks.schema_file(given, schema, flag, "hpcdl bench allocation")
+    fit_path = fit_path or analysis.declared_calibration(recs)[0]
+    fit_doc = checks.fit_file(fit_path) if fit_path else None
+    try:
+        res = analysis.analyse(recs, recs.study or runs.parent.name, fit_doc,
+                               str(fit_path) if fit_path else None, scaling, algorithm,
+                               allow_mixed, exchange_bench, loop_bench, spread_bench, forecast)
+    except ValueError as exc:
+        raise UserError(f"{runs}: {exc}") from None
+    sources = [ax["model"]["exchange_source"] for ax in (res.prediction or {}).get("axes", [])]
+    if fit_doc and not any(src.startswith("bench fit") for src in sources):
+        raise UserError(f"fit {fit_path}: no entry for the study's axes ({', '.join(res.axes)}); "
+                        f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")
+    try:
+        return _write(res, recs, read, runs, out, plots, _command(
+            recs.about, runs, res.provenance.mixed, exchange_bench, loop_bench, spread_bench,
+            forecast))
+    except OSError as exc:     # a file of the report that cannot be written, named
+        raise UserError(f"{exc.filename or out}: cannot be written ({exc.strerror or exc}); "
+                        f"the report in {out} is incomplete") from None
+
+
+def _write(res, recs, read, runs: Path, out: Path, plots: bool, command: str) -> Dict:
+    """The report's plots, tables, report.md and report.json in ``out``."""
+    pngs = draw_plots(res, out) if plots else []
+    tables, lines, extra = sections.render(sections.Context(res, recs.about, runs, pngs))
+    files: List[Path] = []
+    for t in tables:
+        path = out / f"{t.name}.csv"
+        path.write_text(t.csv_text(command))
+        files.append(path)
+    files += pngs
+    report = out / "report.md"
+    report.write_text(f"<!-- command: {command} -->\n" + "\n".join(
+        _opening(res, runs) + _left_out(read) + lines
+        + ["Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""]))
+    js = out / "report.json"
+    _write_json(js, {**res.as_dict(), **extra, "left_out": _left_out_json(read)})
+    files += [report, js]
+    return {"report": report, "json": js, "files": files}
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    """``doc`` as JSON (what json cannot say, said by :func:`_jsonable`; floats kept to 10
+    digits), one copy of it in memory at a time and the text written as it is made."""
+    text = json.dumps(doc, default=_jsonable)
+    del doc
+    plain = json.loads(text)
+    del text
+    plain = stable(plain)
+    with path.open("w") as fh:
+        json.dump(plain, fh, indent=1, sort_keys=True)
+
+
+def _command(about, runs, mixed: bool = False, bench: Optional[str] = None,
+             loop: Optional[str] = None, spread: Optional[str] = None,
+             forecast: Optional[Sequence[int]] = None) -> str:
+    """The commands that regenerate this report: the study's runs (when a study made them: on
+    this machine, through Slurm, or on the cluster box at each link rate it recorded) into the
+    results root the records are in, named explicitly (points already recorded there are
+    skipped; another root measures afresh), then the report itself. ``about``: what
+    :class:`analysis.reading.Runs` gathered of the records."""
+    study_file = about.study_file
+    report = (f"hpcdl study report {_shown(runs.parent)}" + (" --allow-mixed" if mixed else "")
+              + (f" --exchange-bench '{bench}'" if bench else "")
+              + (f" --loop-bench {loop}" if loop else "")
+              + (f" --spread-bench {spread}" if spread else "")
+              + ("" if forecast is None else
+                 f" --forecast {','.join(map(str, forecast)) if forecast else 'none'}"))
+    if not study_file:
+        return report
+    root = f"--results-root {_shown(runs.parent.parent)}"
+    submit = (f"hpcdl study submit {study_file} {root} && "
+              f"hpcdl study status {study_file} {root} --wait 14400")
+    if about.boxes:
+        rates = sorted(about.link_rates, key=costmodel.rate_bits)
+        cpus = about.cpus_per_node
+        sge = "gridengine" in about.schedulers        # the box's Grid Engine, this shell on its cell
+        up = f"scripts/cluster-box.sh up {about.nodes_in_box} --link $rate" + (
+            f" --cpus-per-node {cpus:g}" if cpus else "") + (" --sge" if sge else "")
+        env = "eval \"$(scripts/cluster-box.sh env | sed 's/^/export /')\" && " if sge else ""
+        return (f"for rate in {' '.join(rates)}; do {up} && scripts/cluster-box.sh check && "
+                f"{env}{submit}; done; {report}")
+    if about.jobs:
+        return f"{submit} && {report}"
+    return f"hpcdl study run {study_file} {root} && {report}"
+
+
+def rendered_with(folder) -> dict:
+    """The options a committed report was rendered with, read back from the command that heads
+    its ``report.md`` (:func:`_command` wrote it) as :func:`write_report`'s keywords: so that a
+    report can be rendered again with nothing but its records and its own first line."""
+    head = (Path(folder) / "report.md").read_text().splitlines()[0]
+    if "hpcdl study report" not in head:
+        raise UserError(f"{folder}/report.md does not start with the command that made it")
+    words = shlex.split(head.split("hpcdl study report", 1)[1].removesuffix("-->"))
+    out = {"allow_mixed": "--allow-mixed" in words}
+    for flag, key in (("--exchange-bench", "exchange_bench"), ("--loop-bench", "loop_bench"),
+                      ("--spread-bench", "spread_bench")):
+        out[key] = words[words.index(flag) + 1] if flag in words else None
+    if "--forecast" in words:
+        given = words[words.index("--forecast") + 1]
+        out["forecast"] = () if given == "none" else tuple(int(x) for x in given.split(","))
+    return out
+
+
+def _shown(path) -> str:
+    """The path relative to the working directory when it lies below it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _jsonable(x):
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def _opening(res, runs) -> List[str]:
+    return [f"# Scaling study `{res.study}`", "",
+            f"{res.scaling.capitalize()} scaling ({res.scaling_source}) of `{res.workload}` "
+            f"from `{runs}` ({res.records} record(s), {len(res.rows)} configuration(s)). "
+            "Throughput is the total over all ranks, mean ± 1.96σ over the timed iterations of "
+            "every repeat; the step time is the median step of the slowest rank (median over "
+            "repeats). Speedup S = X(N)/X(N₀) and efficiency E = S/(N/N₀) against the smallest "
+            "run of each axis; Karp–Flatt e = (1/S − 1/p)/(1 − 1/p). Compute is the probed "
+            "forward and backward pass; the rest of the step is the exchange not hidden behind "
+            "it, the optimizer update and per-step overhead (at one rank nothing is exchanged).",
+            ""] + _caution(res.provenance)
+
+
+def _left_out(read) -> List[str]:
+    """What of the results file is not in the report, and why (nothing when all of it is)."""
+    notes = read.notes()
+    return (["**Left out of this report:** " + " ".join(f"{n}." for n in notes), ""]
+            if notes else [])
+
+
+def _left_out_json(read) -> dict:
+    """Every line of the results file the report left out: torn, repeated, no measurement."""
+    return {"torn_lines": read.torn, "duplicate_lines": read.duplicates,
+            "excluded": read.excluded, "repeated_points": read.repeated}
+
+
+def _caution(prov) -> List[str]:
+    """A warning at the top when the records were not made alike or runs overlapped."""
+    said = []
+    if prov is not None and prov.mixed:
+        said.append("it pools records that were not made alike (" + " / ".join(prov.differences())
+                    + ")")
+    if prov is not None and prov.overlaps:
+        said.append(f"{len(prov.overlaps)} pair(s) of its runs overlapped in time on a machine "
+                    "they shared")
+    return [f"**Caution:** {' and '.join(said)}; see Runs below.", ""] if said else []
