@@ -195,3 +195,17 @@ def test_no_module_is_past_500_lines():
     over = {str(p.relative_to(ROOT)): n for p in sorted(PKG.rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert over == {}, f"past {MAX_MODULE_LINES} lines: split them by what they serve: {over}"
+
+
+def test_a_package_init_holds_re_exports_and_registries_only():
+    """Past its docstring and imports, a package's __init__.py keeps at most 100 lines: a
+    registry or an interface, not the package's logic."""
+    heavy = {}
+    for path in sorted(PKG.rglob("__init__.py")):
+        tree = ast.parse(path.read_text())
+        body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))
+                and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        n = sum(node.end_lineno - node.lineno + 1 for node in body)
+        if n > 100:
+            heavy[str(path.relative_to(ROOT))] = n
+    assert heavy == {}, f"logic in __init__.py (lines past the docstring and imports): {heavy}"
