@@ -16,6 +16,7 @@ from .table import stable
 from .. import analysis, checks, costmodel
 from ..errors import UserError
 from .reading import _read, _resolve
+from .summary import summary
 
 
 def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = None,
@@ -171,7 +172,9 @@ def _jsonable(x):
 
 
 def _opening(res, runs) -> List[str]:
-    return [f"# Scaling study `{res.study}`", "",
+    """The title, the answer (:mod:`.summary`), then how the figures are made, folded."""
+    return [f"# Scaling study `{res.study}`", ""] + summary(res) + [
+            "<details><summary>How these figures are made</summary>", "",
             f"{res.scaling.capitalize()} scaling ({res.scaling_source}) of `{res.workload}` "
             f"from `{runs}` ({res.records} record(s), {len(res.rows)} configuration(s)). "
             "Throughput is the total over all ranks, mean ± 1.96σ over the timed iterations of "
@@ -180,7 +183,7 @@ def _opening(res, runs) -> List[str]:
             "run of each axis; Karp–Flatt e = (1/S − 1/p)/(1 − 1/p). Compute is the probed "
             "forward and backward pass; the rest of the step is the exchange not hidden behind "
             "it, the optimizer update and per-step overhead (at one rank nothing is exchanged).",
-            ""] + _caution(res.provenance)
+            "", "</details>", ""] + _caution(res.provenance)
 
 
 def _left_out(read) -> List[str]:
