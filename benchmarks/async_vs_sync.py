@@ -14,7 +14,7 @@ left out) from the first step and from the first evaluation (after 1,000 samples
 steps' graph building left out too), the samples and updates it took, the step, the
 throughput and, for ps-async, the staleness.
 
-    python benchmarks/async_vs_sync.py --ranks 2 --repeats 3 > results/async-vs-sync.txt
+    python -m benchmarks.async_vs_sync --ranks 2 --repeats 3 > results/async-vs-sync.txt
 """
 import argparse
 import json
@@ -25,9 +25,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl.launch import local  # noqa: E402
+from hpcdl.launch import local
 
 SYSTEMS = [("sync ring", ["--backend", "horovod"]),
            ("sync ps", ["--backend", "ps"]),
@@ -104,7 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--target", type=float, default=0.89, help="held-out accuracy")
     opts = ap.parse_args(argv)
-    print(f"# python benchmarks/async_vs_sync.py --ranks {opts.ranks} --repeats {opts.repeats} "
+    print(f"# python -m benchmarks.async_vs_sync --ranks {opts.ranks} --repeats {opts.repeats} "
           f"--target {opts.target:g}")
     print(f"# mnist softmax, 5,000 real digits, batch 100 per worker, target accuracy "
           f"{opts.target:g} on the 1,000 held out, evaluated every 1,000 samples; medians over "

@@ -8,14 +8,11 @@ per iteration the wall time of ``--num-batches-per-iter`` steps; prints
 and rank defaults are hpcdl's own (the same functions ``hpcdl train`` calls), so the only
 difference from ``hpcdl train --workload cnn`` is the loop around the step.
 
-    mpirun -np 2 python benchmarks/bare_horovod_loop.py --model resnet50 --image-size 64 --batch-size 8
+    mpirun -np 2 python -m benchmarks.bare_horovod_loop --model resnet50 --image-size 64 --batch-size 8
 """
 import argparse
 import sys
 import timeit
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:

@@ -11,7 +11,7 @@ seconds a probe took (the process's, all threads). Nothing exchanges, so what ch
 the host: its other nodes' load, not the training's own peers.
 
     scripts/cluster-box.sh up 8 --link 200mbit --cpus-per-node 0.2 && scripts/cluster-box.sh check
-    python benchmarks/box_contention.py --study jobs/box-cnn-weak5.toml --rounds 3 \\
+    python -m benchmarks.box_contention --study jobs/box-cnn-weak5.toml --rounds 3 \\
         --json results/tuning/box-spread.json > results/box-contention.txt
 
 With ``--json PATH`` it also writes the nodes' spread as a spread file (``hpcdl.host-spread/1``):
@@ -27,7 +27,7 @@ Inside a Slurm allocation (``sbatch``/``salloc`` on a cluster, or on the box) it
 allocation's first k nodes instead, one step per node, and the spread file names the processor
 (and the box's settings, on the box) that the allocation's records will carry::
 
-    sbatch -N 8 --wrap "python benchmarks/box_contention.py --study jobs/my.toml \\
+    sbatch -N 8 --wrap "python -m benchmarks.box_contention --study jobs/my.toml \\
         --json tuning/spread.json"
 
 With ``--coupled`` the k nodes run one k-rank training instead (the study's first point, its
@@ -38,7 +38,7 @@ share of the spread; on the box's 0.2-core nodes the training's own ranks lay wi
 slowest rank's median 1.12x the median rank's at 8 nodes, against 1.03-1.05x for independent
 nodes: ``results/heldout-check.txt``). The file says which it measured (``made_for.coupled``)::
 
-    python benchmarks/box_contention.py --study jobs/box-cnn-weak5.toml --coupled \\
+    python -m benchmarks.box_contention --study jobs/box-cnn-weak5.toml --coupled \\
         --nodes 2,4,8 --rounds 3 --json results/tuning/box-spread-coupled.json
 """
 import argparse
@@ -54,11 +54,10 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl import box, records, study  # noqa: E402
-from hpcdl.analysis import host_spread, provenance  # noqa: E402
-from hpcdl.bench.boxcheck import job_env  # noqa: E402
+from hpcdl import box, records, study
+from hpcdl.analysis import host_spread, provenance
+from hpcdl.bench.boxcheck import job_env
 
 
 def _placement(b: dict) -> tuple:
@@ -167,7 +166,7 @@ def main() -> int:
                     ("--results", "--study", "--point", "--declared", "--checkpoint-dir"))
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
-    command = (f"python benchmarks/box_contention.py --study {opts.study} --nodes {opts.nodes} "
+    command = (f"python -m benchmarks.box_contention --study {opts.study} --nodes {opts.nodes} "
                f"--rounds {opts.rounds}" + (" --coupled" if opts.coupled else "")
                + (f" --json {opts.json}" if opts.json else ""))
     print(f"# command: {command}")

@@ -11,10 +11,10 @@ compute, the exchange timed alone, the step and the throughput, and the compute'
 first setting's: what the wake-ups (or the quota's gaps) take from the forward and backward pass.
 
     scripts/cluster-box.sh up 8 --link 500mbit --cpus-per-node 0.2 && scripts/cluster-box.sh check
-    python benchmarks/cycle_cost.py jobs/box-cnn-tuned-weak.toml \\
+    python -m benchmarks.cycle_cost jobs/box-cnn-tuned-weak.toml \\
         --points n1-r1-horovod-none-500mbit-tdefault-rep0,n2-r1-horovod-none-500mbit-tdefault-rep0 \\
         > results/cycle-cost.txt
-    python benchmarks/cycle_cost.py jobs/box-cnn-weak.toml \\
+    python -m benchmarks.cycle_cost jobs/box-cnn-weak.toml \\
         --points n2-r1-horovod-none-200mbit-rep0 --periods 10000,5000 > results/box-cpu-period.txt
 """
 import argparse
@@ -26,13 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl import box, records  # noqa: E402
-from hpcdl.errors import UserError  # noqa: E402
-from hpcdl.analysis.measured import measured  # noqa: E402
-from hpcdl.launch import local  # noqa: E402
+from hpcdl import box, records
+from hpcdl.errors import UserError
+from hpcdl.analysis.measured import measured
+from hpcdl.launch import local
 
 
 def set_period(period_us: int) -> None:
@@ -101,7 +99,7 @@ def main() -> int:
     results = jobs.parent / "runs.jsonl"
     figures = {(p, c): [] for p in points for c in cycles}
     t0 = time.monotonic()
-    print(f"# python benchmarks/cycle_cost.py {opts.study} --points {opts.points} "
+    print(f"# python -m benchmarks.cycle_cost {opts.study} --points {opts.points} "
           f"--{knob}s {','.join(cycles)} --rounds {opts.rounds}"
           + (f" --sbatch '{opts.sbatch}'" if opts.sbatch else ""))
     try:

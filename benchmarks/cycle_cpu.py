@@ -14,7 +14,7 @@ licence, so it waits for a study's jobs rather than running beside them); per no
 cycle, the median over rounds of the busiest rank's CPU per second.
 
     scripts/cluster-box.sh up 8 --link 200mbit --cpus-per-node 0.2 && scripts/cluster-box.sh check
-    python benchmarks/cycle_cpu.py --nodes 1,2,8 --cycles 1,5 --rounds 3 > results/cycle-cpu.txt
+    python -m benchmarks.cycle_cpu --nodes 1,2,8 --cycles 1,5 --rounds 3 > results/cycle-cpu.txt
 
 With ``--json PATH`` it also writes the shares as a loop file (``hpcdl.loop-cpu/1``): per cycle
 and node count, the share the median rank's and the busiest rank's loop took from compute, and
@@ -33,12 +33,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl import box, records  # noqa: E402
-from hpcdl.analysis import loop_share, provenance  # noqa: E402
-from hpcdl.bench.allocation import window as _window  # noqa: E402
-from hpcdl.bench.boxcheck import job_env, srun_json  # noqa: E402
+from hpcdl import box, records
+from hpcdl.analysis import loop_share, provenance
+from hpcdl.bench.allocation import window as _window
+from hpcdl.bench.boxcheck import job_env, srun_json
 
 
 def rank_side(seconds: float) -> None:
@@ -93,7 +92,7 @@ def main() -> int:
     nodes = [int(n) for n in opts.nodes.split(",")]
     cycles = opts.cycles.split(",")
     cores = float(b["cpus_per_node"])
-    command = (f"python benchmarks/cycle_cpu.py --nodes {opts.nodes} --cycles {opts.cycles} "
+    command = (f"python -m benchmarks.cycle_cpu --nodes {opts.nodes} --cycles {opts.cycles} "
                f"--rounds {opts.rounds} --seconds {opts.seconds:g}"
                + (f" --srun={opts.srun}" if opts.srun else "")
                + (f" --json {opts.json}" if opts.json else ""))

@@ -6,9 +6,9 @@ with core dumps on, counting exit statuses, signals, core files and hangs.
 By default each run ends as the test's check and hpcdl's commands do (``cli._leave``: atexit
 handlers, MPI finalised, no module teardown); ``--teardown`` ends it with ``sys.exit`` and
 Python's whole teardown, as the check did before. Run it with a stack's own interpreter to
-measure that stack (``.venv-tf2.15/bin/python benchmarks/exit_repeat.py``).
+measure that stack (``.venv-tf2.15/bin/python -m benchmarks.exit_repeat``).
 
-    python benchmarks/exit_repeat.py --runs 100 [--teardown]
+    python -m benchmarks.exit_repeat --runs 100 [--teardown]
 
 Core files go where the kernel's core_pattern says; set it to a folder first to keep them
 (``echo '/tmp/cores/core.%e.%p' > /proc/sys/kernel/core_pattern``) and name it with --cores.
@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl.launch import local  # noqa: E402
+from hpcdl.launch import local
 
 TEST = ROOT / "tests" / "mpi" / "test_comm.py"
 

@@ -5,7 +5,7 @@ them (as every ``hpcdl train`` starts it, idle when the backend is not Horovod),
 
 Run under mpirun (two ranks on this machine):
 
-    mpirun -np 2 python benchmarks/flat_beside_horovod.py --rounds 3 > results/flat-beside-horovod.txt
+    mpirun -np 2 python -m benchmarks.flat_beside_horovod --rounds 3 > results/flat-beside-horovod.txt
 
 Per round and state, per size (4, 16, 64 MiB of float32): the MPI library's ``MPI_Allreduce`` of
 one preallocated buffer, the ring and mpi backends' ``allreduce_mean`` (what the bench times),
@@ -23,9 +23,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl import cluster, records  # noqa: E402
+from hpcdl import cluster, records
 
 SIZES = (4 << 20, 16 << 20, 64 << 20)
 
@@ -92,7 +91,7 @@ def main(argv=None) -> int:
     if world.Get_rank() == 0:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                                 cwd=ROOT).stdout.strip()
-        print(f"# command: mpirun -np {world.Get_size()} python benchmarks/flat_beside_horovod.py "
+        print(f"# command: mpirun -np {world.Get_size()} python -m benchmarks.flat_beside_horovod "
               f"--rounds {o.rounds} --iters {o.iters}")
         print(f"# commit: {commit}; processor: {records.cpu_identity()}; {os.cpu_count()} CPUs; "
               f"{world.Get_size()} ranks; Horovod's cycle "

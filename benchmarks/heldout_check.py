@@ -22,7 +22,7 @@ bias at all: its mean absolute error, and the chance that all of a study's point
 A bias near zero with a large absolute error is noise; a step bias near zero whose parts carry
 opposite biases is cancellation, which the per-part columns show.
 
-    python benchmarks/heldout_check.py results/box-cnn-*/ > results/heldout-check.txt
+    python -m benchmarks.heldout_check results/box-cnn-*/ > results/heldout-check.txt
 """
 import argparse
 import json
@@ -33,10 +33,9 @@ from pathlib import Path
 from statistics import mean, median, pstdev
 from typing import NamedTuple, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hpcdl import records  # noqa: E402
-from hpcdl.analysis import baselines  # noqa: E402
-from hpcdl.analysis.floor import SQRT_2_PI  # noqa: E402
+from hpcdl import records
+from hpcdl.analysis import baselines
+from hpcdl.analysis.floor import SQRT_2_PI
 
 PARTS = ("compute", "exchange", "step")
 
@@ -425,7 +424,7 @@ def main(argv=None) -> int:
     ap.add_argument("studies", type=Path, nargs="+", help="study results folders (or report.json)")
     a = ap.parse_args(argv)
     rows = [r for f in a.studies for r in heldout(f)]
-    print(f"# python benchmarks/heldout_check.py {' '.join(map(str, a.studies))}")
+    print(f"# python -m benchmarks.heldout_check {' '.join(map(str, a.studies))}")
     print("# from each study's report.json (hpcdl study report); errors are (predicted - measured)"
           " / measured; parts: compute and exchange each within 15%; band: measured step inside"
           " the report's 90% band")

@@ -12,7 +12,7 @@ recorder against without any callback, set against the step time the runs measur
 callback Keras skips the batch hooks entirely, so this is what a script with no other per-batch
 callback pays for the recorder: the worst case.
 
-    python benchmarks/keras_recorder_overhead.py [--rounds 5] [--ranks 1,2] [--epochs 3]
+    python -m benchmarks.keras_recorder_overhead [--rounds 5] [--ranks 1,2] [--epochs 3]
 """
 from __future__ import annotations
 
@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl.launch import local  # noqa: E402
+from hpcdl.launch import local
 
 RATE = re.compile(r"^Script img/sec per rank: ([0-9.]+)", re.M)
 
@@ -77,7 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32)
     opts = ap.parse_args(argv)
-    print(f"# python benchmarks/keras_recorder_overhead.py --rounds {opts.rounds} --ranks "
+    print(f"# python -m benchmarks.keras_recorder_overhead --rounds {opts.rounds} --ranks "
           f"{opts.ranks} --epochs {opts.epochs} --batch-size {opts.batch_size}")
     steps = {}
     with tempfile.TemporaryDirectory() as tmp:

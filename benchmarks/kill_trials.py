@@ -14,8 +14,8 @@ Trials append one JSON line each to ``results/robustness/kill_trials.jsonl``; ``
 writes the table ``results/robustness/kill_trials.md`` from all trials recorded there. Run in
 chunks (``--trials 5``) to keep each measurement short on a shared machine::
 
-    python benchmarks/kill_trials.py --ranks 2 --trials 5
-    python benchmarks/kill_trials.py --summarize
+    python -m benchmarks.kill_trials --ranks 2 --trials 5
+    python -m benchmarks.kill_trials --summarize
 """
 from __future__ import annotations
 
@@ -31,10 +31,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl import records  # noqa: E402
-from hpcdl.launch import local  # noqa: E402
+from hpcdl import records
+from hpcdl.launch import local
 
 HANG_AFTER_S = 60.0
 _FAULT = re.compile(r"\[(\d+)@(\S+)\] HPCDL_FAULT: injecting '(\w+)' at step (\d+) \(t=([\d.]+)\)")
@@ -106,7 +105,7 @@ def summarize(out: Path) -> str:
              f"# workload: expmlp, batch 50/rank, fault at a uniformly random step of "
              f"{first['steps']} on a uniformly random rank; hang = still running {HANG_AFTER_S:g} s "
              "after the fault",
-             "# command: python benchmarks/kill_trials.py --ranks N --kind K --trials T (in chunks), "
+             "# command: python -m benchmarks.kill_trials --ranks N --kind K --trials T (in chunks), "
              "then --summarize",
              "",
              "| ranks | kind | trials | hangs | exit != 0 | rank named | median time to exit (s) | "

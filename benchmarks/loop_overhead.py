@@ -11,9 +11,9 @@ whether a change moved the loop's speed. ``--launcher srun``, inside a Slurm all
 both with the same ``srun`` step over the allocation's tasks (as the job scripts start ranks), in
 the allocation's environment, threads per rank as the cluster gives them.
 
-    python benchmarks/loop_overhead.py [--rounds 5] [--ranks 1,2] [--models resnet50:64:8:10,small:32:32:50]
-    python benchmarks/loop_overhead.py --against HEAD~1 --models small:32:32:50
-    sbatch -N 8 --ntasks-per-node 1 --wrap "python benchmarks/loop_overhead.py --launcher srun --models small:32:32:20"
+    python -m benchmarks.loop_overhead [--rounds 5] [--ranks 1,2] [--models resnet50:64:8:10,small:32:32:50]
+    python -m benchmarks.loop_overhead --against HEAD~1 --models small:32:32:50
+    sbatch -N 8 --ntasks-per-node 1 --wrap "python -m benchmarks.loop_overhead --launcher srun --models small:32:32:20"
 """
 from __future__ import annotations
 
@@ -28,10 +28,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl import cluster  # noqa: E402
-from hpcdl.launch import local  # noqa: E402
+from hpcdl import cluster
+from hpcdl.launch import local
 
 TOTAL = re.compile(r"^Total img/sec on (\d+) rank\(s\): ([0-9.]+) \+-([0-9.]+)$", re.M)
 

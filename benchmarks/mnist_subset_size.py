@@ -9,7 +9,7 @@ table gives the median test accuracy per size, and a least-squares line of accur
 log2(digits) with the number of digits at which it would reach the seeds' 0.91 (marked as an
 extrapolation, not a measurement).
 
-    python benchmarks/mnist_subset_size.py [--sizes 500,1000,2000,4000] [--seeds 5] [--out FILE]
+    python -m benchmarks.mnist_subset_size [--sizes 500,1000,2000,4000] [--seeds 5] [--out FILE]
 """
 from __future__ import annotations
 
@@ -24,9 +24,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl.workloads import mnist  # noqa: E402
+from hpcdl.workloads import mnist
 
 ACC = re.compile(r"^Test accuracy: ([0-9.]+)$", re.M)
 
@@ -55,7 +54,7 @@ def main(argv=None) -> int:
     opts = ap.parse_args(argv)
     x_train, y_train, x_test, y_test = mnist.mnist5k_arrays()
     sizes = [int(s) for s in opts.sizes.split(",")]
-    lines = [f"# python benchmarks/mnist_subset_size.py --sizes {opts.sizes} --seeds {opts.seeds}",
+    lines = [f"# python -m benchmarks.mnist_subset_size --sizes {opts.sizes} --seeds {opts.seeds}",
              "# the seeds' softmax, 1,000 steps of batch 100, lr 0.5; tested on mnist-5k's 1,000 "
              "held-out digits",
              f"{'training digits':>16} {'passes':>7} {'median acc':>11} {'min':>7} {'max':>7}"]

@@ -8,7 +8,7 @@ much; a target of "every point within X%" is out of reach where the repeats them
 further. Also printed: the 1-node compute of each study in the order its jobs ran, i.e. how far
 the host drifted during the study.
 
-    python benchmarks/noise_floor.py [results/box-*]
+    python -m benchmarks.noise_floor [results/box-*]
 """
 from __future__ import annotations
 
@@ -18,11 +18,10 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl import checks  # noqa: E402
-from hpcdl.analysis.reading import axis_name, record_axis  # noqa: E402
-from hpcdl.analysis.measured import measured  # noqa: E402
+from hpcdl import checks
+from hpcdl.analysis.reading import axis_name, record_axis
+from hpcdl.analysis.measured import measured
 
 PARTS = (("step", 0.10), ("compute", 0.15), ("exchange", 0.15))
 
@@ -54,7 +53,7 @@ def _loo(values):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     folders = [Path(a) for a in argv] or sorted((ROOT / "results").glob("box-*"))
-    print(f"# command: python benchmarks/noise_floor.py {' '.join(argv)}".rstrip())
+    print(f"# command: python -m benchmarks.noise_floor {' '.join(argv)}".rstrip())
     print("# each repeat against the median of its point's other repeats: share within the "
           "target's tolerance, the 90th percentile and the largest, over all points with >= 2 "
           "repeats")

@@ -8,7 +8,7 @@ repetitions (median of 7 rounds) and sets them against step times of the committ
 There is no switch to time a whole run with and without it: the work it adds is below what
 alternating runs on this machine can resolve (their spread is several percent).
 
-    python benchmarks/phase_timing_cost.py > results/phase-timing-cost.txt
+    python -m benchmarks.phase_timing_cost > results/phase-timing-cost.txt
 """
 import statistics
 import time
@@ -42,7 +42,7 @@ def without(n):
 
 
 def main():
-    print("# python benchmarks/phase_timing_cost.py")
+    print("# python -m benchmarks.phase_timing_cost")
     added = []
     for _ in range(7):
         a, b = with_phases(N), without(N)

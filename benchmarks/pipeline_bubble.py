@@ -10,7 +10,7 @@ alternate within each repeat; the table gives medians over the repeats of the me
 equal stages, the figure GPipe's schedule gives for the stages' timed costs, and the bytes of
 activations a step sends beside what a ring allreduce of the gradients sends per rank.
 
-    python benchmarks/pipeline_bubble.py --repeats 3 > results/pipeline-bubble.txt
+    python -m benchmarks.pipeline_bubble --repeats 3 > results/pipeline-bubble.txt
 """
 import argparse
 import json
@@ -21,9 +21,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl.launch import local  # noqa: E402
+from hpcdl.launch import local
 
 WORKLOADS = {
     "expmlp": ["--workload", "expmlp", "--batch-size", "256", "--steps", "200", "--warmup", "20"],
@@ -62,7 +61,7 @@ def main(argv=None) -> int:
     ap.add_argument("--micro", default="4,8", help="micro-batch counts, comma-separated")
     opts = ap.parse_args(argv)
     micros = [int(m) for m in opts.micro.split(",")]
-    print(f"# python benchmarks/pipeline_bubble.py --repeats {opts.repeats} --stages "
+    print(f"# python -m benchmarks.pipeline_bubble --repeats {opts.repeats} --stages "
           f"{opts.stages} --micro {opts.micro}")
     print(f"# K = {opts.stages} stages, one rank each, one thread per rank; the cut timed "
           f"(--cut time); medians over {opts.repeats} repeats, runs alternated per repeat")

@@ -10,19 +10,16 @@ wants for MPI, which spins); this measures what a short period costs the quota i
 how the script chooses its period (5 ms, or longer where the quota would be under 1 ms).
 
     scripts/cluster-box.sh up 2 --cpus-per-node 1
-    python benchmarks/quota_period.py > results/quota-period.txt
+    python -m benchmarks.quota_period > results/quota-period.txt
 """
 import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl import box  # noqa: E402
-from hpcdl.bench.boxcheck import job_env, srun_json  # noqa: E402
+from hpcdl import box
+from hpcdl.bench.boxcheck import job_env, srun_json
 
 
 def main() -> int:
@@ -45,7 +42,7 @@ def main() -> int:
     env = job_env(b)
     got = {s: [] for s in settings}
     t0 = time.monotonic()
-    print(f"# python benchmarks/quota_period.py --cores {opts.cores} --periods {opts.periods} "
+    print(f"# python -m benchmarks.quota_period --cores {opts.cores} --periods {opts.periods} "
           f"--rounds {opts.rounds} --work {opts.work} --reps {opts.reps}")
     print(f"# box {b['box']}: {b['nodes_count']} nodes, its own quota {b['cpus_per_node']} cores "
           f"of {b.get('cpu_period_us')} us; this machine {b.get('cores')} cores")

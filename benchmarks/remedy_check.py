@@ -7,7 +7,7 @@ each remedy (fp16 gradients; twice the batch per rank) and the gain over the eff
 predicts as run. The measured gain comes from the same study's fp16 axis (same box, same commit)
 and from a second study of the same workload with the remedy applied (twice the batch).
 
-    python benchmarks/remedy_check.py results/box-cnn-weak results/box-cnn-b256-weak \\
+    python -m benchmarks.remedy_check results/box-cnn-weak results/box-cnn-b256-weak \\
         --loop-bench results/tuning/box-loop-cpu.json --spread-bench results/tuning/box-spread.json \
         > results/remedy-check.txt
 
@@ -20,14 +20,12 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl import records  # noqa: E402
-from hpcdl.analysis import declared_nodes_max, predict, provenance  # noqa: E402
-from hpcdl.analysis.host_spread import HostSpread  # noqa: E402
-from hpcdl.analysis.loop_share import LoopShare  # noqa: E402
-from hpcdl.analysis.reading import row_key as _row_key  # noqa: E402
+from hpcdl import records
+from hpcdl.analysis import declared_nodes_max, predict, provenance
+from hpcdl.analysis.host_spread import HostSpread
+from hpcdl.analysis.loop_share import LoopShare
+from hpcdl.analysis.reading import row_key as _row_key
 
 
 def load(folder: Path):
@@ -54,7 +52,7 @@ def main(argv=None) -> int:
     spread = HostSpread(a.spread_bench, machine) if a.spread_bench else None
     res = predict.of_records(recs, _row_key, declared_nodes_max(recs) or 2, "weak", others, loop=loop,
                           spread=spread)
-    print(f"# python benchmarks/remedy_check.py {a.study} {' '.join(map(str, a.remedied))}"
+    print(f"# python -m benchmarks.remedy_check {a.study} {' '.join(map(str, a.remedied))}"
           + (f" --loop-bench {a.loop_bench}" if a.loop_bench else "")
           + (f" --spread-bench {a.spread_bench}" if a.spread_bench else ""))
     if loop is not None:

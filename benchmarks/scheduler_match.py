@@ -6,7 +6,7 @@ median), the two schedulers' medians and their difference, set against the sprea
 repeats within each scheduler (the box's run-to-run spread), and the weak-scaling efficiency
 each gives against its own 1-node runs.
 
-    python benchmarks/scheduler_match.py results/box-cnn-sched-slurm results/box-cnn-sched-gridengine \\
+    python -m benchmarks.scheduler_match results/box-cnn-sched-slurm results/box-cnn-sched-gridengine \\
         > results/scheduler-match.txt
 """
 import argparse
@@ -14,11 +14,9 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl import records  # noqa: E402
-from hpcdl.analysis.measured import measured  # noqa: E402
+from hpcdl import records
+from hpcdl.analysis.measured import measured
 
 
 def _steps(folder: Path) -> dict:
@@ -42,7 +40,7 @@ def main() -> int:
     opts = ap.parse_args()
     a, sa, ba, ca = _steps(Path(opts.a))
     b, sb, bb, cb = _steps(Path(opts.b))
-    print(f"# python benchmarks/scheduler_match.py {opts.a} {opts.b}")
+    print(f"# python -m benchmarks.scheduler_match {opts.a} {opts.b}")
     print(f"# {opts.a}: scheduler {sorted(map(str, sa))}, box {sorted(map(str, ba))}, commit {sorted(ca)}")
     print(f"# {opts.b}: scheduler {sorted(map(str, sb))}, box {sorted(map(str, bb))}, commit {sorted(cb)}")
     print("# step: the timed iterations' median per run (ms); spread: the largest difference between "

@@ -19,7 +19,7 @@ host order, without a host file, is not the nodes' order, and scattered ranks sh
 tree's uplinks (Rabenseifner at 256 ranks and 9.4 MB took 12.4 ms so against 7.2 ms in order). Needs ``smpicc``/``smpirun``
 (Debian's ``libsimgrid-dev``); simulated time does not depend on this machine's load.
 
-    python benchmarks/smpi_check.py > results/smpi-check.txt
+    python -m benchmarks.smpi_check > results/smpi-check.txt
 """
 import argparse
 import shutil
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     build(work)
     ranks = [int(x) for x in opts.ranks.split(",")]
     sizes_all = [int(x) for x in opts.sizes.split(",")]
-    print(f"# python benchmarks/smpi_check.py --ranks {opts.ranks} --sizes {opts.sizes}")
+    print(f"# python -m benchmarks.smpi_check --ranks {opts.ranks} --sizes {opts.sizes}")
     print("# SimGrid " + subprocess.run(["smpirun", "--version"], capture_output=True,
                                         text=True).stdout.split("\n")[0].strip())
     print("# forecast: a fixed cost per call plus the algorithm's messages (step_spans()), each at "

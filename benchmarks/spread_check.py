@@ -9,7 +9,7 @@ apart at k nodes: measured on independent one-node trainings, or with ``--couple
 training. Every other flag of a study's report (its exchange and loop files) is the one its
 committed ``report.md`` names in its command, so only the spread changes.
 
-    python benchmarks/spread_check.py results/box-cnn-samehost results/box-cnn-weak5 \\
+    python -m benchmarks.spread_check results/box-cnn-samehost results/box-cnn-weak5 \\
         --spread results/tuning/box-spread-coupled.json results/tuning/box-spread-samehost.json \\
         results/tuning/box-spread.json > results/spread-check.txt
 """
@@ -20,8 +20,7 @@ import tempfile
 from pathlib import Path
 from statistics import mean
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hpcdl.report import rendered_with, write_report  # noqa: E402
+from hpcdl.report import rendered_with, write_report
 
 NONE = "none"                     # no spread file: the calibration runs' own spread
 
@@ -64,7 +63,7 @@ def main() -> int:
                     help=f"spread files to compare ('{NONE}': the calibration runs' own spread)")
     opts = ap.parse_args()
     spreads = [NONE] + [s for s in opts.spread if s != NONE]
-    print(f"# python benchmarks/spread_check.py {' '.join(opts.studies)} --spread "
+    print(f"# python -m benchmarks.spread_check {' '.join(opts.studies)} --spread "
           f"{' '.join(opts.spread)}")
     print("# held-out Horovod points of each study's report rendered with each spread file; errors "
           "(predicted - measured) / measured of the slowest rank's compute and of the step; "

@@ -11,7 +11,7 @@ Beside it, the step's median and its compute's (the forward and backward pass al
 record probes it): where the two stacks differ in compute, TensorFlow's kernels differ; where
 only the rest differs, what runs around them (Keras, the step function's dispatch, Horovod).
 
-    python benchmarks/stack_throughput.py --python .venv/bin/python \\
+    python -m benchmarks.stack_throughput --python .venv/bin/python \\
         --python ../venv-tf2.15/bin/python [--rounds 3] [--ranks 1,2] [--models small,resnet50]
 """
 from __future__ import annotations
@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl.launch import local  # noqa: E402
+from hpcdl.launch import local
 
 # (name, hpcdl train options): the small CNN of `make run`, and ResNet-50 (the workload's
 # default model) at an image size that keeps a round within minutes on two cores
@@ -81,7 +80,7 @@ def main() -> int:
     ranks = [int(r) for r in opts.ranks.split(",")]
     models = [MODELS[m] for m in opts.models.split(",")]
     names = [stack_of(p) for p in opts.python]
-    print(f"# python benchmarks/stack_throughput.py --python {opts.python[0]} "
+    print(f"# python -m benchmarks.stack_throughput --python {opts.python[0]} "
           f"--python {opts.python[1]} --rounds {opts.rounds} --ranks {opts.ranks} "
           f"--models {opts.models}")
     for i, n in enumerate(names):

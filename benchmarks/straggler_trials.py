@@ -6,7 +6,7 @@ Each trial runs ``hpcdl train`` on 2 ranks (the small CNN, 8 probes) once with a
 alternate over the trials) and once without, and checks what :func:`hpcdl.analysis.budget.stragglers`
 names: the right rank, host and phase in the first case, nobody in the second.
 
-    python benchmarks/straggler_trials.py --trials 5 > results/straggler-trials.txt
+    python -m benchmarks.straggler_trials --trials 5 > results/straggler-trials.txt
 """
 import argparse
 import json
@@ -16,10 +16,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl.analysis import budget  # noqa: E402
-from hpcdl.launch import local  # noqa: E402
+from hpcdl.analysis import budget
+from hpcdl.launch import local
 
 # the small CNN, a step of about 11 ms on 2 ranks here (expmlp's 1 ms steps jitter by more
 # than a rank differs); one thread per rank, as a study's threads_per_rank = 1
@@ -44,7 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--delay-ms", type=float, default=3.0, help="about a quarter of the step")
     opts = ap.parse_args(argv)
-    print(f"# python benchmarks/straggler_trials.py --trials {opts.trials} "
+    print(f"# python -m benchmarks.straggler_trials --trials {opts.trials} "
           f"--delay-ms {opts.delay_ms:g}")
     right = quiet_ok = 0
     with tempfile.TemporaryDirectory() as tmp:

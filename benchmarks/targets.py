@@ -11,19 +11,16 @@ and the verdict is on the median over the last ``--records`` sweeps of the resul
 - and, as the physical reference, every backend's busbw against the raw MPI_Allreduce of the
   same buffers in the same sweep (not a target: where the rest of the time goes).
 
-    python benchmarks/targets.py [--input results/bench/allreduce.jsonl] [--records 3]
+    python -m benchmarks.targets [--input results/bench/allreduce.jsonl] [--records 3]
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from hpcdl import records  # noqa: E402
+from hpcdl import records
 
 # (label, numerator, denominator, smallest size, target)
 TARGETS = [("ring/mpi", ("ring", "none"), ("mpi", "none"), 4 << 20, 0.8),

@@ -14,7 +14,7 @@ nothing? Two ranks on this machine, alternating default and tuned runs, medians.
    round are neighbours in time, so the host's drift between rounds cancels in it) with the
    range of those ratios.
 
-    python benchmarks/tune_local.py > results/tune-local.txt
+    python -m benchmarks.tune_local > results/tune-local.txt
 """
 import argparse
 import json
@@ -25,11 +25,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks._run import bench_record  # noqa: E402
-from hpcdl import records  # noqa: E402
-from hpcdl.launch import local  # noqa: E402
+from benchmarks._run import bench_record
+from hpcdl import records
+from hpcdl.launch import local
 
 WORKLOAD = ["--workload", "cnn", "--model", "small", "--image-size", "32", "--num-classes", "4000"]
 SIZES = (4 << 20, 16 << 20, 64 << 20)
@@ -78,7 +77,7 @@ def main(argv=None) -> int:
     o.train_rounds = o.train_rounds or o.rounds
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
-    print(f"# command: python benchmarks/tune_local.py --rounds {o.rounds} "
+    print(f"# command: python -m benchmarks.tune_local --rounds {o.rounds} "
           f"--train-rounds {o.train_rounds} --budget {o.budget:g} --tuning-file {o.tuning_file} "
           f"--knobs {o.knobs}")
     print(f"# commit: {commit}; processor: {records.cpu_identity()}")

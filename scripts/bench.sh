@@ -36,12 +36,12 @@ if [[ " $PARTS " == *" sweeps "* ]]; then
     done
     cmd="python -m hpcdl bench fit --records $SWEEPS"
     { header "$cmd"; $cmd; } > "$OUT/fit.txt"
-    cmd="python benchmarks/targets.py --records $SWEEPS"
+    cmd="python -m benchmarks.targets --records $SWEEPS"
     { header "$cmd"; $cmd; } > "$OUT/targets.txt"
 fi
 if [[ " $PARTS " == *" loop "* ]]; then
     echo "== [$(( $(date +%s) - t0 )) s] the training loop against the bare Horovod loop" >&2
-    cmd="python benchmarks/loop_overhead.py --rounds $LOOP_ROUNDS"
+    cmd="python -m benchmarks.loop_overhead --rounds $LOOP_ROUNDS"
     { header "$cmd"; $cmd; } > "$OUT/loop-overhead.txt"
 fi
 echo "== [$(( $(date +%s) - t0 )) s] done: $(ls "$OUT" | tr '\n' ' ')" >&2

@@ -209,3 +209,15 @@ def test_a_package_init_holds_re_exports_and_registries_only():
         if n > 100:
             heavy[str(path.relative_to(ROOT))] = n
     assert heavy == {}, f"logic in __init__.py (lines past the docstring and imports): {heavy}"
+
+
+def test_benchmarks_run_as_modules_and_no_unit_test_loads_a_script():
+    """benchmarks/ is a package run as ``python -m benchmarks.NAME``: none of its modules edits
+    sys.path, and the unit tests import them as modules, never by file."""
+    bench = ROOT / "benchmarks"
+    assert (bench / "__init__.py").is_file()
+    edits = [p.name for p in sorted(bench.glob("*.py")) if "sys.path" in p.read_text()]
+    assert edits == [], f"benchmarks that edit sys.path: {edits}"
+    loads = [p.name for p in sorted((ROOT / "tests" / "unit").glob("*.py"))
+             if "spec_from_file_location" in p.read_text() and p.name != Path(__file__).name]
+    assert loads == [], f"unit tests that load a script by its file: {loads}"

@@ -1,12 +1,7 @@
 """benchmarks/targets.py judges same-sweep ratios by their median over the recorded sweeps."""
-import importlib.util
 import json
 
-from hpcdl_testing import ROOT
-
-_spec = importlib.util.spec_from_file_location("targets", ROOT / "benchmarks" / "targets.py")
-targets = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(targets)
+from benchmarks import targets
 
 
 def _sweep(ring_over_mpi):

@@ -1,19 +1,13 @@
 """benchmarks/heldout_check.py pairs a held-out point that two studies ran in the same
 configuration, and only then: the sessions' own difference is what no prediction can follow;
 and it measures how far that difference moves each predictor's error."""
-import importlib.util
 import json
 import math
 from statistics import mean, stdev
 
 import pytest
 
-from hpcdl_testing import ROOT
-
-_spec = importlib.util.spec_from_file_location("heldout_check",
-                                               ROOT / "benchmarks" / "heldout_check.py")
-heldout_check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(heldout_check)
+from benchmarks import heldout_check
 
 
 def _study(folder, steps, env=None, batch=128, floor=None):
