@@ -3,24 +3,14 @@
 
 A synchronous step waits for its slowest rank, so a held-out point's compute is the ranks'
 center times the expected maximum over its p ranks of their spread around it
-(:func:`.predict.expected_max`). The spread of the calibration runs (at most 2 nodes: two ranks
-about their own mean) does not show how wide the nodes of a larger allocation lie: on the box,
-eight nodes computing at once put the slowest 1.03–1.13× over the median node (three rounds),
-two nodes 1.02× (``results/box-contention.txt``). The benchmark runs the workload's compute on k
-nodes at once, each alone (no exchange between them), and records each node's median probe over
-the round's center exactly as a record's ranks are centred (:func:`.measured.centred`); a
-held-out point at p nodes then draws from the spread measured at the largest k <= p (beyond the
-largest k, that k's: the expected maximum still grows with p, but only up to the widest node
-measured).
+(:func:`.predict.expected_max`). Two ranks of the calibration runs show less of that spread than
+a larger allocation's nodes do (docs/decisions.md), so the benchmark runs the workload's compute
+on k nodes at once, each alone, and records each node's median probe over the round's center
+exactly as a record's ranks are centred (:func:`.measured.centred`). A held-out point at p nodes
+draws from the spread measured at the largest k <= p (beyond the largest k, that k's).
 
-Independent nodes show the host's part of the spread only. With ``--coupled`` the benchmark runs
-one k-rank training per k instead (the study's first point, its ranks exchanging), so each rank's
-probes time its compute beside Horovod's loop agreeing with the k-1 others and Open MPI waiting,
-as a held-out point's do; the file says which it measured (``made_for.coupled``) and the report
-says which it drew from. On the box's 0.2-core nodes the training's own ranks lie wider apart:
-the slowest rank's median 1.12x the median rank's at 8 nodes in the studies' records, against
-1.03-1.05x for eight independent nodes.
-
+Independent nodes show the host's part of the spread only; a coupled file (``made_for.coupled``)
+times the ranks of one k-rank training instead, and the report says which kind it drew from.
 The file names the machine it measured (processor and box settings, as records carry them); it
 is used only for records of that machine, and :meth:`HostSpread.misses` says why it was not.
 """
