@@ -4,9 +4,8 @@ benchmark on the allocation (``hpcdl bench allocation``, :mod:`hpcdl.bench.alloc
 
 A rank's main thread computes while Horovod's loop wakes every cycle and, once the rank has
 peers, agrees with them on what is ready, Open MPI spinning while it waits. On a node of a
-fraction of a core that loop's CPU comes out of the compute, and it grows with the node count:
-on the box (0.2 cores) 15% of a computing rank's CPU at 2 nodes, 20% at 4 and 21% at 8
-(``results/cycle-cpu.txt``; 12, 17 and 20% in the run before). The model's compute carries the
+fraction of a core that loop's CPU comes out of the compute, and it grows with the node count
+(docs/decisions.md). The model's compute carries the
 share of its largest calibrated node count in its k; a held-out point at p nodes is then
 ``(1 - s(p_cal)) / (1 - s(p))`` as long, with s the median rank's share at the axis's cycle
 time.
@@ -97,7 +96,7 @@ class LoopShare(MachineFile):
 def share_at(shares: Dict[int, float], p: int) -> float:
     """The loop's share at ``p`` nodes: measured, else linear in log2 p between the measured node
     counts either side, else (beyond them) the nearest measured one's: the share grows more
-    slowly as p grows (15, 20, 21% at 2, 4, 8 nodes on the box) and is not extrapolated."""
+    slowly as p grows, and is not extrapolated."""
     if p in shares:
         return shares[p]
     ns = sorted(shares)

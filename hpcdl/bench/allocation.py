@@ -8,8 +8,7 @@ node count the forecast draws on (the calibration's and the largest you can get)
   how far p nodes lie apart computing at once (a step waits for its slowest rank). Each round's
   center (seconds of one pass) is kept beside it for reading; the model does not take it: each
   node count is measured by its own job minutes apart, and a pass drifts more than that between
-  jobs on a shared host (on the box 0.41 s at 2 nodes, 0.34 s at 8 in one session, where the
-  training's own probes said 1.0-1.05x).
+  jobs on a shared host (docs/decisions.md).
 - **Horovod's loop** (a loop file, ``hpcdl.loop-cpu/1``, :mod:`hpcdl.analysis.loop_share`):
   Horovod started as training starts it, then ``--seconds`` with the main thread asleep and
   ``--seconds`` with it computing (pure Python, one thread); from each thread's CPU time
@@ -143,8 +142,7 @@ def _spread_rounds(world, grads, rounds: int, probes: int) -> List[List[float]]:
 
 def _busy() -> int:
     """Work for the main thread alone: pure Python holds the GIL and starts no thread (a numpy
-    matrix product let BLAS's own threads take half of it, which read as the loop's share: 46-61%
-    on the box's 0.2-core nodes against 15-21% measured single-threaded)."""
+    matrix product's BLAS threads would read as the loop's share)."""
     return sum(i * i for i in range(20000))
 
 

@@ -14,25 +14,22 @@ median over ``--iters`` exchanges.
   through MPI_T (:mod:`hpcdl.comm.mpit`) and taken up by a new communicator on which Horovod is
   started again, alternating in rounds (the order rotates each round). One that took over
   :data:`PRUNE` times the fastest's time in the first round, for every compression, is not timed
-  again (recursive doubling took 3x the ring on the 8-node box).
+  again.
 - **Horovod's cycle time, fusion threshold and hierarchical allreduce** (the last only where ranks
   share a node) then, one knob at a time (coordinate descent), with the fastest algorithm, one
   setting per launch, the candidates of a knob alternating over ``--rounds`` rounds of launches.
   They cannot be varied inside one process: Horovod 0.28 keeps the values it fixed from the
-  environment at its first ``hvd.init`` through ``hvd.shutdown`` and a new ``hvd.init`` (a cycle time
-  of 20 ms still ruled the next start without the variable), and crashes (SIGSEGV in
+  environment at its first ``hvd.init`` through ``hvd.shutdown`` and a new ``hvd.init``, and crashes (SIGSEGV in
   ``ParameterManager::BayesianParameter::SetValue``) when it starts again after a start that
   fixed both. So a launch sets them once, before Horovod's first start, and where the job's
   environment fixes both, the algorithms get a launch each. A launch of one setting also times
   the workload's forward and backward pass on one batch while that Horovod runs beside it, and a
   knob's candidates are compared by exchange + compute: on a node with a fraction of a core the
-  background thread's wake-ups slow the compute (a 1 ms cycle took 15% of a 0.2-core box node's
-  compute against a 5 ms one), which the exchange alone never shows.
+  background thread's wake-ups slow the compute, which the exchange alone never shows.
 - **Stopping at the link's bound**: where the link rate is known (the cluster box), once the
   fastest algorithm's exchange is within ``--bound`` (15%) of the ring's bytes on each link at
-  the link's payload rate, the model's bound, the knobs left are not searched: on the box at 5
-  nodes the ring came within 11% of it, and five more launches of the cycle and fusion moved the
-  exchange from 894 to 896 ms. Elsewhere every knob is searched.
+  the link's payload rate, the model's bound, the knobs left are not searched (docs/decisions.md).
+  Elsewhere every knob is searched.
 - **The job's time limit**: inside a job (:func:`hpcdl.cluster.job_deadline`) no launch starts that
   would end within :data:`END_MARGIN` of the job's end (the longest launch so far is the
   estimate), and the budget is cut to fit. After every launch the fastest setting measured so
@@ -43,8 +40,8 @@ median over ``--iters`` exchanges.
   ``--margin`` faster; else the default (the job's environment, the library's own algorithm).
   Where only the algorithm was searched, it ran beside the default in the same launches, and
   those figures decide.
-  Launches of different kinds are not compared with each other: on two local ranks the same
-  setting took 3.8-5.7 ms a step restarted for each round and 6.8-7.8 ms timed within one start.
+  Launches of different kinds are not compared with each other (a setting restarted for each
+  round and one timed within one start time differently).
 
 - **hpcdl's own exchanges** (``--knobs backend``, not searched by default): the ring and mpi
   backends, the flat step exchange training runs with them (:func:`hpcdl.train.replica.
