@@ -35,7 +35,8 @@ def _losses(entry: Optional[dict]) -> str:
 
 
 def _seconds(s: float) -> str:
-    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
+    ms = s * 1000
+    return f"{ms:.2f} ms" if ms < 10 else f"{ms:.0f} ms" if ms < 1000 else f"{s:.2f} s"
 
 
 def _forecast(f: Optional[dict], by_node: bool) -> str:
@@ -58,7 +59,7 @@ def _forecast(f: Optional[dict], by_node: bool) -> str:
         words += (f", 90% band {_seconds(band[0])} to {_seconds(band[1])})" if band else ")")
         parts.append(words)
     cal = f["calibrated_nodes"]
-    return (f". Forecast{where} (MODEL, calibrated on ≤ {_layout(cal, cal, by_node)}), "
+    return (f". Forecast{where} (MODEL, calibrated on ≤ {_layout(1 if not by_node else cal, cal, by_node)}), "
             "efficiency: " + "; ".join(parts))
 
 
