@@ -150,9 +150,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _leave(code: int) -> None:
     """End a process that loaded TensorFlow without Python's teardown of its modules.
 
-    Tearing down TensorFlow's thousands of modules costs every process CPU after its work is
-    done: 0.9 s a rank on TensorFlow 2.15 and 2.3 s on 2.21 (a 2-rank expmlp run), in every
-    rank of every run and every point of a study. What a normal exit does that matters runs
+    Tearing down TensorFlow's thousands of modules costs every process seconds of CPU after
+    its work is done (docs/decisions.md), in every rank of every run and every point of a study. What a normal exit does that matters runs
     first, in its order: non-daemon threads are joined, the atexit handlers run (Horovod's
     shutdown, logging's flush, TensorFlow's own), MPI is finalised where it is still live
     (mpi4py would do it at teardown), stdout and stderr are flushed. A process without

@@ -62,12 +62,11 @@ RANK_DEFAULTS = {
     # Open MPI busy-polls while a rank waits (in a collective, or Horovod's background thread
     # coordinating every cycle). When a rank's threads outnumber its cores (TensorFlow's thread
     # plus Horovod's, two ranks on two cores) the spinning thread takes the core from the thread
-    # that has work: the small CNN ran at 496 img/s on 2 ranks against 404 on 1. Yielding while
-    # idle gave 773 (weak-scaling efficiency 0.61 -> 0.96) and costs a few us of latency.
+    # that has work; yielding while idle costs a few us of latency (docs/defaults.md).
     "OMPI_MCA_mpi_yield_when_idle": "1",
     # Horovod warns when ranks have waited this long for each other, and ends the job once they
-    # have waited the second figure: a rank that hangs without exiting ends the job in about two
-    # minutes (benchmarks/kill_trials.py --kind hang) instead of holding the allocation.
+    # have waited the second figure: a rank that hangs without exiting ends the job within
+    # minutes instead of holding the allocation (docs/defaults.md).
     "HOROVOD_STALL_CHECK_TIME_SECONDS": "30",
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "60",
 }

@@ -28,8 +28,7 @@ class Workload:
     unit: str = "samples"                   # what throughput counts: samples or img
     # the step functions converted by AutoGraph (a user's model may branch on tensors in Python);
     # the built-ins' steps are straight-line code and skip it, and with it the conversion of
-    # Horovod's own Python the step calls: a 2-rank expmlp run of 30 steps under mpirun took
-    # 8.9 s against 11.1 s (medians of three, alternating, on 2 cores)
+    # Horovod's own Python the step calls (a fifth of a short run's time: docs/decisions.md)
     autograph: bool = True
     info: dict = field(default_factory=dict)
 
