@@ -100,8 +100,13 @@ def smpi(work: Path, platform: str, p: int, nbytes: int, algorithm: str,
 CAL_RANKS = (2, 4, 8)       # the calibration's rings; every checked count is larger
 
 
+def whole_floats(nbytes: float) -> int:
+    """``nbytes`` rounded to whole floats (at least one): the sizes the calibration measures."""
+    return max(4, int(round(nbytes / 4)) * 4)
+
+
 def marginal(work: Path, platform: str, m: int, leaf: int = 0) -> Tuple[float, float]:
-    """(what one more step of ``m`` bytes adds to a ring, its fixed cost per call): a ring of
+    """(what one more step of ``m`` bytes (:func:`whole_floats`) adds to a ring, its fixed cost per call): a ring of
     p ranks is F + 2(p - 1) steps, fitted by least squares over rings of :data:`CAL_RANKS`
     ranks on neighbouring nodes of one leaf, or (``leaf``: nodes per leaf) half of them in each
     of two leaves, so that two of its steps cross the tree among steps within a leaf, as a ring
@@ -110,7 +115,6 @@ def marginal(work: Path, platform: str, m: int, leaf: int = 0) -> Tuple[float, f
     a call here against 5 us a step of 1 KB within a leaf. Nor does a ring whose every pair
     crosses the tree price a step across it: its ranks move in lock step, up to 13% faster a
     step than a ring that mixes near and far pairs."""
-    m = max(4, int(round(m / 4)) * 4)
     t = []
     for p in CAL_RANKS:
         nodes = (list(range(p)) if not leaf
@@ -131,7 +135,7 @@ def priced(costs: Dict[int, Tuple[float, float]]):
     """A message's cost by its bytes, from the calibration at that exact size (SMPI's network
     model steps its latency and bandwidth factors at fixed sizes, so interpolating between
     sizes straddles them: a 62.5 KB message priced between 32 and 64 KiB came out 21% over)."""
-    return lambda b: costs[max(4, int(round(b / 4)) * 4)][0]
+    return lambda b: costs[whole_floats(b)][0]
 
 
 def main(argv=None) -> int:
@@ -163,9 +167,9 @@ def main(argv=None) -> int:
     print(f"{'platform':20} {'algorithm':19} {'ranks':>5} {'bytes':>10} {'SMPI s':>9} "
           f"{'forecast':>9} {'err':>7} {'declared':>9} {'err':>7}")
     worst, within, total = {}, 0, 0
+    sizes = {whole_floats(m) for name in ALGORITHMS for p in ranks
+             for n in sizes_all for m, _, _ in step_spans(name, n, p)}
     for platform, (_, lat, bits, leaf) in PLATFORMS.items():
-        sizes = {max(4, int(round(m / 4)) * 4) for name in ALGORITHMS for p in ranks
-                 for n in sizes_all for m, _, _ in step_spans(name, n, p)}
         near_costs = calibrate(work, platform, sizes)
         near = priced(near_costs)
         far = priced(calibrate(work, platform, sizes, leaf)) if leaf else None
