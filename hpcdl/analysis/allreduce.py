@@ -68,17 +68,12 @@ def link_parts(algorithm: str, n: float, p: int) -> Tuple[float, float]:
     raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")
 
 
-def steps(algorithm: str, n: float, p: int) -> List[Tuple[float, int]]:
-    """The messages on the slowest rank's path of one allreduce of ``n`` bytes on ``p`` ranks,
-    as (bytes of one message, how many in turn): what a per-message cost adds up over. Their
-    bytes are :func:`link_bytes`'s; their count is the latency term a link-rate model leaves
-    out, which grows with p (a ring's 2(p-1) steps of n/p bytes, recursive halving's log2 p)."""
-    return [(m, count) for m, count, _ in step_spans(algorithm, n, p)]
-
-
 def step_spans(algorithm: str, n: float, p: int) -> List[Tuple[float, int, int]]:
-    """:func:`steps`' messages, each with its span: how many ranks apart the farthest pair that
-    exchanges it sits (ranks placed in order, one per node), so that on a tree of L nodes per
+    """The messages on the slowest rank's path of one allreduce of ``n`` bytes on ``p`` ranks,
+    as (bytes of one message, how many in turn, span): what a per-message cost adds up over.
+    Their bytes are :func:`link_bytes`'s; their count is the latency term a link-rate model
+    leaves out, which grows with p (a ring's 2(p-1) steps of n/p bytes, recursive halving's
+    log2 p). The span is how many ranks apart the farthest pair that exchanges it sits (ranks placed in order, one per node), so that on a tree of L nodes per
     leaf switch a message whose span reaches L crosses the tree. A ring's every step waits on its
     wrap-around pair (p - 1 apart); recursive halving and doubling send n/2^i (halving) or n
     (doubling) to the partner 2^(i-1) away; the fold of the ranks beyond a power of two pairs

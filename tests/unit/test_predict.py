@@ -906,12 +906,12 @@ def test_beyond_the_calibration_the_band_reaches_down_to_the_step_with_the_excha
 # --- the forecast -----------------------------------------------------------------------------
 
 def test_an_algorithms_messages_carry_its_link_bytes_and_count_its_latency_terms():
-    """exchange_time over steps(): a ring's 2(p-1) messages of n/p, Rabenseifner's halving
+    """exchange_time over step_spans(): a ring's 2(p-1) messages of n/p, Rabenseifner's halving
     2 log2 p of shrinking size, each at α + bytes·β; the bytes are link_bytes' in every case."""
     n = 1e6
     for algo in ("ring", "rabenseifner", "recursive doubling", "linear", "allgather"):
         for p in (2, 3, 6, 16, 24, 1024):
-            assert sum(m * c for m, c in allreduce.steps(algo, n, p)) == pytest.approx(
+            assert sum(m * c for m, c, _ in allreduce.step_spans(algo, n, p)) == pytest.approx(
                 allreduce.link_bytes(algo, n, p))
     alpha, beta = 1e-5, 1e-9
     t = lambda algo, p: allreduce.exchange_time(algo, n, p, lambda m: alpha + m * beta)  # noqa
@@ -939,7 +939,6 @@ def test_each_message_knows_how_far_apart_its_ranks_are():
             assert sum(c for _, c, _ in spans) == count, (algo, p)
             assert sum(m * c for m, c, _ in spans) == pytest.approx(
                 sent if sent is not None else allreduce.link_bytes(algo, n, p)), (algo, p)
-            assert allreduce.steps(algo, n, p) == [(m, c) for m, c, _ in spans]
             assert all(1 <= s < p for _, _, s in spans)
     assert allreduce.step_spans("ring", n, 64) == [(n / 64, 126, 63)]
     assert [s for _, _, s in allreduce.step_spans("rabenseifner", n, 64)] == [1, 2, 4, 8, 16, 32]
