@@ -40,8 +40,8 @@ def _seconds(s: float) -> str:
 
 
 def _forecast(f: Optional[dict], by_node: bool) -> str:
-    """'forecast (MODEL, calibrated on <= 2 nodes): 16 nodes 45% (step 891 ms, 90% band
-    0 ms-2.24 s), ...' on this allocation, else on the first named network shown."""
+    """'Forecast (MODEL, calibrated on ≤ 2 nodes), efficiency: 16 nodes 45% (step 891 ms, 90%
+    band 0 ms to 2.24 s); ...' on this allocation, else on the first named network shown."""
     if not f:
         return ""
     rows, where = f.get("here") or [], ""
@@ -54,13 +54,13 @@ def _forecast(f: Optional[dict], by_node: bool) -> str:
     parts = []
     for r in shown:
         band = r.get("band_s")
-        words = f"{_layout(r['nodes'], r.get('ranks', r['nodes']), by_node)} {r['efficiency']:.0%} " \
-                f"(step {_seconds(r['step_s'])}"
-        words += (f", 90% band {_seconds(band[0])} to {_seconds(band[1])})" if band else ")")
-        parts.append(words)
+        parts.append(f"{_layout(r['nodes'], r.get('ranks', r['nodes']), by_node)} "
+                     f"{r['efficiency']:.0%} (step {_seconds(r['step_s'])}"
+                     + (f", 90% band {_seconds(band[0])} to {_seconds(band[1])})" if band else ")"))
     cal = f["calibrated_nodes"]
-    return (f". Forecast{where} (MODEL, calibrated on ≤ {_layout(1 if not by_node else cal, cal, by_node)}), "
-            "efficiency: " + "; ".join(parts))
+    calibrated = _layout(cal if by_node else 1, cal, by_node)    # '2 nodes', or '2 ranks'
+    return (f". Forecast{where} (MODEL, calibrated on ≤ {calibrated}), efficiency: "
+            + "; ".join(parts))
 
 
 def summary(res) -> List[str]:
