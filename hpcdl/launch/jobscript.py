@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import List, Mapping, Optional, Sequence, Tuple
 
+from .command import with_threads
 from .jobspec import DEFAULT_EXPORTS, ENV_NAME, Export, Job, Software, _hms
 from .scheduler import sbatch
 from ..errors import UserError
@@ -173,7 +174,7 @@ def render_study_command(job: Job, software: Software, study: str, study_path: s
     hpcdl cannot checkpoint a script it does not run."""
     job = replace(job, signal_lead=None, extra=tuple(job.extra) + ("--requeue", "--open-mode=append"))
     values = _common(job, software, script_name)
-    words = [shlex.quote(a) for a in argv]
+    words = [shlex.quote(a) for a in with_threads(argv, software.python)]
     values.update(sbatch=_sbatch_block(job), study=study, study_path=study_path,
                   point_id=point_id, point_json=json.dumps(dict(point), sort_keys=True),
                   spec=shlex.quote(str(spec_path)), log=shlex.quote(str(log)),
