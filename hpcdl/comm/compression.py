@@ -92,7 +92,7 @@ class FP16(Codec):
     """IEEE half precision on the wire (half the bytes).
 
     The conversions run in the F16C kernels of :mod:`._native` when they are built (memory
-    speed) and in numpy otherwise (about 1 GB/s); both round to nearest even, bit for bit alike.
+    speed) and in numpy otherwise; both round to nearest even, bit for bit alike.
     """
 
     name = "fp16"

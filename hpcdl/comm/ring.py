@@ -61,7 +61,7 @@ class RingBackend(MPIBackend):
             return flat.copy()
         # Every element of acc is written before it is read: the reduce-scatter's first touch of
         # a segment is ``flat + received`` and the allgather receives the rest, so the input is
-        # not copied into it up front (a whole pass through memory: ~30% of the time at 16 MiB).
+        # not copied into it up front (which would be a whole pass through memory).
         acc = np.empty_like(flat)
         segs = segments(flat.size, p)
         if self.compression == "none":
@@ -76,9 +76,8 @@ class RingBackend(MPIBackend):
         """One wire buffer per piece, views into the backend's reused buffer ``key``.
 
         Each is sized for the longest segment, so it is allocated once: fresh buffers per piece
-        and step were page-faulted in again on every call once glibc handed them back (ring+fp16
-        at 256 MiB on 2 ranks took 255-283 ms that way against 93-129 ms,
-        ``results/bench/ring-ps-buffers.txt``).
+        and step were page-faulted in again on every call once glibc handed them back (over twice
+        as long at 256 MiB, ``results/bench/ring-ps-buffers.txt``).
         """
         size = self.codec.wire_nbytes
         # segs[0] is a longest segment (the first n % p are the longer ones)

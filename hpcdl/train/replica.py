@@ -133,7 +133,7 @@ class Replica:
         injected on purpose, HPCDL_SLOW)."""
         # the exchange's gradients, made first: a compute timed right after the previous one,
         # as a step's is, and not the first call after a pause (a tiny model's probe then took
-        # 10-25% longer than its whole step: the pool's threads waking)
+        # longer than its whole step: the pool's threads waking)
         start = time.perf_counter()
         grads = self.compute_grads(x, y)[1]
         t0, c0 = time.perf_counter(), time.process_time()

@@ -9,7 +9,7 @@ class. ``--data sklearn-digits`` builds a small real set of handwritten digits f
 ships inside scikit-learn's wheel (8x8 digits scaled up to 28x28), for tests and for machines
 without MNIST. Both files are read without importing either package: set-up installs neither's
 dependencies, so that no rank imports SciPy (TensorFlow 2.21's tf-keras imports ``scipy.linalg``
-and ``scipy.ndimage`` at start-up wherever SciPy is installed, 0.6-0.9 s of every rank's start).
+and ``scipy.ndimage`` at start-up wherever SciPy is installed, which slows every rank's start).
 """
 from __future__ import annotations
 
