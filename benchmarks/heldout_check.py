@@ -33,7 +33,7 @@ from pathlib import Path
 from statistics import mean, median, pstdev
 from typing import NamedTuple, Optional
 
-from hpcdl import records
+from hpcdl import machine, records
 from hpcdl.analysis import baselines
 from hpcdl.analysis.floor import SQRT_2_PI
 
@@ -192,9 +192,10 @@ def configurations(folder: Path) -> dict:
     path = _runs(folder)
     out = {}
     for rec in (records.iter_records(path) if path.is_file() else ()):
-        if not records.ok_train(rec) or not rec.get("box"):
+        box = machine.of_record(rec)
+        if not records.ok_train(rec) or box.get("kind") != "box":
             continue
-        par, box = rec.get("params") or {}, rec["box"]
+        par = rec.get("params") or {}
         label = f"{par.get('backend')}/{par.get('compression')}@{box.get('link_rate')}"
         nodes = len(box.get("nodes") or [])
         env = (rec.get("manifest") or {}).get("env") or {}

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 
-from hpcdl import records
+from hpcdl import machine, records
 from hpcdl.analysis.measured import measured
 
 
@@ -28,7 +28,7 @@ def _steps(folder: Path) -> dict:
         out.setdefault(rec["point"]["nodes"], []).append(measured(rec).step)
         man = rec.get("manifest") or {}
         scheds.add((man.get("slurm") or {}).get("scheduler"))
-        boxes.add((rec.get("box") or {}).get("box"))
+        boxes.add(machine.instance(rec))
         commits.add((man.get("git_commit") or "")[:12])
     return out, scheds, boxes, commits
 

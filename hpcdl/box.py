@@ -3,7 +3,8 @@
 The script writes the box's settings to ``/run/hpcdl-box/box.json`` (``HPCDL_BOX`` names another
 file): node names, addresses, link rate, latency and CPU share. A rank whose node is one of the
 box's reads them (:func:`node_facts`) and counts the bytes its node's interface moved
-(:class:`Counters`), so a record says where it ran and what crossed the wire.
+(:class:`hpcdl.machine.Counters`), so a record says where it ran and what crossed the wire;
+:mod:`hpcdl.machine` is how the rest of hpcdl asks about it.
 
 ``python -m hpcdl.bench.boxcheck check`` (``scripts/cluster-box.sh check``) proves the box's
 isolation with real Slurm jobs and prints a table:
@@ -54,29 +55,6 @@ def node_facts(host: str, env=None) -> Optional[dict]:
             "cpu_period_us": box.get("cpu_period_us"), "iface": box["nodes"][host]["iface"],
             "host": box.get("host"),
             "cores": box.get("cores")}
-
-
-class Counters:
-    """Bytes an interface of this process's network namespace sent and received since this was
-    made. Read from /proc/net/dev, which follows the reader's namespace: /sys/class/net shows
-    the namespace that mounted /sys, which for a node's slurmd (started with nsenter) is the
-    machine's own."""
-
-    def __init__(self, iface: str):
-        self.iface = iface
-        self.start = self.read()
-
-    def read(self):
-        for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
-            name, _, fields = line.partition(":")
-            if name.strip() == self.iface:
-                f = fields.split()
-                return int(f[8]), int(f[0])            # tx bytes, rx bytes
-        raise UserError(f"no interface {self.iface} in this network namespace")
-
-    def moved(self):
-        now = self.read()
-        return {"tx_bytes": now[0] - self.start[0], "rx_bytes": now[1] - self.start[1]}
 
 
 def record_section(hosts: list, nets: list, backend: str, compression: str, grad_count: int,

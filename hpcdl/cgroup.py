@@ -1,5 +1,5 @@
 """What this process's cgroup grants: the CPU quota as a number of cores, and the CPU time it
-used and how often the quota held it back (a container's, a Slurm job's, a box node's).
+used and how often the quota held it back (a container's, a Slurm job's, a rehearsal node's).
 cgroup v1 and v2, read from ``/proc/self/cgroup`` and ``/proc/self/mountinfo``; standard
 library only, so :mod:`hpcdl.cluster` can decide thread counts before TensorFlow starts."""
 from __future__ import annotations

@@ -339,7 +339,7 @@ def cpus_granted(local_size: int, affinity: Optional[int] = None,
 
     An affinity mask narrower than the machine is this rank's own (mpirun binds each rank to a
     core at 2 ranks or fewer, srun --cpu-bind per task): its CPUs are the rank's. Otherwise the
-    node's CPUs are shared by its ranks. A cgroup quota (a container's, a job's, a box node's)
+    node's CPUs are shared by its ranks. A cgroup quota (a container's, a job's, a rehearsal node's)
     caps what the node's ranks share together: 0.2 of a core gives one thread, not two.
     ``affinity`` and ``machine`` default to this process's; ``quota`` (cores, as
     :func:`cgroup_cpu_limit` reads it) to none.

@@ -21,13 +21,14 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 from . import __version__, cluster, stack
+from .machine import SECTIONS as MACHINE_SECTIONS
 from .stack import package_version
 from .errors import UserError
 
 SCHEMA = "hpcdl.run/1"
 SCALINGS = ("strong", "weak")     # what a study declares its points to be (declared.scaling)
-SECTIONS = ("gradient_bytes", "replicas_identical", "weights_digest", "resumed_from", "box",
-            "command", "tuning")          # what a record may carry beside its common keys
+SECTIONS = ("gradient_bytes", "replicas_identical", "weights_digest", "resumed_from",
+            MACHINE_SECTIONS[0], "command", "tuning")          # what a record may carry beside its common keys
 
 
 class TornRecordWarning(UserWarning):
@@ -186,8 +187,9 @@ def lines(path, decode=None, start: int = 0, stop: Optional[int] = None, first: 
 
 # What a report reads of a record (hpcdl.analysis, hpcdl.report, hpcdl.checks): the fields
 # below, and of the manifest only these. A line whose shape these do not fit is read whole.
-REPORT_FIELDS = ("box", "command", "declared", "gradient_bytes", "kind", "layout", "metrics",
-                 "params", "point", "schema", "source", "status", "study", "tag", "time", "tuning")
+REPORT_FIELDS = (*MACHINE_SECTIONS, "command", "declared", "gradient_bytes", "kind", "layout",
+                 "metrics", "params", "point", "schema", "source", "status", "study", "tag", "time",
+                 "tuning")
 REPORT_MANIFEST = ("code_tree", "cpu", "cpu_count", "git_commit", "hosts", "platform", "slurm",
                    "started", "versions")
 REPORT_ENV = ("HPCDL_SLOW", "HOROVOD_CONTROLLER", "OMPI_MCA_coll_tuned_allreduce_algorithm",
@@ -420,19 +422,3 @@ def manifest(layout=None, hosts: Optional[Iterable[str]] = None, extra: Optional
     if extra:
         man.update(extra)
     return man
-
-
-# the box's settings that make two box runs' machines differ (a record's "box" section)
-BOX_SETTINGS = ("nodes_in_box", "cpus_per_node", "cpu_period_us", "latency", "host", "cores")
-
-
-def machine_setting(rec: dict) -> str:
-    """The processor (where the record names it) and the box's settings a record ran on, as one
-    string ("" for an older record off the box)."""
-    cpu = (rec.get("manifest") or {}).get("cpu")
-    box = rec.get("box")
-    parts = [f"cpu {cpu}"] if cpu else []
-    if isinstance(box, dict):
-        parts.append("box " + ", ".join(f"{k}={box[k]}" for k in BOX_SETTINGS
-                                        if box.get(k) not in (None, "")))
-    return "; ".join(parts)

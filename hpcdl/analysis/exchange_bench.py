@@ -5,7 +5,7 @@ count they were made on.
 
 A study names them by a path with placeholders (``{nodes}``, ``{ranks}``, ``{ranks_per_node}``,
 ``{network}``, as ``[run] tuning`` does): ``[model] calibrate = {nodes_max = 2, exchange =
-"results/tuning/box-{nodes}n-{network}.json"}``, or ``hpcdl study report --exchange-bench``. A
+"results/tuning/{nodes}n-{network}.json"}``, or ``hpcdl study report --exchange-bench``. A
 held-out point takes the median of the candidate its runs ran (the same algorithm, cycle time,
 fusion threshold and compression), where the file was made for its node and rank count and the
 same gradient bytes, on the processor the records ran on (where both name it); every other

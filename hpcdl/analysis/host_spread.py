@@ -11,7 +11,7 @@ draws from the spread measured at the largest k <= p (beyond the largest k, that
 
 Independent nodes show the host's part of the spread only; a coupled file (``made_for.coupled``)
 times the ranks of one k-rank training instead, and the report says which kind it drew from.
-The file names the machine it measured (processor and box settings, as records carry them); it
+The file names the machine it measured (processor and machine settings, as records carry them); it
 is used only for records of that machine, and :meth:`HostSpread.misses` says why it was not.
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ time.
 Between the node counts the file measured the share is interpolated in log2 p; beyond the
 largest it is held at that count's (:func:`share_at`).
 
-The file names the machine it measured (processor and box settings, as records carry them); it
+The file names the machine it measured (processor and machine settings, as records carry them); it
 is used only for records of that machine, and :meth:`LoopShare.misses` says why it was not.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ SCHEMA = "hpcdl.loop-cpu/1"
 
 
 class MachineFile:
-    """A short benchmark's JSON file of ``schema``, made for one machine (processor and box
+    """A short benchmark's JSON file of ``schema``, made for one machine (processor and machine
     settings, ``made_for.machine``): ``doc`` only where the records ran on that machine, else
     None and a miss that says why. A subclass names its ``schema`` and ``kind`` (the words a miss
     uses for it)."""

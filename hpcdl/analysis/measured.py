@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .allreduce import algorithm_of
-from .. import costmodel
+from .. import costmodel, machine
 from ..records import lookup as _get, ok_train
 
 
@@ -111,7 +111,7 @@ def entry(rec: dict) -> Optional[Entry]:
     algo = algorithm_of(rec, p, wire)
     setting = costmodel.setting_name(_get(rec, "manifest", "env") or {})
     return Entry(m=m, ranks=p, batch=int(params.get("batch_size") or 0), wire=wire,
-                 rate=float(_get(rec, "box", "link_bits_per_s") or 0.0),
+                 rate=machine.link_bits(rec),
                  algorithm=_ALGORITHMS.setdefault(algo, algo),
                  setting=_ALGORITHMS.setdefault(setting, setting),
                  backend=params.get("backend", "horovod"),

@@ -5,15 +5,14 @@ A figure pooled over records is one measurement only when the records were made 
 (TensorFlow, Horovod with its patches, the MPI library: a study continued after a change of
 stack would otherwise pool two), from the same study file (its SHA-256, which the study
 declares in every record), on the same processor (its model and vector units, which the
-manifest names: one host name can stand for machines several times apart in speed) and, on
-the cluster box, on boxes of the same settings: nodes, CPU share, latency and the machine under
-them (the link rate is the study's network axis, so it may differ between points, never within
-one). :func:`check` groups the records by that key and refuses more than one group
+manifest names: one host name can stand for machines several times apart in speed) and on a
+machine of the same settings where it sets them (:func:`hpcdl.machine.setting`; its link rate is
+the study's network axis, so it may differ between points, never within one). :func:`check` groups the records by that key and refuses more than one group
 unless told to pool them anyway (``--allow-mixed``); either way :attr:`Provenance.lines` says
 what was pooled.
 
-Runs that share a machine (the box's nodes all share the host's cores; local runs share the
-host) must not run at the same time, or each slows the other. A run's interval is the record's
+Runs that share a machine (the nodes of an instance on one host share its cores; local runs
+share the host) must not run at the same time, or each slows the other. A run's interval is the record's
 ``manifest.started`` (the job attempt's or the process's start) to the record's ``time``; a record
 without ``started`` gives only its timed training (``time`` − ``wall_time_s``), a lower bound.
 :attr:`Provenance.overlaps` lists the pairs whose intervals intersect. Standard library only.
@@ -31,13 +30,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 __all__ = ["Provenance", "Origin", "check", "code_of", "software_of", "machine_setting", "cpu_of",
            "interval", "MixedRecords"]
 
-# The box's settings that records pooled together must share (its link rate is the network
-# axis), and the one string they and the processor make: records owns both
-from ..records import BOX_SETTINGS, machine_setting  # noqa: F401
+# the one string of the processor and the machine's settings: the machine's interface owns it
+from ..machine import cpu_of, setting as machine_setting, shared as machine  # noqa: F401
+from .. import machine as _machine
 
 
 class MixedRecords(ValueError):
-    """The records come from different code, software, study files, processors or box
+    """The records come from different code, software, study files, processors or machine
     settings."""
 
 
@@ -82,11 +81,6 @@ def study_hash(rec: dict) -> str:
     return f"study file {h[:12]}" if h else "no study file"
 
 
-def cpu_of(machine: str) -> str:
-    """The processor a :func:`machine_setting` string names, else ""."""
-    return machine.split("; box ")[0][4:] if machine.startswith("cpu ") else ""
-
-
 def _parse(stamp) -> Optional[_dt.datetime]:
     try:
         t = _dt.datetime.fromisoformat(str(stamp))
@@ -109,16 +103,6 @@ def interval(rec: dict) -> Optional[Tuple[_dt.datetime, _dt.datetime, bool]]:
     return end - _dt.timedelta(seconds=float(wall)), end, False
 
 
-def machine(rec: dict) -> Tuple[str, frozenset]:
-    """What a run shared with other runs: the box it ran on (all its nodes share one host), or
-    its hosts."""
-    box = rec.get("box")
-    if isinstance(box, dict) and box.get("box"):
-        return "box", frozenset([box["box"]])
-    man = rec.get("manifest") or {}
-    return "hosts", frozenset(man.get("hosts") or (rec.get("layout") or {}).get("hosts") or [])
-
-
 def _point_id(rec: dict) -> str:
     return str((rec.get("point") or {}).get("id") or rec.get("tag") or "?")
 
@@ -126,10 +110,10 @@ def _point_id(rec: dict) -> str:
 @dataclass
 class Provenance:
     """What a report pooled: its groups (code, study file, machine, software → records), the
-    box instances, and the runs that overlapped in time."""
+    machine instances, and the runs that overlapped in time."""
 
     groups: Dict[Tuple[str, str, str, str], int]
-    boxes: Dict[str, int] = field(default_factory=dict)
+    instances: Dict[str, int] = field(default_factory=dict)
     overlaps: List[dict] = field(default_factory=list)
     estimated: int = 0                # records whose start is only their timed training's
     allowed: bool = False             # several groups pooled because the user said so
@@ -141,7 +125,7 @@ class Provenance:
     def differences(self) -> List[str]:
         """What differs between the groups: one phrase per part of the key that differs."""
         out = []
-        unnamed = ("", "", "unnamed processor, off the box", "software not named")
+        unnamed = ("", "", "unnamed processor", "software not named")
         for i, what in enumerate(("code", "study file", "machine", "software")):
             values = Counter()
             for key, n in self.groups.items():
@@ -162,9 +146,9 @@ class Provenance:
         for (code, study, setting, software), n in sorted(self.groups.items()):
             out.append(f"- {n} record(s): {code}, {study}" + (f", {setting}" if setting else "")
                        + (f", {software or 'software not named'}" if several else ""))
-        if self.boxes:
-            out.append(f"- {len(self.boxes)} box instance(s): " + ", ".join(
-                f"{b} ({n})" for b, n in sorted(self.boxes.items())))
+        if self.instances:
+            out.append(f"- {len(self.instances)} machine instance(s): " + ", ".join(
+                f"{b} ({n})" for b, n in sorted(self.instances.items())))
         if self.overlaps:
             shown = ", ".join(f"{o['a']} and {o['b']} ({o['seconds']:.0f} s)"
                               for o in self.overlaps[:4])
@@ -182,7 +166,7 @@ class Provenance:
                             "records": n}
                            for k, n in sorted(self.groups.items())],
                 "mixed": self.mixed, "allowed": self.allowed, "differences": self.differences(),
-                "boxes": dict(sorted(self.boxes.items())), "overlaps": self.overlaps,
+                "instances": dict(sorted(self.instances.items())), "overlaps": self.overlaps,
                 "estimated_intervals": self.estimated}
 
 
@@ -192,12 +176,12 @@ _US = _dt.timedelta(microseconds=1)
 
 class Origin:
     """What :func:`check` needs of each record, gathered as records are read: the count of each
-    (code, study file, machine), of each box instance, and each run's interval (µs since
+    (code, study file, machine), of each machine instance, and each run's interval (µs since
     1970, and the start's UTC offset), machine and point."""
 
     def __init__(self):
         self.groups: Counter = Counter()
-        self.boxes: Counter = Counter()
+        self.instances: Counter = Counter()
         self.starts, self.ends = array("q"), array("q")
         self.offsets, self.on = array("i"), array("i")   # start's UTC offset (s), machine
         self.ids: List[str] = []
@@ -207,8 +191,9 @@ class Origin:
 
     def add(self, r: dict) -> None:
         self.groups[(code_of(r), study_hash(r), machine_setting(r), software_of(r))] += 1
-        if isinstance(r.get("box"), dict) and r["box"].get("box"):
-            self.boxes[str(r["box"]["box"])] += 1
+        inst = _machine.instance(r)
+        if inst is not None:
+            self.instances[inst] += 1
         iv = interval(r)
         if iv is None:
             return
@@ -228,7 +213,7 @@ class Origin:
 
     def merge(self, other: "Origin") -> None:
         self.groups.update(other.groups)
-        self.boxes.update(other.boxes)
+        self.instances.update(other.instances)
         self.on.extend(self._index(other.machines[i]) for i in other.on)
         self.starts.extend(other.starts)
         self.ends.extend(other.ends)
@@ -259,7 +244,7 @@ class Origin:
         """The records' provenance; raises :class:`MixedRecords`, saying what differs, when
         they are not alike and ``allow_mixed`` is False."""
         pairs, estimated = self.overlaps()
-        prov = Provenance(dict(self.groups), dict(self.boxes), pairs, estimated,
+        prov = Provenance(dict(self.groups), dict(self.instances), pairs, estimated,
                           allowed=allow_mixed)
         if prov.mixed and not allow_mixed:
             raise MixedRecords("the records were not made alike, so pooling them would mix "
@@ -271,7 +256,7 @@ class Origin:
 
 def check(recs: Sequence[dict], allow_mixed: bool = False) -> Provenance:
     """The records' provenance; raises :class:`MixedRecords`, saying what differs, when they
-    come from different code, software, study files, processors or box settings and
+    come from different code, software, study files, processors or machine settings and
     ``allow_mixed`` is False."""
     origin = Origin()
     for r in recs:

@@ -25,16 +25,17 @@ from array import array
 from typing import Dict, Iterable, NamedTuple, Optional, Tuple
 
 from . import budget, convergence, measured, provenance
+from .. import machine
 from ..costmodel import OMPI_ALLREDUCE_NAMES
 from ..records import lookup as _get, ok_train
 
 
 def record_axis(rec: dict) -> Tuple[str, str, str, str, str, str]:
-    """(backend, compression, box link rate, learning-rate rule, variant, tuning) of a record:
+    """(backend, compression, link rate, learning-rate rule, variant, tuning) of a record:
     what keeps its configurations apart beside the layout ("" where a study has no such axis)."""
     params = rec.get("params") or {}
     return (params.get("backend", "horovod"), params.get("compression", "none"),
-            _get(rec, "point", "network") or _get(rec, "box", "link_rate") or "",
+            _get(rec, "point", "network") or machine.link_rate(rec),
             _get(rec, "point", "lr_scaling") or "", _get(rec, "point", "variant") or "",
             _get(rec, "point", "tuning") or "")
 
@@ -212,8 +213,8 @@ def settings_of(rec: dict) -> Optional[str]:
 
 class Runs:
     """What the report says about the runs themselves: hosts, jobs, commits, versions, threads,
-    when; the study file, the box, the exchange settings per configuration, and the latest record
-    of each point of a user's command."""
+    when; the study file, the machines, the exchange settings per configuration, and the latest
+    record of each point of a user's command."""
 
     def __init__(self):
         self.hosts: Counter = Counter()
@@ -229,10 +230,7 @@ class Runs:
         self.platform: Optional[str] = None
         self.cpu_count = None
         self.study_file: Optional[str] = None
-        self.link_rates: set = set()
-        self.nodes_in_box = 0
-        self.cpus_per_node = None
-        self.boxes = 0
+        self.machines = machine.Seen()
         self.commands: "OrderedDict[str, dict]" = OrderedDict()
         self.recorded_commands = 0      # records of a command with hpcdl's callback in it
 
@@ -258,13 +256,7 @@ class Runs:
         if first:
             self.platform, self.cpu_count = man.get("platform"), man.get("cpu_count")
         self.study_file = self.study_file or (rec.get("declared") or {}).get("study_file")
-        box = rec.get("box")
-        if isinstance(box, dict):
-            self.boxes += 1
-            self.link_rates.add(box["link_rate"])
-            self.nodes_in_box = max(self.nodes_in_box, int(box.get("nodes_in_box") or 0))
-            if self.boxes == 1:
-                self.cpus_per_node = box.get("cpus_per_node")
+        self.machines.add(rec)
         cmd = rec.get("command")
         if isinstance(cmd, dict):
             self.recorded_commands += bool(cmd.get("recorder"))
@@ -283,11 +275,7 @@ class Runs:
             self.first_time = min(filter(None, (self.first_time, other.first_time)))
             self.last_time = max(filter(None, (self.last_time, other.last_time)))
         self.study_file = self.study_file or other.study_file
-        self.link_rates |= other.link_rates
-        self.nodes_in_box = max(self.nodes_in_box, other.nodes_in_box)
-        if not self.boxes:
-            self.cpus_per_node = other.cpus_per_node
-        self.boxes += other.boxes
+        self.machines.merge(other.machines)
         for pid, rec in other.commands.items():
             self.commands.pop(pid, None)
             self.commands[pid] = rec

@@ -75,7 +75,7 @@ class Row:
     karp_flatt: float = float("nan")
     heldout_error: Optional[float] = None     # the part-by-part model's, at a held-out point
     flags: List[str] = field(default_factory=list)
-    network: str = ""                # the cluster box's link rate ([axes] network), "" elsewhere
+    network: str = ""                # the link rate the point needed ([axes] network), else ""
     lr_rule: str = ""                # the learning-rate rule ([axes] lr_scaling), "" elsewhere
     fitted: bool = True              # the model was calibrated on this row (else: predicted)
     variant: str = ""                # the study's [variants] name, "" elsewhere

@@ -46,7 +46,7 @@ class StudyAnalysis:
         return axes(self.rows)
 
     def as_dict(self) -> dict:
-        return {"schema": "hpcdl.report/3", "study": self.study, "workload": self.workload,
+        return {"schema": "hpcdl.report/4", "study": self.study, "workload": self.workload,
                 "scaling": self.scaling, "scaling_source": self.scaling_source,
                 "calibration": self.calibration, "records": self.records,
                 "rows": [r.as_dict() for r in self.rows],
@@ -86,7 +86,7 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] 
     """The analysis of one study's records, or of what :class:`.reading.Digest` kept of them
     as they were read (raises ValueError on what cannot be analysed, and
     :class:`provenance.MixedRecords` on records of different code, software, study files,
-    processors or box settings unless ``allow_mixed``). ``exchange_bench``, ``loop_bench`` and
+    processors or machine settings unless ``allow_mixed``). ``exchange_bench``, ``loop_bench`` and
     ``spread_bench``: see :func:`_predicted`; ``forecast``: the node counts the part-by-part
     model forecasts (else the study's ``[model] forecast``, else :data:`.forecast.FORECAST`)."""
     recs = recs if isinstance(recs, Digest) else Digest.of(recs)

@@ -1,7 +1,7 @@
 """Benchmark the exchange training runs: ``hpcdl bench allreduce`` (:mod:`.allreduce`, a size
 sweep in nccl-tests' style over the training path), ``hpcdl bench fit`` (:mod:`.fit`, the cost
 model fitted to sweeps), ``hpcdl bench allocation`` (:mod:`.allocation`, the forecast's inputs
-from the allocation); :mod:`.boxcheck` proves the cluster box's isolation.
+from the allocation); beside them, the check of a rehearsal cluster's isolation.
 """
 from __future__ import annotations
 

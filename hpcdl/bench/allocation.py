@@ -17,8 +17,8 @@ node count the forecast draws on (the calibration's and the largest you can get)
 
 Each file keeps one entry per node count (per rank count where every rank shares one machine,
 as a workstation study's points are keyed) and names the machine it measured (the processor, and
-the box's settings on the box), as records do; a run at a node count replaces that count's entry
-and adds to the others. The report uses a file only for records of the same machine.
+the machine's settings where it sets them), as records do; a run at a node count replaces that
+count's entry and adds to the others. The report uses a file only for records of the same machine.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from .. import cluster, records, stack
+from .. import cluster, machine, records, stack
 from ..errors import UserError
 
 LOOP_SCHEMA = "hpcdl.loop-cpu/1"        # as hpcdl.analysis.loop_share reads it
@@ -88,11 +88,8 @@ def window(seconds: float, work: Optional[Callable[[], object]] = None) -> Tuple
 # --- the files ----------------------------------------------------------------------------------
 
 def machine_of(host: str) -> Tuple[str, Optional[dict]]:
-    """(the machine setting a record made on ``host`` carries, the box's facts there or None)."""
-    from .. import box            # numpy: not at import, which a login node's hpcdl bench does
-    facts = box.node_facts(host)
-    return records.machine_setting({"manifest": {"cpu": records.cpu_identity()},
-                                    "box": facts}), facts
+    """(the machine setting a record made on ``host`` carries, the node's facts there or None)."""
+    return machine.setting_at(host, records.cpu_identity())
 
 
 def merged(path: Path, schema: str, machine: str, nodes: int) -> dict:

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..box import box_file, check_file, Counters, job_exports, load, node_facts
+from ..box import box_file, check_file, job_exports, load, node_facts
+from ..machine import Counters
 from ..comm import get_backend
 from ..costmodel import rate_bits
 from ..errors import UserError

@@ -26,7 +26,7 @@ median over ``--iters`` exchanges.
   the workload's forward and backward pass on one batch while that Horovod runs beside it, and a
   knob's candidates are compared by exchange + compute: on a node with a fraction of a core the
   background thread's wake-ups slow the compute, which the exchange alone never shows.
-- **Stopping at the link's bound**: where the link rate is known (the cluster box), once the
+- **Stopping at the link's bound**: where the machine sets its link rate, once the
   fastest algorithm's exchange is within ``--bound`` (15%) of the ring's bytes on each link at
   the link's payload rate, the model's bound, the knobs left are not searched (docs/decisions.md).
   Elsewhere every knob is searched.
@@ -54,7 +54,7 @@ median over ``--iters`` exchanges.
 
 A candidate's figure is the median of its rounds. The table gives each candidate's step exchange
 time, its bus bandwidth, and references measured in the same launches: the MPI library's own
-``MPI_Allreduce`` of one buffer of the same bytes, and on the cluster box the link's limit.
+``MPI_Allreduce`` of one buffer of the same bytes, and the link's limit where its rate is set.
 ``--budget`` bounds the time spent launching (every candidate is measured at least once). The
 search follows the first compression asked for; every launch times each compression asked for,
 and each takes the search's result where it is faster for it.
@@ -121,7 +121,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a setting replaces the default only when this much faster (0.03)")
     t.add_argument("--bound", type=float, default=0.15,
                    help="stop after the algorithm once its exchange is within this share of the "
-                        "link's bound for a ring (where the link rate is known: the box); 0 "
+                        "link's bound for a ring (where the machine sets the link's rate); 0 "
                         "searches every knob (0.15)")
     t.add_argument("--timeout", type=float, default=900.0, help="seconds a launch may take (900)")
     p.add_argument("--out", default=None,

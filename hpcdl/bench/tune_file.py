@@ -9,17 +9,11 @@ import statistics
 from typing import Dict, List, Optional, Tuple
 
 from .tune_launch import PRUNE
-from .. import box, cluster, records
+from .. import cluster, machine, records
 from ..costmodel import setting_name
 from ..comm import tuning
 
 MIB = 1 << 20
-
-
-def _box_of(host: str) -> Optional[dict]:
-    """The cluster box's settings a run's exchange depends on, where ``host`` is a box node."""
-    facts = box.node_facts(host)
-    return {k: facts.get(k) for k in ("box",) + tuning.BOX_KEYS} if facts else None
 
 
 def setting_label(effective: dict, alg: Optional[str] = None) -> str:
@@ -199,7 +193,8 @@ def document(se, picks: dict, first: dict, skipped: List[str],
         "made_for": {"cluster": cluster.scheduler_facts().get("cluster") or first["host"],
                      "nodes": first["nodes"], "ranks": first["ranks"],
                      "ranks_per_node": first["ranks_per_node"], "cpu": records.cpu_identity(),
-                     "mpi": records.mpi_library_version(), "box": _box_of(first["host"])},
+                     "mpi": records.mpi_library_version(),
+                     "machine": machine.exchange_setting(first["host"])},
         "workload": first["workload"], "tensors": first["tensors"], "bytes": first["bytes"],
         "references": {"mpi_allreduce_s": statistics.median(
             [t for runs in se.runs.values() for r in runs for t in r["native"]]),

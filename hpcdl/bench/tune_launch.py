@@ -13,7 +13,7 @@ the times as one JSON line after :data:`MARKER`, which the driver reads.
   beside them, as training runs them (it starts no Horovod for them:
   :mod:`hpcdl.train.collectives`);
 - references: the MPI library's own ``MPI_Allreduce`` of one buffer of the same bytes, and the
-  limit (the box link's, or a memcpy where the ranks share memory).
+  limit (the link's where the machine sets its rate, or a memcpy where the ranks share memory).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .allreduce import timed
-from .. import box, cluster, stack
+from .. import cluster, machine, stack
 from ..costmodel import HOROVOD_DEFAULTS
 from ..errors import UserError
 
@@ -293,10 +293,10 @@ def _memcpy(world, nbytes: int, iters: int) -> float:
 
 
 def _link_limit(host: str, p: int, nbytes: int) -> Optional[float]:
-    """On the cluster box, a ring's bytes over the shaped link: 2(p-1)/p x bytes / rate."""
-    facts = box.node_facts(host) if box.load() else None
-    if not facts or not facts.get("link_bits_per_s") or p < 2:
+    """Where the machine sets its link rate, a ring's bytes over that link: 2(p-1)/p x bytes / rate."""
+    bits = machine.link_bits_at(host)
+    if not bits or p < 2:
         return None
     from ..costmodel import busbw_factor
-    return busbw_factor(p) * nbytes / (float(facts["link_bits_per_s"]) / 8)
+    return busbw_factor(p) * nbytes / (bits / 8)
 

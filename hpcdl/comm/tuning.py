@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Mapping, MutableMapping, Optional, Tuple
 
-from .. import cluster
+from .. import cluster, machine
 from ..errors import UserError
 
 SCHEMA = "hpcdl.tuning/1"
@@ -162,14 +162,10 @@ def take(flag: Optional[str], compression: str,
     return section
 
 
-BOX_KEYS = ("link_rate", "latency", "cpus_per_node", "cpu_period_us")   # what a box's exchange
-#                                                                          depends on
-
-
-def mismatch(section: dict, nodes: int, ranks: int, box: Optional[dict] = None) -> Optional[str]:
+def mismatch(section: dict, nodes: int, ranks: int, node: Optional[dict] = None) -> Optional[str]:
     """A sentence when the run's allocation is not the one the file was tuned on, else None.
-    ``box``: the run's cluster-box settings (:func:`hpcdl.box.node_facts`), compared with the
-    box the file was tuned on where it says (links and CPU shares of another box time the
+    ``node``: the run's node facts (:func:`hpcdl.machine.node`), compared with the machine's
+    settings the file was tuned on where it says (other links and CPU shares time the
     candidates differently)."""
     made = section.get("made_for") or {}
     if section.get("source") == "default":
@@ -178,13 +174,9 @@ def mismatch(section: dict, nodes: int, ranks: int, box: Optional[dict] = None) 
     if made.get("nodes") not in (None, nodes) or made.get("ranks") not in (None, ranks):
         out.append(f"tuning file {section['file']} was tuned on {made.get('nodes')} node(s), "
                    f"{made.get('ranks')} rank(s); this run has {nodes} node(s), {ranks} rank(s)")
-    then = made.get("box")
-    if then and box:
-        differ = [k for k in BOX_KEYS if then.get(k) != box.get(k)]
-        if differ:
-            out.append(f"tuning file {section['file']} was tuned on a cluster box with "
-                       + ", ".join(f"{k}={then.get(k)}" for k in differ) + "; this run's box has "
-                       + ", ".join(f"{k}={box.get(k)}" for k in differ))
+    other = machine.exchange_mismatch(made, node)
+    if other:
+        out.append(f"tuning file {section['file']} {other}")
     return "; ".join(out) or None
 
 

@@ -31,19 +31,13 @@ def choose(want: Optional[str]) -> str:
     return "gridengine"
 
 
-def gridengine_request(study: str, settings: dict, box: Optional[dict]) -> dict:
+def gridengine_request(study: str, settings: dict, where) -> dict:
     """What a study's Grid Engine jobs ask for beyond their time (``settings``: its [slurm]):
-    the parallel environment (``pe``; on the box its ``mpi``; none: TSUBAME's full nodes and its
-    ``account`` the group given to ``qsub -g``), the queue (``partition``; on the box ``box.q``)
-    and on the box its consumable, so that its jobs run one at a time."""
-    sge = (box or {}).get("sge") or {}
-    if box is not None and not sge:
-        raise UserError("the cluster box is up without Grid Engine: bring it up with "
-                        "scripts/cluster-box.sh up N --sge, or submit with --scheduler slurm")
-    if sge and cluster.gridengine_cell() != (sge["root"], sge["cell"]):
-        raise UserError(f"Grid Engine's commands here talk to cell {cluster.gridengine_cell()}, not "
-                        f"the cluster box's ({sge['root']}, {sge['cell']}): export its settings "
-                        "first, eval \"$(scripts/cluster-box.sh env | sed 's/^/export /')\"")
+    the parallel environment (``pe``; none: TSUBAME's full nodes and its ``account`` the group
+    given to ``qsub -g``), the queue (``partition``) and the consumable that runs them one at a
+    time, each the machine's own where the study gives none (``where``: a
+    :class:`hpcdl.machine.Target`)."""
+    sge = where.gridengine(cluster.gridengine_cell())
     # no parallel environment: TSUBAME's full nodes (-l node_f=N), paid by the group (qsub -g)
     pe = settings.get("pe") or sge.get("pe")
     return {"pe": pe, "resources": [f"{sge['consumable']}=1"] if sge.get("consumable") else [],

@@ -16,6 +16,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from .. import cluster
 from ..errors import UserError
+from ..machine import rehearse
 from . import scheduler
 from .scheduler import JobState
 
@@ -33,8 +34,8 @@ def available() -> bool:
     return all(shutil.which(c) for c in ("qsub", "qstat", "qacct"))
 
 
-_WHERE = ("run this on a Grid Engine login node (with its settings.sh sourced), or start the "
-          "cluster box with Grid Engine: scripts/cluster-box.sh up 4 --sge")
+_WHERE = ("run this on a Grid Engine login node (with its settings.sh sourced), or rehearse "
+          f"one on this machine: {rehearse('gridengine')}")
 
 
 def _need(cmd: str) -> str:

@@ -249,7 +249,7 @@ def qsub_options(job: Job, pe: Optional[str] = None, resources: Sequence[str] = 
                  preemptible: bool = True) -> List[str]:
     """The job's ``#$`` lines for Grid Engine. ``pe``: the parallel environment, given the job's
     ranks as slots (``-pe mpi 4``); None: TSUBAME's full nodes (``-l node_f=N``). ``job.partition``
-    is the queue (``-q``); ``resources`` more ``-l`` requests (the box's ``box=1``)."""
+    is the queue (``-q``); ``resources`` more ``-l`` requests (a consumable, ``NAME=1``)."""
     lines = ["-S /bin/bash", f"-N {job.name}", "-cwd", "-j y",
              f"-pe {pe} {job.ranks}" if pe else f"-l node_f={job.nodes}",
              f"-l h_rt={_gridengine_hms(job.seconds)}"]
@@ -285,8 +285,7 @@ def render_qsub(job: Job, software: Software, train_args: Sequence[str], checkpo
     """the ``train.qsub`` template: the same run for a Grid Engine cluster, preemption-safe.
 
     Without ``pe``, TSUBAME's flavour: full nodes (``node_f``) and ``job.account`` (or ``group``)
-    the group given to ``qsub -g``. With ``pe`` (e.g. ``mpi``, one slot per node on the cluster
-    box), the job asks for its ranks as slots of that parallel environment.
+    the group given to ``qsub -g``. With ``pe`` (e.g. ``mpi``, one slot per node), the job asks for its ranks as slots of that parallel environment.
     """
     if job.signal_lead is None:
         raise UserError("a training job needs signal_lead: its checkpoint-and-requeue relies on USR1")

@@ -39,8 +39,8 @@ def slurm_settings(study, overrides: Optional[Mapping] = None) -> dict:
 
 def job_for(study, name: str, nodes: int, ntasks_per_node: int, overrides: Mapping,
              licence: Optional[str] = None) -> Job:
-    """The job of one point; ``licence``: a Slurm licence every point's job takes one of (the
-    cluster box defines one, so that no two jobs of a study share its cores at once)."""
+    """The job of one point; ``licence``: a Slurm licence every point's job takes one of (a
+    machine whose nodes share cores defines one, so that no two jobs of a study run at once)."""
     s = slurm_settings(study, overrides)
     extra = list(s.get("extra") or ())
     if licence:
@@ -59,17 +59,17 @@ def job_for(study, name: str, nodes: int, ntasks_per_node: int, overrides: Mappi
 
 
 def steps(study, study_path: str, points, jobs_dir: Path, software: Software, overrides: Mapping,
-          box: Optional[dict], tune: Optional[Sequence[str]], allocation: Sequence[str],
+          where, tune: Optional[Sequence[str]], allocation: Sequence[str],
           gridengine: Optional[Mapping], in_flight: Dict[str, str], measured=None) -> List[Step]:
     """The tuning jobs (where ``tune`` is not None) that ``points`` need, and the allocation
     jobs the layouts of ``measured`` (default ``points``: a forecast's measurement serves the
     recorded points too) need; refused while one of them is still queued or running.
     ``gridengine``: the Grid Engine request (:func:`hpcdl.launch.batch.gridengine_request`) that
     makes them qsub scripts, None for Slurm's."""
-    out = _tune_steps(study, study_path, points, jobs_dir, software, overrides, box, tune,
+    out = _tune_steps(study, study_path, points, jobs_dir, software, overrides, where, tune,
                       measured, gridengine)
     out += _allocation_steps(study, study_path, points if measured is None else measured,
-                             jobs_dir, software, overrides, box, allocation, gridengine)
+                             jobs_dir, software, overrides, where, allocation, gridengine)
     busy = [f"{t.point_id} ({in_flight[t.point_id]})" for t in out if t.point_id in in_flight]
     if busy:
         raise UserError(f"{study.name}: a tuning or allocation job is still queued or running: "
@@ -78,11 +78,11 @@ def steps(study, study_path: str, points, jobs_dir: Path, software: Software, ov
 
 
 def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
-                overrides: Mapping, box: Optional[dict], tune: Optional[Sequence[str]],
+                overrides: Mapping, where, tune: Optional[Sequence[str]],
                 measured=None, gridengine: Optional[Mapping] = None) -> List[Step]:
     """A ``hpcdl tune`` job for each tuning file that ``points`` lack (those they run with, and
     those the report's model takes its exchange from), on their layout, under the points' own
-    settings, taking the box's licence like them, with a limit that fits the search
+    settings, taking the machine's licence like them, with a limit that fits the search
     (:func:`_budget`). Without ``tune`` (no ``--tune``), the
     exchange files a forecast reads (of ``measured``, recorded points too) still are made:
     the algorithms timed, nothing searched (``Study.EXCHANGE_TUNE``)."""
@@ -98,7 +98,7 @@ def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Softwa
         comps = [c for c in ("none", "fp16") if c in comps]
         stem = Path(path).stem
         job = job_for(study, f"hpcdl-{study.name}-tune-{stem}", nodes, rpn, overrides,
-                       licence=_licence(box, gridengine))
+                       licence=_licence(where, gridengine))
         tune_args, extra = _budget(tune) if searched else (list(tune), 0)
         job = job.longer(extra)
         args = ["--study", study_path, "--compression", ",".join(comps), *tune_args, "--out", path]
@@ -112,10 +112,10 @@ def _tune_steps(study, study_path: str, points, jobs_dir: Path, software: Softwa
 
 
 def _allocation_steps(study, study_path: str, points, jobs_dir: Path, software: Software,
-                      overrides: Mapping, box: Optional[dict], extra: Sequence[str],
+                      overrides: Mapping, where, extra: Sequence[str],
                       gridengine: Optional[Mapping]) -> List[Step]:
     """A ``hpcdl bench allocation`` job for each layout of ``points`` the forecast's files lack
-    (:meth:`hpcdl.study.Study.allocation_missing`), taking the box's licence like the points;
+    (:meth:`hpcdl.study.Study.allocation_missing`), taking the machine's licence like the points;
     each after the one before (:func:`submit_study`), as they rewrite the same files."""
     missing = study.allocation_missing(points)
     spread, loop = study.allocation_files
@@ -123,7 +123,7 @@ def _allocation_steps(study, study_path: str, points, jobs_dir: Path, software: 
     for nodes, rpn in missing:
         stem = f"{nodes}n{rpn}r"
         job = job_for(study, f"hpcdl-{study.name}-allocation-{stem}", nodes, rpn, overrides,
-                       licence=_licence(box, gridengine))
+                       licence=_licence(where, gridengine))
         args = ["--study", study_path, "--spread", spread, "--loop", loop, *extra]
         name = f"allocation-{stem}.{_suffix(gridengine)}"
         text = render_study_allocation(job, software, study.name, study_path, args,
@@ -137,10 +137,10 @@ def _suffix(gridengine: Optional[Mapping]) -> str:
     return "qsub" if gridengine is not None else "sbatch"
 
 
-def _licence(box: Optional[dict], gridengine: Optional[Mapping]) -> Optional[str]:
-    """The box's Slurm licence each job takes (on Grid Engine its consumable, among the
+def _licence(where, gridengine: Optional[Mapping]) -> Optional[str]:
+    """The machine's Slurm licence each job takes (on Grid Engine its consumable, among the
     request's resources, does the same)."""
-    return None if gridengine is not None else (box or {}).get("licence")
+    return None if gridengine is not None else where.licence
 
 
 def _budget(tune: Sequence[str]) -> Tuple[List[str], int]:

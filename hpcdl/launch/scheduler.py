@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from ..errors import UserError
+from ..machine import rehearse
 
 __all__ = ["sbatch", "job_states", "wait_for_jobs", "JobState", "ACTIVE_STATES",
            "poll_until_ended", "need_command", "run_command"]
@@ -21,8 +22,8 @@ __all__ = ["sbatch", "job_states", "wait_for_jobs", "JobState", "ACTIVE_STATES",
 _CMD_TIMEOUT = 60
 
 
-_SLURM_WHERE = ("run this on a Slurm login node (or start the cluster box on this machine: "
-                "scripts/cluster-box.sh up 4)")
+_SLURM_WHERE = ("run this on a Slurm login node (or rehearse a cluster on this machine: "
+                f"{rehearse('slurm')})")
 _SLURM_DAEMON = "slurmctld up? (scontrol ping)"
 
 

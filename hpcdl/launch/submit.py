@@ -24,7 +24,8 @@ from .jobscript import (Job, parse_exports, render_report, render_study_command,
 from .prep import (ALLOCATION_PREFIX, Step, job_for as _job_for,
                    slurm_settings as _slurm_settings)
 from .scheduler import ACTIVE_STATES, sbatch
-from .. import checks, records
+from .. import checks, machine, records
+from ..machine import Target
 from ..errors import UserError
 
 __all__ = ["plan_study", "submit_study", "study_software", "StudyPlan", "Step"]
@@ -39,8 +40,8 @@ class StudyPlan:
     steps: List[Step]
     report: Step
     skipped: List[str]
-    waiting: List[str] = None       # points for a box with another link rate ([axes] network)
-    box: Optional[dict] = None      # the cluster box's settings, when the study runs on one
+    waiting: List[str] = None       # points that need other links than the machine's
+    machine: Target = None          # where the jobs go
     in_flight: Dict[str, str] = None  # point -> "job N STATE": its latest job is still queued or
     #                                   running (or requeued after a node failure)
     tunes: List[Step] = None        # --tune: hpcdl tune jobs for the tuning files the points lack
@@ -52,11 +53,9 @@ def study_software(study, extra_exports: Sequence[str] = (), setup: Optional[str
                    workdir=None) -> Software:
     """How the study's jobs find hpcdl: slurm.modules and slurm.setup (else the venv running
     now), with run.env, slurm.mpi and ``--export`` settings."""
-    from .. import box
     s = _slurm_settings(study)
-    settings = box.load()
-    # on the cluster box, Open MPI talks over the nodes' links (the study's env may still override)
-    exports: Dict[str, Optional[str]] = dict(box.job_exports(settings) if settings else {})
+    # what the machine's jobs need (the study's env may still override)
+    exports: Dict[str, Optional[str]] = dict(machine.job_exports())
     exports.update(getattr(study, "env", None) or {})
     if s.get("mpi"):
         exports["HPCDL_SRUN_MPI"] = str(s["mpi"])
@@ -71,7 +70,7 @@ def study_software(study, extra_exports: Sequence[str] = (), setup: Optional[str
 
 
 def plan_study(study, software: Software, force: bool = False,
-               overrides: Optional[Mapping] = None, unchecked_box: bool = False,
+               overrides: Optional[Mapping] = None, unchecked: bool = False,
                tune: Optional[Sequence[str]] = None,
                allocation: Sequence[str] = ()) -> StudyPlan:
     """The scripts of every point neither recorded nor in flight, and of the report (pure but
@@ -86,8 +85,8 @@ def plan_study(study, software: Software, force: bool = False,
     results = results_dir / "runs.jsonl"
     done = set() if force else study.done_ids()
     steps, skipped, waiting = [], [], []
-    box = _box_for(study, unchecked_box)
-    ge = (batch.gridengine_request(study.name, _slurm_settings(study, overrides), box)
+    where = machine.target(study, unchecked)
+    ge = (batch.gridengine_request(study.name, _slurm_settings(study, overrides), where)
           if sched == "gridengine" else None)
     if ge is not None:
         overrides["partition"] = ge["queue"] or overrides.get("partition")
@@ -96,13 +95,12 @@ def plan_study(study, software: Software, force: bool = False,
                             "mpirun) so far; submit this one with --scheduler slurm")
     in_flight = _in_flight(jobs_dir)
     study_path = str(Path(study.path).resolve()) if getattr(study, "path", None) else study.name
-    here = [p for p in study.points() if p.id not in done and p.id not in in_flight
-            and not (p.network and p.network != box["link_rate"])]
-    # the allocation is measured for every layout of this box's points, recorded ones too
-    mine = [p for p in study.points() if not (p.network and p.network != box["link_rate"])]
-    tunes = prep.steps(study, study_path, here, jobs_dir, software, overrides, box, tune,
+    mine = [p for p in study.points() if where.runs(p.network)]
+    here = [p for p in mine if p.id not in done and p.id not in in_flight]
+    # the allocation is measured for every layout of the machine's points, recorded ones too
+    tunes = prep.steps(study, study_path, here, jobs_dir, software, overrides, where, tune,
                        allocation, ge, in_flight, mine)
-    # only the points submitted now: those of a box with other links are tuned on that box
+    # only the points submitted now: those that need other links are tuned where they run
     _require_tuning(study, [p for p in here if not any(p.tuned and p.tuning_path == t.tuning
                                                        for t in tunes)])
     for point in study.points():
@@ -112,11 +110,11 @@ def plan_study(study, software: Software, force: bool = False,
             continue
         if pid in in_flight:
             continue
-        if point.network and point.network != box["link_rate"]:
+        if not where.runs(point.network):
             waiting.append(pid)
             continue
         job = _job_for(study, f"hpcdl-{study.name}-{pid}", point.nodes, point.ranks_per_node,
-                       overrides, licence=None if ge else (box or {}).get("licence"))
+                       overrides, licence=None if ge else where.licence)
         name = f"step-{pid}.{'qsub' if ge else 'sbatch'}"
         spec = None
         if point.script:
@@ -133,20 +131,19 @@ def plan_study(study, software: Software, force: bool = False,
         steps.append(Step(pid, point.as_dict(), jobs_dir / name, text, job, spec,
                           point.tuning_path if point.tuned else ""))
     s = _slurm_settings(study, overrides)
-    # on the box the report job takes the licence too: it runs on a node, and drawing plots
-    # there beside another study's measurement would slow that measurement
+    # the report job takes the licence too: it runs on a node, and drawing plots there beside
+    # another study's measurement on the same cores would slow that measurement
     rjob = Job(name=f"hpcdl-{study.name}-report", nodes=1, ntasks_per_node=1, cpus_per_task=1,
                time=str(s.get("report_time") or "00:15:00"), partition=s.get("partition"),
                account=s.get("account"), signal_lead=None,
-               extra=(f"--licenses={box['licence']}:1",) if (box or {}).get("licence") and not ge
-               else ())
+               extra=(f"--licenses={where.licence}:1",) if where.licence and not ge else ())
     rname = f"report.{'qsub' if ge else 'sbatch'}"
     # a one-slot report job on Grid Engine: the study's parallel environment gives it one node
     rtext = render_report(rjob, software, study.name, str(results_dir), script_name=rname,
                           gridengine=ge)
     report = Step("report", {}, jobs_dir / rname, rtext, rjob)
     return StudyPlan(study.name, study_path, results_dir, jobs_dir, steps, report, skipped,
-                     waiting, box, {p: j for p, j in in_flight.items() if p not in done}, tunes,
+                     waiting, where, {p: j for p, j in in_flight.items() if p not in done}, tunes,
                      sched, (ge or {}).get("group"))
 
 
@@ -162,30 +159,6 @@ def _in_flight(jobs_dir: Path) -> Dict[str, str]:
         return {}
     return {pid: f"job {jid[1]} {states[jid].state}" for pid, jid in latest.items()
             if jid in states and states[jid].state in ACTIVE_STATES}
-
-
-def _box_for(study, unchecked: bool = False) -> Optional[dict]:
-    """The cluster box this study's jobs would run on (None: no box here). A study with a
-    network axis needs one; on a box, the box must have passed its isolation check, unless the
-    user says ``unchecked`` (a rehearsal whose figures need not be a node's)."""
-    from .. import box
-    settings = box.load()
-    if settings is None:
-        if any(n for n in getattr(study, "networks", [""])):
-            raise UserError(f"{study.name} has a network axis ({', '.join(study.networks)}): its "
-                            "points run on the cluster box, and none is up here "
-                            "(scripts/cluster-box.sh up N --link RATE)")
-        return None
-    if unchecked:
-        print("warning: submitting to the cluster box without its isolation check "
-              "(--unchecked-box): the figures need not be what a node would give", file=sys.stderr)
-    else:
-        box.require_checked()
-    if not settings.get("licence"):
-        raise UserError("this cluster box was brought up without the licence that runs its jobs "
-                        "one at a time (jobs side by side would share the machine's cores and "
-                        "slow each other): bring it up again (scripts/cluster-box.sh up N ...)")
-    return settings
 
 
 def _require_tuning(study, points) -> None:
@@ -272,15 +245,11 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
         print(f"Point {pid}: already recorded, not submitted (--force submits it again)", file=out)
     for pid, job in (plan.in_flight or {}).items():
         print(f"Point {pid}: {job}, not submitted again", file=out)
-    if plan.box and plan.steps:
-        how = (f"each asks for Grid Engine's consumable '{plan.box['sge']['consumable']}=1'"
-               if plan.scheduler == "gridengine" else
-               f"each takes Slurm's licence '{plan.box['licence']}'")
-        print(f"The box runs the study's jobs one at a time ({how}), so none slows another.",
-              file=out)
-    for pid in plan.waiting or ():
-        print(f"Point {pid}: waits for a box with other links (this one has "
-              f"{plan.box['link_rate']}); bring that box up and submit again", file=out)
+    apart = plan.machine.one_at_a_time(plan.scheduler == "gridengine")
+    if apart and plan.steps:
+        print(apart, file=out)
+    for line in plan.machine.waiting(plan.waiting or ()):
+        print(line, file=out)
     submission = {"study": plan.study, "study_path": plan.study_path, "scheduler": plan.scheduler,
                   "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "dry_run": dry_run, "steps": [], "report": None}

@@ -167,7 +167,7 @@ def prediction(ctx: Context) -> Part:
 def runs(ctx: Context) -> Part:
     prov = ctx.res.provenance
     pooled = (["What was pooled (the code in hpcdl/ and the TensorFlow, Horovod and MPI under it, "
-               "the study file and the box's settings must be the same in every record; runs "
+               "the study file and the machine's settings must be the same in every record; runs "
                "sharing a machine must not overlap in time):",
                ""] + prov.lines() + [""]) if prov else []
     return Part([], ["## Runs", ""] + _manifest_summary(ctx.about, ctx.res.records) + [""] + pooled

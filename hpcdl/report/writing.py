@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 from . import sections
 from .plots import draw_plots  # matplotlib is imported only when plots are drawn
 from .table import stable
-from .. import analysis, checks, costmodel
+from .. import analysis, checks
 from ..errors import UserError
 from .reading import _read, _resolve
 from .summary import summary
@@ -106,7 +106,7 @@ def _command(about, runs, mixed: bool = False, bench: Optional[str] = None,
              loop: Optional[str] = None, spread: Optional[str] = None,
              forecast: Optional[Sequence[int]] = None) -> str:
     """The commands that regenerate this report: the study's runs (when a study made them: on
-    this machine, through Slurm, or on the cluster box at each link rate it recorded) into the
+    this machine, through a scheduler, or on a machine set up as the records' were) into the
     results root the records are in, named explicitly (points already recorded there are
     skipped; another root measures afresh), then the report itself. ``about``: what
     :class:`analysis.reading.Runs` gathered of the records."""
@@ -122,15 +122,9 @@ def _command(about, runs, mixed: bool = False, bench: Optional[str] = None,
     root = f"--results-root {_shown(runs.parent.parent)}"
     submit = (f"hpcdl study submit {study_file} {root} && "
               f"hpcdl study status {study_file} {root} --wait 14400")
-    if about.boxes:
-        rates = sorted(about.link_rates, key=costmodel.rate_bits)
-        cpus = about.cpus_per_node
-        sge = "gridengine" in about.schedulers        # the box's Grid Engine, this shell on its cell
-        up = f"scripts/cluster-box.sh up {about.nodes_in_box} --link $rate" + (
-            f" --cpus-per-node {cpus:g}" if cpus else "") + (" --sge" if sge else "")
-        env = "eval \"$(scripts/cluster-box.sh env | sed 's/^/export /')\" && " if sge else ""
-        return (f"for rate in {' '.join(rates)}; do {up} && scripts/cluster-box.sh check && "
-                f"{env}{submit}; done; {report}")
+    again = about.machines.rerun(submit, "gridengine" in about.schedulers)
+    if again:
+        return f"{again}; {report}"
     if about.jobs:
         return f"{submit} && {report}"
     return f"hpcdl study run {study_file} {root} && {report}"

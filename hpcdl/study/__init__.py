@@ -39,9 +39,9 @@ Example::
     fit = "results/bench/fit.json"   # from 'hpcdl bench fit' (default: this study's own runs)
     calibrate = { nodes_max = 2 } # fit to the runs on <= 2 nodes, predict the others (with
                                   # fit too: the exchange from the bench, the rest from the runs;
-                                  # with exchange = "results/tuning/box-{nodes}n-{network}.json"
+                                  # with exchange = "results/tuning/{nodes}n-{network}.json"
                                   # the others' exchange from 'hpcdl tune' at their node count;
-                                  # with loop = "results/tuning/box-loop-cpu.json" their compute
+                                  # with loop = "results/tuning/loop-cpu.json" their compute
                                   # after the share Horovod's loop takes of a node at theirs)
     forecast = [16, 64, 256]      # node counts the report forecasts (this is the default)
 

@@ -11,7 +11,7 @@ import shlex
 import time
 from pathlib import Path
 
-from .. import study as _study
+from .. import machine, study as _study
 from ..errors import UserError
 from ..launch import status, study_local, submit
 
@@ -111,8 +111,8 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true", help="tables and model only")
     p.add_argument("--study", default=None, help="only records of this study name")
     p.add_argument("--allow-mixed", action="store_true",
-                   help="pool records of different code (hpcdl/), study files, processors or box "
-                        "settings (refused by default); the report lists what it mixed")
+                   help="pool records of different code (hpcdl/), study files, processors or "
+                        "machine settings (refused by default); the report lists what it mixed")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="processes that read the records (default: one per core, at most 4, "
                         "for a results file over 32 MB, else 1)")
@@ -192,9 +192,7 @@ def add_submit_arguments(p) -> None:
                    help="write the job scripts and show the sbatch commands, submit nothing")
     p.add_argument("--force", action="store_true", help="submit points that are already recorded too (never one whose job is "
                         "still queued or running)")
-    p.add_argument("--unchecked-box", action="store_true",
-                   help="on the cluster box, submit even though 'scripts/cluster-box.sh check' has "
-                        "not passed (a rehearsal: the figures need not be a node's)")
+    machine.add_submit_options(p)
     p.add_argument("--scheduler", choices=("auto", "slurm", "gridengine"), default=None,
                    help="override the study's slurm.scheduler (auto: Slurm where sbatch is "
                         "installed, else Grid Engine)")
@@ -230,7 +228,7 @@ def submit_main(opts) -> int:
     plan = submit.plan_study(st, software, force=opts.force,
                              overrides={"partition": opts.partition, "account": opts.account,
                                         "time": opts.time, "scheduler": opts.scheduler},
-                             unchecked_box=opts.unchecked_box,
+                             unchecked=opts.unchecked,
                              tune=None if opts.tune is None else shlex.split(opts.tune),
                              allocation=shlex.split(opts.allocation))
     if not plan.steps and not plan.tunes and not opts.force:
@@ -241,8 +239,7 @@ def submit_main(opts) -> int:
                   "to submit ('hpcdl study status' follows them)")
             return 0
         if plan.waiting:
-            print(f"{len(plan.waiting)} point(s) of {st.name} wait for a box whose links are not "
-                  f"{plan.box['link_rate']}: {', '.join(plan.waiting)}")
+            print("\n".join(plan.machine.waiting(plan.waiting)))
             return 0
         print(f"Every point of {st.name} is recorded; nothing to submit (--force submits again)")
         return 0

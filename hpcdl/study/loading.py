@@ -239,8 +239,8 @@ def _variants_section(v, raw, ax, command) -> List[Tuple[str, str, str, Tuple[st
 
 
 def _network_axis(v, ax) -> List[str]:
-    """[axes] network: link rates of the cluster box ("200mbit", "1gbit"); each point runs on a
-    box whose links have its rate (scripts/cluster-box.sh up N --link RATE)."""
+    """[axes] network: link rates ("200mbit", "1gbit"); each point runs on a machine whose links
+    have its rate (one that sets it: :class:`hpcdl.machine.Target`)."""
     from ..costmodel import rate_bits
     nets = v.get(ax, "axes.network", (list, str), default=None)
     if nets is None:

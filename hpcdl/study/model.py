@@ -27,7 +27,7 @@ class Point:
     workload: str
     params: Tuple[Tuple[str, Any], ...] = ()
     declared: str = ""         # the study's declarations (JSON), carried into every record
-    network: str = ""          # the cluster box's link rate this point needs ("": any machine)
+    network: str = ""          # the link rate this point needs ("": any machine's)
     lr_rule: str = ""          # [axes] lr_scaling: this point's learning-rate rule ("": no axis)
     script: Tuple[str, ...] = ()   # [workload] command, placeholders unexpanded (else hpcdl train)
     timeline: bool = False         # [run] timeline: Horovod's timeline, summarised in the record
@@ -133,7 +133,7 @@ class Study:
     backends: List[str]
     compressions: List[str]
     slurm: Dict[str, Any]
-    networks: List[str] = field(default_factory=lambda: [""])   # [axes] network: box link rates
+    networks: List[str] = field(default_factory=lambda: [""])   # [axes] network: link rates
     lr_rules: List[str] = field(default_factory=lambda: [""])   # [axes] lr_scaling
     exchanges: List[Tuple[str, str]] = field(default_factory=list)  # [axes] exchange, else the product
     # [variants]: (name, backend, compression, other options) of each; they replace the exchanges

@@ -6,9 +6,8 @@ A run starts Horovod when something in it is Horovod's: its exchange (``--backen
 Horovod's timeline, or a mode built on Horovod. A synchronous run over hpcdl's own exchanges
 (``mpi``, ``ring``, ``ps``, all mpi4py) does not: Horovod's background thread wakes every cycle
 whether or not anything goes through it, agreeing with its peers, and where a rank has a
-fraction of a core (the cluster box's 0.2) or two ranks share two, that comes out of the step:
-on 2 local ranks an idle Horovod made the ring's exchange of 4 MiB 6.3x as long and the CNN's
-step exchange 1.9x (``results/flat-beside-horovod.txt``).
+fraction of a core or two ranks share two, that comes out of the step (an idle Horovod made
+the ring's exchange of 4 MiB 6.3x as long on 2 local ranks, ``results/flat-beside-horovod.txt``).
 
 Both kinds give the same results: reductions in float64, objects by pickle, arrays bit for bit.
 """

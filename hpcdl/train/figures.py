@@ -58,7 +58,7 @@ def rank_phases(rank: int, host: str, loop) -> dict:
             "exchange_s": med(loop.probe_exch_times),
             "wait_s": med(loop.probe_waits), "ckpt_s": loop.ckpt_time,
             # the process's CPU seconds (all threads) in the probes' compute and exchange, and
-            # under a CPU quota how often it ran out while timed (the cluster box's nodes)
+            # under a CPU quota how often it ran out while timed (a node of a fraction of a core)
             "compute_cpu_s": med(loop.probe_cpu),
             "exchange_cpu_s": med(loop.probe_exch_cpu),
             "cgroup": loop.cgroup,

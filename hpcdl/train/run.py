@@ -13,7 +13,7 @@ from pathlib import Path
 from . import control, options, runtime
 from .interface import find_checkpoint
 from .options import add_arguments, DEFAULT_RESULTS
-from .. import box, checks, cluster, records, workloads
+from .. import checks, cluster, machine, records, workloads
 from ..errors import EXIT_INTERRUPTED, EXIT_RECORD_ELSEWHERE, Interrupted, UserError
 
 __all__ = ["add_arguments", "main", "run"]     # the command: its options and its run
@@ -178,8 +178,9 @@ def _record(rep, opts, mode, f, found) -> dict:
         replicas_identical=len(set(f["digests"])) == 1 if mode.replicas() else None,
         weights_digest=f["digests"][0],
         resumed_from=found.as_record() if found else None,
-        box=box.record_section(f["hosts"], f["net"], opts.backend, opts.compression,
-                               rep.gradient_bytes() // 4, rt.size),
+        machine=machine.record_section(f["hosts"], f["net"], opts.backend, opts.compression,
+                                       rep.gradient_bytes() // 4, rt.size,
+                                       cluster.scheduler_facts().get("scheduler")),
         tuning=dict(rt.tuning or {}, backend_from=getattr(opts, "backend_from", "--backend")))
 
 

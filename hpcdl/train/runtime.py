@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import box, cluster, stack
+from .. import cluster, machine, stack
 from ..comm import tuning as tuning_file
 from ..errors import UserError
 
@@ -28,7 +28,7 @@ class Runtime:
     threads: int
     gpu: Optional[int]
     tuning: Optional[dict] = None       # the record's tuning section: the exchange settings run
-    node: Optional[dict] = None         # on the cluster box, this node's facts (box.node_facts)
+    node: Optional[dict] = None         # this node's links and CPU share, where set (machine.node)
     coll: object = None                 # Collectives: Horovod's, or mpi4py's without Horovod
 
     @property
@@ -84,7 +84,7 @@ def start(timeline: bool = False, tuning: Optional[str] = None, compression: str
     from ..comm import mpit
     tuned["in_force"] = mpit.in_force()      # what the MPI library's allreduce runs with
     rt = Runtime(tf, hvd, layout, threads, cluster.pin_gpu(tf, layout), tuned,
-                 box.node_facts(layout.host), coll)
+                 machine.node(layout.host), coll)
     note = tuning_file.mismatch(tuned, layout.num_nodes, layout.size, rt.node)
     if note:
         rt.say(f"hpcdl: {note}")

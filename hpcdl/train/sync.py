@@ -22,7 +22,7 @@ from .figures import (iteration_rates, rank_phases, slowest_rank_iterations, ste
 from .interface import Mode, written_by
 from .replica import Replica
 from .runtime import make_plan, Plan
-from .. import box, cluster, comm
+from .. import cluster, comm, machine
 from ..errors import UserError
 
 
@@ -51,7 +51,7 @@ class LoopResult:
     last_loss: object = None
     wall: float = 0.0
     stopped: Optional[str] = None
-    net: Optional[dict] = None        # on the cluster box: the node's interface bytes while timed
+    net: Optional[dict] = None        # where links are set: the node's interface bytes while timed
     cgroup: Optional[dict] = None     # under a CPU quota: how often it held the rank back, timed
     evals: List[dict] = field(default_factory=list)   # held-out metric during training
     eval_time: float = 0.0            # s spent evaluating (not training)
@@ -84,14 +84,15 @@ def _input_and_probe(rep: Replica, res: LoopResult, step: int, probe: bool, slow
 
 
 def _start_timing(rep: Replica, res: LoopResult, node: Optional[dict], timeline: Optional[str]):
-    """At the first timed step: the box node's interface counters (None off the box), the CPU
-    quota's first reading, and Horovod's timeline when asked for (rank 0 writes it)."""
+    """At the first timed step: the node's interface counters (where :func:`hpcdl.machine.node`
+    gave its facts, else None), the CPU quota's first reading, and Horovod's timeline when
+    asked for (rank 0 writes it)."""
     res.cgroup = cluster.cgroup_cpu_usage()
     if timeline:
         if rep.rt.root:
             Path(timeline).parent.mkdir(parents=True, exist_ok=True)
         rep.rt.hvd.start_timeline(str(timeline))
-    return box.Counters(node["iface"]) if node else None
+    return machine.Counters(node["iface"]) if node else None
 
 
 def _finish(rep: Replica, res: LoopResult, evals: "Evaluations", counters, t_run: float,

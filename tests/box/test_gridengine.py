@@ -227,7 +227,7 @@ def test_a_study_through_qsub_survives_a_lost_node_and_records_every_point_once(
         assert facts["scheduler"] == "gridengine"
         assert len(facts["nodelist"].split(",")) == rec["point"]["nodes"]
         assert sorted(rec["manifest"]["hosts"]) == sorted(facts["nodelist"].split(","))
-        assert rec["box"]["link_rate"] == "1gbit"
+        assert rec["machine"]["link_rate"] == "1gbit"
     # the jobs of the study never ran at once (the box's consumable)
     spans = sorted((r["manifest"]["started"], r["manifest"]["time"]) for r in recs)
     assert all(x[1] <= y[0] for x, y in zip(spans, spans[1:])), spans

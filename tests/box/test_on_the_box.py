@@ -54,7 +54,8 @@ def test_a_run_on_two_box_nodes_records_hostnames_link_bytes_and_the_box(softwar
     out = job_output(tmp_path, state.job_id)
     assert (state.state, state.exit_code) == ("COMPLETED", "0:0"), out[-3000:]
     (rec,) = _records(tmp_path / "runs.jsonl")
-    box = rec["box"]
+    box = rec["machine"]
+    assert box["kind"] == "box"
     # each rank saw its own node's kernel hostname (UTS namespace), not just Slurm's node name
     assert sorted(r["hostname"] for r in box["net"]) == ["n1", "n2"]
     assert box["nodes"] == ["n1", "n2"] and box["link_rate"] == "1gbit"
@@ -210,8 +211,8 @@ def test_submit_tune_makes_the_tuning_file_in_a_job_and_the_tuned_points_run_its
                for s in doc["skipped"]), doc["skipped"]
     recs = _records(root / "box-tuned" / "runs.jsonl")
     # the file names the box it was tuned on, as the records name the box they ran on
-    assert {k: doc["made_for"]["box"][k] for k in ("box", "cpu_period_us", "link_rate")} == \
-        {k: recs[0]["box"][k] for k in ("box", "cpu_period_us", "link_rate")}
+    assert {k: doc["made_for"]["machine"][k] for k in ("box", "cpu_period_us", "link_rate")} == \
+        {k: recs[0]["machine"][k] for k in ("box", "cpu_period_us", "link_rate")}
     assert sorted(r["params"]["compression"] for r in recs) == ["fp16", "none"]
     for rec in recs:
         pick = doc["picks"][rec["params"]["compression"]]
@@ -226,7 +227,7 @@ def test_submit_tune_makes_the_tuning_file_in_a_job_and_the_tuned_points_run_its
     assert all(r["state"] == "COMPLETED" and r["recorded"] is None for r in rows[:2])
     # [model] forecast: the allocation's own job measured the box's 2 nodes for the forecast,
     # named the machine as the records do (so a report takes it), and the report names it
-    from hpcdl.records import machine_setting
+    from hpcdl.machine import setting as machine_setting
     loop = json.loads((root / "box-tuned" / "allocation" / "loop-cpu.json").read_text())
     assert loop["made_for"]["nodes"] == [2] and "box " in loop["made_for"]["machine"]
     assert {machine_setting(r) for r in recs} == {loop["made_for"]["machine"]}

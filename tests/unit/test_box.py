@@ -85,7 +85,7 @@ def test_submit_on_a_checked_box_takes_the_points_of_its_link_rate_and_exports_i
     (tmp_path / "box.json").write_text(json.dumps(BOX))
     with pytest.raises(UserError, match="not checked"):
         submit.plan_study(st, Software.here())
-    plan = submit.plan_study(st, Software.here(), unchecked_box=True)
+    plan = submit.plan_study(st, Software.here(), unchecked=True)
     assert [s.point_id for s in plan.steps] == ["n1-r1-ps-none-200mbit-rep0", "n2-r1-ps-none-200mbit-rep0"]
     assert plan.waiting == ["n1-r1-ps-none-1gbit-rep0", "n2-r1-ps-none-1gbit-rep0"]
     # every point's job and the report's take the box's one licence, so Slurm runs them one at a time
@@ -95,7 +95,7 @@ def test_submit_on_a_checked_box_takes_the_points_of_its_link_rate_and_exports_i
     # a box brought up without the licence would run the points side by side: refused
     (tmp_path / "box.json").write_text(json.dumps({k: v for k, v in BOX.items() if k != "licence"}))
     with pytest.raises(UserError, match="one at a time"):
-        submit.plan_study(st, Software.here(), unchecked_box=True)
+        submit.plan_study(st, Software.here(), unchecked=True)
     sw = submit.study_software(st)
     assert dict(sw.exports)["OMPI_MCA_btl_tcp_if_include"] == "10.77.0.0/24"
 
@@ -134,9 +134,9 @@ def test_submit_tune_makes_this_boxs_missing_tuning_files_first_and_the_tuned_po
     want = f"{tmp_path}/tuning/box-2n-200mbit.json"
     # without --tune the missing file is refused, and only this box's: 1gbit's is made on its box
     with pytest.raises(UserError, match="need tuning files") as err:
-        submit.plan_study(st, Software.here(), unchecked_box=True)
+        submit.plan_study(st, Software.here(), unchecked=True)
     assert want in str(err.value) and "1gbit" not in str(err.value)
-    plan = submit.plan_study(st, Software.here(), unchecked_box=True, tune=["--knobs", "algorithm"])
+    plan = submit.plan_study(st, Software.here(), unchecked=True, tune=["--knobs", "algorithm"])
     assert [t.tuning for t in plan.tunes] == [want]      # one rank exchanges nothing: no 1-node file
     text = plan.tunes[0].text
     assert "#SBATCH --nodes=2" in text.splitlines() and "#SBATCH --licenses=box:1" in text.splitlines()
@@ -158,7 +158,7 @@ def test_submit_tune_makes_this_boxs_missing_tuning_files_first_and_the_tuned_po
     # a file that exists with a pick for every compression is not made again
     (tmp_path / "tuning").mkdir()
     open(want, "w").write(json.dumps({"picks": {"none": {}, "fp16": {}}}))
-    assert submit.plan_study(st, Software.here(), unchecked_box=True, tune=[]).tunes == []
+    assert submit.plan_study(st, Software.here(), unchecked=True, tune=[]).tunes == []
 
 
 def test_submit_tune_makes_the_calibrations_tuning_files_for_the_held_out_horovod_points(
@@ -172,8 +172,8 @@ def test_submit_tune_makes_the_calibrations_tuning_files_for_the_held_out_horovo
                               'calibrate = { nodes_max = 2, exchange = '
                               f'"{tmp_path}/tuning/c-{{nodes}}n-{{network}}.json" }}\n')
     # the points run without the files: submitting without --tune queues them all, no tuning job
-    assert submit.plan_study(st, Software.here(), unchecked_box=True).tunes == []
-    plan = submit.plan_study(st, Software.here(), unchecked_box=True, tune=["--rounds", "1"])
+    assert submit.plan_study(st, Software.here(), unchecked=True).tunes == []
+    plan = submit.plan_study(st, Software.here(), unchecked=True, tune=["--rounds", "1"])
     # only the held-out node count, this box's rate, Horovod's compressions (ps has no tune)
     want = f"{tmp_path}/tuning/c-4n-200mbit.json"
     assert [t.tuning for t in plan.tunes] == [want]
@@ -187,10 +187,10 @@ def test_submit_tune_makes_the_calibrations_tuning_files_for_the_held_out_horovo
     assert not any("afterany" in x for x in lines if x.startswith("Would submit point"))
     (tmp_path / "tuning").mkdir()
     open(want, "w").write(json.dumps({"picks": {"none": {}}}))
-    assert [t.tuning for t in submit.plan_study(st, Software.here(), unchecked_box=True,
+    assert [t.tuning for t in submit.plan_study(st, Software.here(), unchecked=True,
                                                  tune=[]).tunes] == [want]    # no fp16 pick
     open(want, "w").write(json.dumps({"picks": {"none": {}, "fp16": {}}}))
-    assert submit.plan_study(st, Software.here(), unchecked_box=True, tune=[]).tunes == []
+    assert submit.plan_study(st, Software.here(), unchecked=True, tune=[]).tunes == []
 
 
 @pytest.mark.parametrize("v2", [True, False])

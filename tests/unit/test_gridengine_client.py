@@ -53,8 +53,9 @@ def test_a_box_study_needs_the_boxs_grid_engine_and_this_shell_pointed_at_its_ce
     import pytest
     from hpcdl.errors import UserError
     from hpcdl.launch import batch
-    box = {"sge": {"root": "/var/lib/gridengine", "cell": "hpcdl-box", "queue": "box.q",
-                   "pe": "mpi", "consumable": "box"}}
+    from hpcdl.machine import Target
+    box = Target("box", {"sge": {"root": "/var/lib/gridengine", "cell": "hpcdl-box",
+                                 "queue": "box.q", "pe": "mpi", "consumable": "box"}})
     monkeypatch.delenv("SGE_CELL", raising=False)
     monkeypatch.setenv("SGE_ROOT", "/var/lib/gridengine")
     with pytest.raises(UserError, match="export its settings first"):
@@ -65,7 +66,10 @@ def test_a_box_study_needs_the_boxs_grid_engine_and_this_shell_pointed_at_its_ce
     # the study's own parallel environment and queue win; a box without Grid Engine is refused
     assert batch.gridengine_request("s", {"pe": "mpi-fill", "partition": "q"}, box)["pe"] == "mpi-fill"
     with pytest.raises(UserError, match="without Grid Engine"):
-        batch.gridengine_request("s", {}, {"sge": None})
+        batch.gridengine_request("s", {}, Target("box", {"sge": None}))
+    # a cluster gives no settings of its own: the study's are the request
+    assert batch.gridengine_request("s", {"pe": "smp", "partition": "all.q"}, Target()) == {
+        "pe": "smp", "resources": [], "queue": "all.q", "group": None}
     assert batch.choose("gridengine") == "gridengine"
     with pytest.raises(UserError, match="choose slurm, gridengine or auto"):
         batch.choose("pbs")

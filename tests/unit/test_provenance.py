@@ -38,7 +38,7 @@ def test_records_made_alike_pool_and_say_so():
     assert not prov.mixed and not prov.overlaps
     text = "\n".join(prov.lines())
     assert "2 record(s): hpcdl/ tree t1, study file s1, box nodes_in_box=8" in text
-    assert "2 box instance(s)" in text and "no two runs overlapped" in text
+    assert "2 machine instance(s)" in text and "no two runs overlapped" in text
 
 
 def test_local_records_on_one_processor_pool_and_name_it():

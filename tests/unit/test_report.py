@@ -91,7 +91,7 @@ def test_report_files_exist_and_tables_match_the_records(results):
     doc = json.loads((d / "report.json").read_text())
     assert doc["records"] == len(recs) and doc["scaling"] == "strong"
     assert [r["ranks"] for r in doc["rows"] if r["axis"] == "horovod/none"] == [1, 2, 4]
-    assert doc["schema"] == "hpcdl.report/3" and "models" not in doc
+    assert doc["schema"] == "hpcdl.report/4" and "models" not in doc
     assert {f["axis"] for f in doc["prediction"]["forecast"]} == {"horovod/none", "horovod/fp16"}
 
 
