@@ -24,9 +24,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from . import costmodel
 from .cluster import setting
-from .costmodel import rate_bits
 from .errors import UserError
 
 BOX_FILE = "/run/hpcdl-box/box.json"
@@ -49,6 +47,7 @@ def node_facts(host: str, env=None) -> Optional[dict]:
     box = load(env)
     if not box or host not in box.get("nodes", {}):
         return None
+    from .costmodel import rate_bits        # numpy: only where a box is up
     return {"box": box["box"], "node": host, "nodes_in_box": box["nodes_count"],
             "link_rate": box["link_rate"], "link_bits_per_s": rate_bits(box["link_rate"]),
             "latency": box["latency"], "cpus_per_node": box["cpus_per_node"],
@@ -57,14 +56,21 @@ def node_facts(host: str, env=None) -> Optional[dict]:
             "cores": box.get("cores")}
 
 
-def record_section(hosts: list, nets: list, backend: str, compression: str, grad_count: int,
-                   size: int) -> Optional[dict]:
+def record_section(hosts: list, nets: Optional[list], backend: str = "", compression: str = "none",
+                   grad_count: int = 0, size: int = 0) -> Optional[dict]:
     """A run's ``box`` record: the box's settings, and per node the bytes its interface moved
     per exchange beside what the algorithm sends (``costmodel.node_bytes``), one rank per node.
-    None when the run was not on the box. ``nets``: every rank's ``LoopResult.net``."""
+    None when the run was not on the box. ``nets``: every rank's ``LoopResult.net`` (None: a run
+    that counted no bytes, whose section holds the settings alone)."""
     facts = node_facts(hosts[0]) if hosts else None
     if facts is None:
         return None
+    out = {k: facts[k] for k in ("box", "nodes_in_box", "link_rate", "link_bits_per_s", "latency",
+                                 "cpus_per_node", "cpu_period_us", "iface", "host", "cores")}
+    out["nodes"] = sorted(set(hosts), key=lambda h: (len(h), h))
+    if nets is None:
+        return out
+    from . import costmodel
     algorithm = costmodel.algorithm_for(backend, compression)
     n = costmodel.wire_bytes(grad_count, compression)
     one_per_node = len(set(hosts)) == len(hosts) == size
@@ -80,10 +86,7 @@ def record_section(hosts: list, nets: list, backend: str, compression: str, grad
             row["expected_tx"], row["expected_rx"] = sent, received
             row["tx_vs_expected"] = row["tx_bytes_per_step"] / sent if sent else None
         per_node.append(row)
-    out = {k: facts[k] for k in ("box", "nodes_in_box", "link_rate", "link_bits_per_s", "latency",
-                                 "cpus_per_node", "cpu_period_us", "iface", "host", "cores")}
-    out.update(nodes=sorted(set(hosts), key=lambda h: (len(h), h)), algorithm=algorithm,
-               payload_bytes=n, net=per_node)
+    out.update(algorithm=algorithm, payload_bytes=n, net=per_node)
     if backend == "horovod":
         out["algorithm_note"] = ("horovod: the MPI library chooses its allreduce; expected is the "
                                  "ring's count, the least any allreduce sends")

@@ -10,7 +10,7 @@ cluster on one host with links whose rate it sets.
   job exports, how jobs that share cores are kept one at a time.
 - A rank asks :func:`node` for its node's facts and :class:`Counters` for its interface's bytes.
 
-Standard library only: the box's module (numpy through the cost model) loads when asked about.
+Standard library only, as is the box's module until a box is up (its byte counts need numpy).
 """
 from __future__ import annotations
 
@@ -38,11 +38,12 @@ def node(host: str) -> Optional[dict]:
     return box.node_facts(host)
 
 
-def record_section(hosts: list, nets: list, backend: str, compression: str, grad_count: int,
-                   size: int, scheduler: Optional[str] = None) -> dict:
+def record_section(hosts: list, nets: Optional[list] = None, backend: str = "",
+                   compression: str = "none", grad_count: int = 0, size: int = 0,
+                   scheduler: Optional[str] = None) -> dict:
     """A run's ``machine`` section: its kind (``box``, else the scheduler that ran it or
-    ``mpirun``) and nodes; on a box its settings and the bytes each node's interface moved
-    (``nets``: every rank's ``LoopResult.net``)."""
+    ``mpirun``) and nodes; on a box its settings and, where the run counted them (``nets``:
+    every rank's ``LoopResult.net``), the bytes each node's interface moved."""
     from . import box
     sec = box.record_section(hosts, nets, backend, compression, grad_count, size) \
         if hosts and box.load() else None

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .. import cluster, records
+from .. import cluster, machine, records
 from ..study import SCRIPT_BACKEND
 
 __all__ = ["Spec", "spec_for", "environment", "scrape", "finish", "WALL_UNIT"]
@@ -200,6 +200,8 @@ def record(spec: Spec, exit_status: int, wall: float, output: str,
                 "global_batch": p["global_batch"], "backend": SCRIPT_BACKEND,
                 "compression": "none", "command": spec.argv},
         layout=records.layout_section(layout, hosts), metrics=metrics, command=block,
+        machine=machine.record_section(
+            hosts, scheduler=cluster.scheduler_facts().get("scheduler")),
         manifest=records.manifest(layout, hosts=hosts, extra={"recorder": "none (command)"}))
 
 

@@ -36,7 +36,7 @@ import tensorflow as tf
 
 from .collectives import HorovodCollectives
 from .figures import iteration_rates, slowest_rank_iterations, step_split, summarize_values
-from .. import checks, cluster, records, stack
+from .. import checks, cluster, machine, records, stack
 
 stack.check_keras(tf)      # a clear error where tf.keras is Keras 3, before Keras 2's classes
 
@@ -197,6 +197,8 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
                     "backend": "horovod" if hvd else "none", "compression": "none"},
             layout=records.layout_section(layout, hosts),
             gradient_bytes=grad_bytes,
+            machine=machine.record_section(
+                hosts, scheduler=cluster.scheduler_facts().get("scheduler")),
             metrics={
                 "throughput": {**{k: (v * size if k != "n" else v) for k, v in rate.items()},
                                "unit": unit},

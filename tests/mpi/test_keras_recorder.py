@@ -41,6 +41,7 @@ def test_without_horovod_the_recorder_records_one_process_and_leaves_the_trainin
                          str(tmp_path / f"{name}.npz"), *extra], timeout=180, env=env))
     (rec,) = read_records(tmp_path / "runs.jsonl")
     assert rec["params"]["backend"] == "none" and rec["layout"]["size"] == 1
+    assert rec["machine"] == {"kind": "mpirun", "nodes": rec["layout"]["hosts"]}
     m = rec["metrics"]
     assert m["step_time"]["n"] == 2 * 40 - 4                  # 40 batches per epoch, 4 warm-up
     assert m["split"]["method"] == "probe" and m["split"]["probes"] == 10

@@ -101,6 +101,7 @@ def test_a_crash_on_one_rank_ends_that_point_and_the_study_goes_on(tmp_path):
     log = open(failed["command"]["log"]).read()
     assert "failing on purpose" in log
     assert ok["status"] == "ok" and ok["source"] == "command"
+    assert ok["machine"]["kind"] == "mpirun" and ok["machine"]["nodes"] == ok["layout"]["hosts"]
     assert ok["metrics"]["throughput"]["mean"] == ok["command"]["scraped"]["throughput_per_rank"]["value"]
     assert ok["command"]["scraped"]["accuracy"]["value"] is None
 

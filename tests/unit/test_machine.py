@@ -47,6 +47,7 @@ def test_a_run_off_the_box_records_the_scheduler_and_its_nodes(monkeypatch, tmp_
                                  "slurm")
     assert sec == {"kind": "slurm", "nodes": ["n9", "n10"]}
     assert machine.record_section(["h"], [None], "ring", "none", 100, 1)["kind"] == "mpirun"
+    assert machine.record_section(["h"]) == {"kind": "mpirun", "nodes": ["h"]}
     assert machine.node("n1") is None and machine.link_bits_at("n1") is None
     assert machine.job_exports() == {}
 
@@ -55,6 +56,10 @@ def test_a_run_on_the_box_records_its_settings_and_the_section_is_accepted(a_box
     sec = machine.record_section(["n1", "n2"], [None, None], "ring", "none", 500, 2)
     assert sec["kind"] == "box" and sec["link_rate"] == "200mbit" and sec["nodes"] == ["n1", "n2"]
     assert machine.link_bits_at("n1") == 2e8
+    # a run that counted no bytes (a Keras script, a user's command): the settings alone
+    alone = machine.record_section(["n2", "n1"])
+    assert alone["kind"] == "box" and alone["nodes"] == ["n1", "n2"] and "net" not in alone
+    assert machine.setting({"machine": alone}) == machine.setting({"machine": sec})
     assert machine.exchange_setting("n1") == {"box": "b1", "link_rate": "200mbit", "latency": "0",
                                               "cpus_per_node": 0.8, "cpu_period_us": 5000}
     assert machine.job_exports()["OMPI_MCA_btl"] == "self,tcp"
