@@ -23,6 +23,7 @@ from .errors import UserError
 
 SECTIONS = ("machine", "box")     # a record's section: its name now, and before (box runs only)
 BOX_UP = "scripts/cluster-box.sh up"
+BOX_ENV = "eval \"$(scripts/cluster-box.sh env | sed 's/^/export /')\""   # this shell on its cell
 # the settings that make two box runs' machines differ (its link rate is a study's network axis)
 BOX_SETTINGS = ("nodes_in_box", "cpus_per_node", "cpu_period_us", "latency", "host", "cores")
 # what an exchange's timing depends on, where the machine sets it: a tuning file made elsewhere
@@ -33,23 +34,24 @@ EXCHANGE_KEYS = ("link_rate", "latency", "cpus_per_node", "cpu_period_us")
 # --- records: what a run says about where it ran ------------------------------------------------
 
 def node(host: str) -> Optional[dict]:
-    """This node's facts where the machine sets them (a box node's links and CPU share), else None."""
+    """This node's facts where the machine sets them (a box node's links and CPU share), else
+    None."""
     from . import box
     return box.node_facts(host)
 
 
 def record_section(hosts: list, nets: Optional[list] = None, backend: str = "",
-                   compression: str = "none", grad_count: int = 0, size: int = 0,
-                   scheduler: Optional[str] = None) -> dict:
-    """A run's ``machine`` section: its kind (``box``, else the scheduler that ran it or
+                   compression: str = "none", grad_count: int = 0, size: int = 0) -> dict:
+    """A run's ``machine`` section: its kind (``box``, else the scheduler whose job ran it or
     ``mpirun``) and nodes; on a box its settings and, where the run counted them (``nets``:
     every rank's ``LoopResult.net``), the bytes each node's interface moved."""
     from . import box
-    sec = box.record_section(hosts, nets, backend, compression, grad_count, size) \
-        if hosts and box.load() else None
+    from .cluster import scheduler_facts
+    sec = box.record_section(hosts, nets, backend, compression, grad_count, size)
     if sec is not None:
         return {"kind": "box", **sec}
-    return {"kind": scheduler or "mpirun", "nodes": sorted(set(hosts), key=lambda h: (len(h), h))}
+    return {"kind": scheduler_facts().get("scheduler") or "mpirun",
+            "nodes": sorted(set(hosts), key=lambda h: (len(h), h))}
 
 
 def of_record(rec: dict) -> dict:
@@ -197,7 +199,7 @@ class Seen:
         cpus = self.cpus_per_node
         up = f"{BOX_UP} {self.nodes} --link $rate" + (
             f" --cpus-per-node {cpus:g}" if cpus else "") + (" --sge" if gridengine else "")
-        env = "eval \"$(scripts/cluster-box.sh env | sed 's/^/export /')\" && " if gridengine else ""
+        env = f"{BOX_ENV} && " if gridengine else ""
         return (f"for rate in {' '.join(rates)}; do {up} && scripts/cluster-box.sh check && "
                 f"{env}{submit}; done")
 
@@ -218,7 +220,8 @@ class Target:
 
     @property
     def licence(self) -> Optional[str]:
-        """A Slurm licence each job takes, so that jobs sharing the host's cores run one at a time."""
+        """A Slurm licence each job takes, so that jobs sharing the host's cores run one at a
+        time."""
         return self.settings.get("licence")
 
     def runs(self, network: str) -> bool:
@@ -238,7 +241,7 @@ class Target:
         if cell != (sge["root"], sge["cell"]):
             raise UserError(f"Grid Engine's commands here talk to cell {cell}, not the cluster "
                             f"box's ({sge['root']}, {sge['cell']}): export its settings first, "
-                            "eval \"$(scripts/cluster-box.sh env | sed 's/^/export /')\"")
+                            f"{BOX_ENV}")
         return sge
 
     def one_at_a_time(self, gridengine: bool) -> str:
@@ -294,5 +297,6 @@ def add_submit_options(p) -> None:
 
 
 def rehearse(scheduler: str) -> str:
-    """How to get ``scheduler`` ("slurm" or "gridengine") on this host, for an error where none is."""
+    """How to get ``scheduler`` ("slurm" or "gridengine") on this host, for an error where none
+    is."""
     return f"{BOX_UP} 4" + (" --sge" if scheduler == "gridengine" else "")

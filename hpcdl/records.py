@@ -27,8 +27,9 @@ from .errors import UserError
 
 SCHEMA = "hpcdl.run/1"
 SCALINGS = ("strong", "weak")     # what a study declares its points to be (declared.scaling)
+# what a record may carry beside its common keys
 SECTIONS = ("gradient_bytes", "replicas_identical", "weights_digest", "resumed_from",
-            MACHINE_SECTIONS[0], "command", "tuning")          # what a record may carry beside its common keys
+            MACHINE_SECTIONS[0], "command", "tuning")
 
 
 class TornRecordWarning(UserWarning):

@@ -73,8 +73,8 @@ def step_spans(algorithm: str, n: float, p: int) -> List[Tuple[float, int, int]]
     as (bytes of one message, how many in turn, span): what a per-message cost adds up over.
     Their bytes are :func:`link_bytes`'s; their count is the latency term a link-rate model
     leaves out, which grows with p (a ring's 2(p-1) steps of n/p bytes, recursive halving's
-    log2 p). The span is how many ranks apart the farthest pair that exchanges it sits (ranks placed in order, one per node), so that on a tree of L nodes per
-    leaf switch a message whose span reaches L crosses the tree. A ring's every step waits on its
+    log2 p). The span is how many ranks apart the farthest pair that exchanges it sits (ranks
+    placed in order, one per node), so that on a tree of L nodes per leaf switch a message whose span reaches L crosses the tree. A ring's every step waits on its
     wrap-around pair (p - 1 apart); recursive halving and doubling send n/2^i (halving) or n
     (doubling) to the partner 2^(i-1) away; the fold of the ranks beyond a power of two pairs
     neighbours; a binomial tree's round i is 2^i apart."""

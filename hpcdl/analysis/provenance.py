@@ -7,12 +7,14 @@ stack would otherwise pool two), from the same study file (its SHA-256, which th
 declares in every record), on the same processor (its model and vector units, which the
 manifest names: one host name can stand for machines several times apart in speed) and on a
 machine of the same settings where it sets them (:func:`hpcdl.machine.setting`; its link rate is
-the study's network axis, so it may differ between points, never within one). :func:`check` groups the records by that key and refuses more than one group
+the study's network axis, so it may differ between points, never within one). :func:`check`
+groups the records by that key and refuses more than one group
 unless told to pool them anyway (``--allow-mixed``); either way :attr:`Provenance.lines` says
 what was pooled.
 
 Runs that share a machine (the nodes of an instance on one host share its cores; local runs
-share the host) must not run at the same time, or each slows the other. A run's interval is the record's
+share the host) must not run at the same time, or each slows the other. A run's interval is the
+record's
 ``manifest.started`` (the job attempt's or the process's start) to the record's ``time``; a record
 without ``started`` gives only its timed training (``time`` − ``wall_time_s``), a lower bound.
 :attr:`Provenance.overlaps` lists the pairs whose intervals intersect. Standard library only.
@@ -31,8 +33,8 @@ __all__ = ["Provenance", "Origin", "check", "code_of", "software_of", "machine_s
            "interval", "MixedRecords"]
 
 # the one string of the processor and the machine's settings: the machine's interface owns it
-from ..machine import cpu_of, setting as machine_setting, shared as machine  # noqa: F401
 from .. import machine as _machine
+from ..machine import cpu_of, setting as machine_setting  # noqa: F401
 
 
 class MixedRecords(ValueError):
@@ -201,7 +203,7 @@ class Origin:
         self.starts.append((iv[0] - _EPOCH) // _US)
         self.ends.append((iv[1] - _EPOCH) // _US)
         self.offsets.append(int(iv[0].utcoffset().total_seconds()))
-        self.on.append(self._index(machine(r)))
+        self.on.append(self._index(_machine.shared(r)))
         self.ids.append(_point_id(r))
 
     def _index(self, m: tuple) -> int:

@@ -293,7 +293,8 @@ def _memcpy(world, nbytes: int, iters: int) -> float:
 
 
 def _link_limit(host: str, p: int, nbytes: int) -> Optional[float]:
-    """Where the machine sets its link rate, a ring's bytes over that link: 2(p-1)/p x bytes / rate."""
+    """Where the machine sets its link rate, a ring's bytes over that link:
+    2(p-1)/p x bytes / rate."""
     bits = machine.link_bits_at(host)
     if not bits or p < 2:
         return None

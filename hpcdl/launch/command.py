@@ -200,8 +200,7 @@ def record(spec: Spec, exit_status: int, wall: float, output: str,
                 "global_batch": p["global_batch"], "backend": SCRIPT_BACKEND,
                 "compression": "none", "command": spec.argv},
         layout=records.layout_section(layout, hosts), metrics=metrics, command=block,
-        machine=machine.record_section(
-            hosts, scheduler=cluster.scheduler_facts().get("scheduler")),
+        machine=machine.record_section(hosts),
         manifest=records.manifest(layout, hosts=hosts, extra={"recorder": "none (command)"}))
 
 

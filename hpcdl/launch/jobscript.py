@@ -285,7 +285,8 @@ def render_qsub(job: Job, software: Software, train_args: Sequence[str], checkpo
     """the ``train.qsub`` template: the same run for a Grid Engine cluster, preemption-safe.
 
     Without ``pe``, TSUBAME's flavour: full nodes (``node_f``) and ``job.account`` (or ``group``)
-    the group given to ``qsub -g``. With ``pe`` (e.g. ``mpi``, one slot per node), the job asks for its ranks as slots of that parallel environment.
+    the group given to ``qsub -g``. With ``pe`` (e.g. ``mpi``, one slot per node), the job asks
+    for its ranks as slots of that parallel environment.
     """
     if job.signal_lead is None:
         raise UserError("a training job needs signal_lead: its checkpoint-and-requeue relies on USR1")

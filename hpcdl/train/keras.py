@@ -197,8 +197,7 @@ class ScalingRecorder(tf.keras.callbacks.Callback):
                     "backend": "horovod" if hvd else "none", "compression": "none"},
             layout=records.layout_section(layout, hosts),
             gradient_bytes=grad_bytes,
-            machine=machine.record_section(
-                hosts, scheduler=cluster.scheduler_facts().get("scheduler")),
+            machine=machine.record_section(hosts),
             metrics={
                 "throughput": {**{k: (v * size if k != "n" else v) for k, v in rate.items()},
                                "unit": unit},

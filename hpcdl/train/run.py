@@ -179,8 +179,7 @@ def _record(rep, opts, mode, f, found) -> dict:
         weights_digest=f["digests"][0],
         resumed_from=found.as_record() if found else None,
         machine=machine.record_section(f["hosts"], f["net"], opts.backend, opts.compression,
-                                       rep.gradient_bytes() // 4, rt.size,
-                                       cluster.scheduler_facts().get("scheduler")),
+                                       rep.gradient_bytes() // 4, rt.size),
         tuning=dict(rt.tuning or {}, backend_from=getattr(opts, "backend_from", "--backend")))
 
 

@@ -43,9 +43,11 @@ def test_a_new_record_and_an_older_one_read_back_alike():
 
 def test_a_run_off_the_box_records_the_scheduler_and_its_nodes(monkeypatch, tmp_path):
     monkeypatch.setenv("HPCDL_BOX", str(tmp_path / "none.json"))
-    sec = machine.record_section(["n10", "n9", "n9"], [None] * 3, "horovod", "none", 100, 3,
-                                 "slurm")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    sec = machine.record_section(["n10", "n9", "n9"], [None] * 3, "horovod", "none", 100, 3)
     assert sec == {"kind": "slurm", "nodes": ["n9", "n10"]}
+    monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.delenv("JOB_ID", raising=False)
     assert machine.record_section(["h"], [None], "ring", "none", 100, 1)["kind"] == "mpirun"
     assert machine.record_section(["h"]) == {"kind": "mpirun", "nodes": ["h"]}
     assert machine.node("n1") is None and machine.link_bits_at("n1") is None
