@@ -91,7 +91,10 @@ def _header(rt, wl, plan, opts) -> str:
     return (f"# hpcdl train: workload={wl.name} ranks={rt.size} nodes={rt.layout.num_nodes} "
             f"batch={plan.batch}/rank global_batch={plan.global_batch} steps={plan.steps} "
             f"lr={plan.lr:g} backend={opts.backend} compression={opts.compression} "
-            f"threads/rank={rt.threads}" + (f" gpu={rt.gpu}" if rt.gpu is not None else ""))
+            f"threads/rank={rt.threads}" + (f" gpu={rt.gpu}" if rt.gpu is not None else "")
+            + ("\nHorovod's timeline: recorded over the timed steps by rank 0; its cost, their "
+               "median against the warm-up's second half without it, is printed and recorded"
+               if opts.timeline else ""))
 
 
 def _model_line(wl, plan) -> list:
@@ -120,6 +123,8 @@ def _print_results(wl, size, f) -> None:
     print(f"Step time: median {step.get('median', 0) * 1e3:.3f} ms, "
           f"p99 {step.get('p99', 0) * 1e3:.3f} ms over {step['n']} timed steps"
           + (f"; {split['text']}" if split.get("text") else ""))
+    if "timeline_cost" in f:
+        print(timeline_cost_text(f["timeline_cost"]))
     print(f"Final loss: {f['final_loss']:.6g}")
     if "test_accuracy" in f:
         print(f"Test accuracy: {f['test_accuracy']:.4f}")
@@ -142,6 +147,15 @@ def _print_results(wl, size, f) -> None:
         return
     same = len(set(f["digests"])) == 1
     print(f"Replicas identical: {'yes' if same else 'NO'} ({f['digests'][0][:12]})")
+
+
+def timeline_cost_text(c: dict) -> str:
+    """One line on what Horovod's timeline cost the timed steps, or why it was not measured."""
+    if "cost" not in c:
+        return f"Timeline cost: not measured ({c['why']})"
+    return (f"Timeline cost: {c['cost'] * 100:+.1f}% a step (median {c['with_s'] * 1e3:.3f} ms "
+            f"with it, {c['without_s'] * 1e3:.3f} ms over the last {c['without_steps']} warm-up "
+            "steps without it; one run's estimate)")
 
 
 def target_text(t: dict) -> str:

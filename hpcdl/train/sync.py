@@ -44,6 +44,7 @@ class LoopResult:
     probe_exch_cpu: List[float] = field(default_factory=list)    # threads) in each probe's parts
     input_times: List[float] = field(default_factory=list)       # each timed step's input
     book_times: List[float] = field(default_factory=list)        # each timed step's bookkeeping
+    warm_times: List[float] = field(default_factory=list)        # the warm-up's second half
     ckpt_time: float = 0.0                                        # s writing checkpoints
     timeline: Optional[str] = None     # Horovod's timeline of the timed steps (--timeline)
     curve: List[list] = field(default_factory=list)
@@ -142,6 +143,7 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     agreement), without the measurement probes and checkpoints."""
     rt, plan, coll = rep.rt, rep.plan, rep.rt.coll
     first_timed = max(plan.warmup, start_step + (1 if resumed else 0))
+    warm_from = first_timed - (first_timed - start_step) // 2     # steps as the timed ones run
     probes = probe_steps(plan, first_timed, opts.probes if rep.in_graph else 0)
     fault = fault_from_env(rt.rank)
     slow = straggler(rep, opts.slow_rank)
@@ -177,8 +179,9 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
         res.step = step = step + 1
         res.last_loss, watch.step_time = loss, t1 - ts
         timed = step > first_timed
+        if step > warm_from:
+            (res.step_times if timed else res.warm_times).append(t1 - ts + late)
         if timed:
-            res.step_times.append(t1 - ts + late)
             res.input_times.append(t_in)
             if c is not None:
                 res.comp_times.append(c)
@@ -257,10 +260,25 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
         time.sleep(0.5)                  # Horovod's writer thread flushes the stopped timeline
         tl = timeline.summarize(loop.timeline, len(loop.step_times))
         out["timeline"] = tl or {"file": str(loop.timeline), "why": "no readable timeline"}
+    if loop.timeline:
+        out["timeline_cost"] = _timeline_cost(loop, step.get("median"), slowest)
     out["digests"] = coll.allgather_object(rep.digest(), "hpcdl.digests")
     out["hosts"] = coll.allgather_object(rt.layout.host, "hpcdl.hosts")
     out["net"] = coll.allgather_object(loop.net, "hpcdl.net")
     return out
+
+
+def _timeline_cost(loop: LoopResult, step_median: Optional[float], slowest) -> dict:
+    """What Horovod's timeline cost the timed steps: their median (the slowest rank's, as the
+    step time is) against the median of the warm-up's second half, which ran the same step
+    without the timeline. One run's estimate, as noisy as two medians of its steps."""
+    n = int(slowest([len(loop.warm_times)], "min", "hpcdl.nwarm")[0])
+    own = statistics.median(loop.warm_times) if loop.warm_times else 0.0
+    without = float(slowest([own], name="hpcdl.warm")[0])
+    if n < 2 or not step_median or without <= 0:
+        return {"why": f"{n} warm-up step(s) to compare with: give --warmup 4 or more"}
+    return {"with_s": float(step_median), "without_s": without, "without_steps": n,
+            "cost": float(step_median) / without - 1.0}
 
 
 def _split(rep, loop, step_median, slowest) -> dict:

@@ -46,3 +46,18 @@ def test_a_timeline_still_being_written_is_read_up_to_its_last_whole_event(tmp_p
     ms = timeline.summarize(path, steps=1)["ms_per_step"]
     assert ms["MPI_ALLREDUCE"] == pytest.approx(1.0) and "NEGOTIATE_ALLREDUCE" in ms
     assert timeline.summarize(tmp_path / "missing.json", 1) is None
+
+
+def test_a_run_says_what_its_timeline_cost_or_why_it_could_not():
+    from hpcdl.train.run import timeline_cost_text
+    from hpcdl.train.sync import LoopResult, _timeline_cost
+    one_rank = lambda values, op="max", name="": list(values)     # noqa: E731  the ranks' max
+    loop = LoopResult(warm_times=[0.010, 0.012, 0.011, 0.030])
+    c = _timeline_cost(loop, 0.0121, one_rank)
+    assert (c["without_s"], c["without_steps"]) == (0.0115, 4)
+    assert c["cost"] == pytest.approx(0.0121 / 0.0115 - 1)
+    assert timeline_cost_text(c).startswith("Timeline cost: +5.2% a step (median 12.100 ms with")
+    short = _timeline_cost(LoopResult(warm_times=[0.010]), 0.0121, one_rank)
+    assert "cost" not in short
+    assert timeline_cost_text(short) == ("Timeline cost: not measured (1 warm-up step(s) to "
+                                         "compare with: give --warmup 4 or more)")

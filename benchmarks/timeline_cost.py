@@ -1,0 +1,89 @@
+#!/usr/bin/env python
+"""What Horovod's timeline costs a training run, and whether the run's own estimate says so.
+
+Alternating rounds of the same ``hpcdl train`` with and without ``--timeline`` (the order
+alternates by round): the cost is, per round, the step time's median with the timeline over the
+median without it, minus one; the figure is the median over rounds with its range. Beside it, the
+estimate each run with the timeline prints and records (``metrics.timeline_cost``: its timed
+steps against the warm-up's second half, which ran without the timeline), so that the figure a
+user reads in a run can be checked against the alternated one.
+
+    python -m benchmarks.timeline_cost [--rounds 9] [--ranks 2] [--model small:32:32:50]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.loop_overhead import ROOT, _models, _work
+from hpcdl.launch import local
+
+
+def _run(opts, np_, work, tmp: Path, timeline: bool) -> dict:
+    results = tmp / "runs.jsonl"
+    train = ["train", "--workload", "cnn", "--num-classes", "1000", *work,
+             "--results", str(results)]
+    if timeline:
+        train += ["--timeline", str(tmp / "timeline.json")]
+    env = dict(os.environ, PYTHONPATH=str(ROOT),
+               HPCDL_THREADS=str(max(1, (os.cpu_count() or 1) // np_)))
+    res = local.run(local.mpirun_command(np_, local.hpcdl_command(train)), timeout=opts.timeout,
+                    env=env, cwd=str(ROOT))
+    if res.returncode != 0 or res.timed_out:
+        print(res.stdout[-3000:], res.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"hpcdl train {'with' if timeline else 'without'} the timeline failed "
+                         f"(exit {res.returncode}, timed out {res.timed_out})")
+    return json.loads(results.read_text().splitlines()[-1])["metrics"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--model", default="small:32:32:50",
+                    help="model:image size:batch per rank:iterations (small:32:32:50)")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--per-iter", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--timeout", type=float, default=900)
+    opts = ap.parse_args(argv)
+    (model, size, batch, iters), = _models(opts.model, opts.iters)
+    work = _work(opts, model, size, batch, iters)
+    print(f"# hpcdl train with and without --timeline: cnn {model} {size}px, batch {batch}/rank, "
+          f"{opts.ranks} rank(s) by mpirun, {opts.warmup} warm-up + {iters} x {opts.per_iter} "
+          f"timed steps, {opts.rounds} rounds, first run alternating")
+    print(f"#{'round':>5} {'first':>8} {'step with':>10} {'without':>10} {'cost':>7} "
+          f"{'run says':>9}")
+    costs, said = [], []
+    with tempfile.TemporaryDirectory(prefix="hpcdl-timeline-") as d:
+        for rnd in range(opts.rounds):
+            order = [True, False] if rnd % 2 == 0 else [False, True]
+            got = {}
+            for timeline in order:
+                sub = Path(d) / f"{rnd}-{int(timeline)}"
+                sub.mkdir()
+                got[timeline] = _run(opts, opts.ranks, work, sub, timeline)
+            with_, without = (got[k]["step_time"]["median"] for k in (True, False))
+            costs.append(with_ / without - 1.0)
+            est = got[True]["timeline_cost"].get("cost")
+            if est is not None:
+                said.append(est)
+            print(f" {rnd + 1:>5} {'timeline' if order[0] else 'none':>8} {with_ * 1e3:>8.3f}ms "
+                  f"{without * 1e3:>8.3f}ms {costs[-1] * 100:>+6.1f}% "
+                  + (f"{est * 100:>+8.1f}%" if est is not None else "       -"), flush=True)
+    print(f"# the timeline's cost, alternated runs: median {statistics.median(costs) * 100:+.1f}% "
+          f"[{min(costs) * 100:+.1f}% to {max(costs) * 100:+.1f}%] over {len(costs)} rounds")
+    if said:
+        print(f"# what the runs with it printed (their timed steps against their warm-up's "
+              f"second half): median {statistics.median(said) * 100:+.1f}% "
+              f"[{min(said) * 100:+.1f}% to {max(said) * 100:+.1f}%]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
