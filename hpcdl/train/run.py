@@ -153,6 +153,10 @@ def timeline_cost_text(c: dict) -> str:
     """One line on what Horovod's timeline cost the timed steps, or why it was not measured."""
     if "cost" not in c:
         return f"Timeline cost: not measured ({c['why']})"
+    if c["cost"] < -0.05:             # the timeline cannot speed steps up: the warm-up was slowed
+        return (f"Timeline cost: not measured (the last {c['without_steps']} warm-up steps, "
+                f"median {c['without_s'] * 1e3:.3f} ms, ran slower than the timed ones with the "
+                f"timeline, {c['with_s'] * 1e3:.3f} ms: something else slowed the warm-up)")
     return (f"Timeline cost: {c['cost'] * 100:+.1f}% a step (median {c['with_s'] * 1e3:.3f} ms "
             f"with it, {c['without_s'] * 1e3:.3f} ms over the last {c['without_steps']} warm-up "
             "steps without it; one run's estimate)")

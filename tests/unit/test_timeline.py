@@ -57,6 +57,8 @@ def test_a_run_says_what_its_timeline_cost_or_why_it_could_not():
     assert (c["without_s"], c["without_steps"]) == (0.0115, 4)
     assert c["cost"] == pytest.approx(0.0121 / 0.0115 - 1)
     assert timeline_cost_text(c).startswith("Timeline cost: +5.2% a step (median 12.100 ms with")
+    slowed = _timeline_cost(loop, 0.0100, one_rank)          # a warm-up slowed by something else
+    assert timeline_cost_text(slowed).startswith("Timeline cost: not measured (the last 4 warm")
     short = _timeline_cost(LoopResult(warm_times=[0.010]), 0.0121, one_rank)
     assert "cost" not in short
     assert timeline_cost_text(short) == ("Timeline cost: not measured (1 warm-up step(s) to "
