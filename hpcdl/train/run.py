@@ -92,8 +92,8 @@ def _header(rt, wl, plan, opts) -> str:
             f"batch={plan.batch}/rank global_batch={plan.global_batch} steps={plan.steps} "
             f"lr={plan.lr:g} backend={opts.backend} compression={opts.compression} "
             f"threads/rank={rt.threads}" + (f" gpu={rt.gpu}" if rt.gpu is not None else "")
-            + ("\nHorovod's timeline: recorded over the timed steps by rank 0; its cost, their "
-               "median against the warm-up's second half without it, is printed and recorded"
+            + ("\nHorovod's timeline: rank 0 records the second half of the timed steps; the "
+               "first half, timed without it, says what it costs (printed and recorded)"
                if opts.timeline else ""))
 
 
@@ -153,13 +153,13 @@ def timeline_cost_text(c: dict) -> str:
     """One line on what Horovod's timeline cost the timed steps, or why it was not measured."""
     if "cost" not in c:
         return f"Timeline cost: not measured ({c['why']})"
-    if c["cost"] < -0.05:             # the timeline cannot speed steps up: the warm-up was slowed
-        return (f"Timeline cost: not measured (the last {c['without_steps']} warm-up steps, "
-                f"median {c['without_s'] * 1e3:.3f} ms, ran slower than the timed ones with the "
-                f"timeline, {c['with_s'] * 1e3:.3f} ms: something else slowed the warm-up)")
+    if c["cost"] < -0.05:       # the timeline cannot speed steps up: something slowed the first half
+        return (f"Timeline cost: not measured (the {c['without_steps']} timed steps before it, "
+                f"median {c['without_s'] * 1e3:.3f} ms, ran slower than the {c['steps']} it "
+                f"recorded, {c['with_s'] * 1e3:.3f} ms: something else slowed them)")
     return (f"Timeline cost: {c['cost'] * 100:+.1f}% a step (median {c['with_s'] * 1e3:.3f} ms "
-            f"with it, {c['without_s'] * 1e3:.3f} ms over the last {c['without_steps']} warm-up "
-            "steps without it; one run's estimate)")
+            f"over the {c['steps']} timed steps it recorded, {c['without_s'] * 1e3:.3f} ms over "
+            f"the {c['without_steps']} before it; one run's estimate)")
 
 
 def target_text(t: dict) -> str:

@@ -44,9 +44,9 @@ class LoopResult:
     probe_exch_cpu: List[float] = field(default_factory=list)    # threads) in each probe's parts
     input_times: List[float] = field(default_factory=list)       # each timed step's input
     book_times: List[float] = field(default_factory=list)        # each timed step's bookkeeping
-    warm_times: List[float] = field(default_factory=list)        # the warm-up's second half
     ckpt_time: float = 0.0                                        # s writing checkpoints
     timeline: Optional[str] = None     # Horovod's timeline of the timed steps (--timeline)
+    timeline_from: Optional[int] = None   # the first timed step it recorded (index of step_times)
     curve: List[list] = field(default_factory=list)
     first_loss: Optional[float] = None
     last_loss: object = None
@@ -84,20 +84,29 @@ def _input_and_probe(rep: Replica, res: LoopResult, step: int, probe: bool, slow
     return x, y, t_in, probe_s
 
 
-def _start_timing(rep: Replica, res: LoopResult, node: Optional[dict], timeline: Optional[str]):
-    """At the first timed step: the node's interface counters (where :func:`hpcdl.machine.node`
-    gave its facts, else None), the CPU quota's first reading, and Horovod's timeline when
-    asked for (rank 0 writes it)."""
+def _start_timing(rep: Replica, res: LoopResult, probes: bool):
+    """At the first timed step: the probe's functions traced (where it probes), the node's
+    interface counters (where :func:`hpcdl.machine.node` gave its facts, else None) and the CPU
+    quota's first reading."""
+    if probes:
+        # traced here, outside the timed steps: a first probe that traced counted its tracing as
+        # compute (one of five probes above the step)
+        rep.probe(*rep.sample_batch())
     res.cgroup = cluster.cgroup_cpu_usage()
-    if timeline:
-        if rep.rt.root:
-            Path(timeline).parent.mkdir(parents=True, exist_ok=True)
-        rep.rt.hvd.start_timeline(str(timeline))
+    node = rep.rt.node
     return machine.Counters(node["iface"]) if node else None
 
 
+def _start_timeline(rep: Replica, res: LoopResult, timed_so_far: int) -> None:
+    """Horovod's timeline from here on (rank 0 writes it)."""
+    if rep.rt.root:
+        Path(res.timeline).parent.mkdir(parents=True, exist_ok=True)
+    rep.rt.hvd.start_timeline(str(res.timeline))
+    res.timeline_from = timed_so_far
+
+
 def _finish(rep: Replica, res: LoopResult, evals: "Evaluations", counters, t_run: float,
-            timeline: Optional[str]) -> None:
+            timeline: bool) -> None:
     res.wall = time.perf_counter() - t_run
     if timeline:
         rep.rt.hvd.stop_timeline()
@@ -143,7 +152,9 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     agreement), without the measurement probes and checkpoints."""
     rt, plan, coll = rep.rt, rep.plan, rep.rt.coll
     first_timed = max(plan.warmup, start_step + (1 if resumed else 0))
-    warm_from = first_timed - (first_timed - start_step) // 2     # steps as the timed ones run
+    # Horovod's timeline records the second half of the timed steps: the first half, timed
+    # without it, says what it costs
+    timeline_at = first_timed + (plan.steps - first_timed) // 2 if opts.timeline else None
     probes = probe_steps(plan, first_timed, opts.probes if rep.in_graph else 0)
     fault = fault_from_env(rt.rank)
     slow = straggler(rep, opts.slow_rank)
@@ -158,11 +169,9 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
     while res.step < plan.steps and res.target is None:
         step = res.step
         if step == first_timed:
-            if probes:
-                # trace the probe's functions now, outside the timed steps: a first probe that
-                # traced counted its tracing as compute (one of five probes above the step)
-                rep.probe(*rep.sample_batch())
-            counters = _start_timing(rep, res, rt.node, opts.timeline)
+            counters = _start_timing(rep, res, bool(probes))
+        if step == timeline_at:
+            _start_timeline(rep, res, len(res.step_times))
         if fault is not None and step == fault[0]:
             inject_fault(fault[1], step, rt.layout)
         t0 = time.perf_counter()
@@ -179,9 +188,8 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
         res.step = step = step + 1
         res.last_loss, watch.step_time = loss, t1 - ts
         timed = step > first_timed
-        if step > warm_from:
-            (res.step_times if timed else res.warm_times).append(t1 - ts + late)
         if timed:
+            res.step_times.append(t1 - ts + late)
             res.input_times.append(t_in)
             if c is not None:
                 res.comp_times.append(c)
@@ -214,7 +222,7 @@ def run_loop(rep: Replica, opts, start_step: int, resumed: bool, watch: StopWatc
             tc = time.perf_counter()
             save_checkpoint(rep, ckpt_dir, step, opts)
             res.ckpt_time += time.perf_counter() - tc
-    _finish(rep, res, evals, counters, t_run, res.timeline)
+    _finish(rep, res, evals, counters, t_run, res.timeline_from is not None)
     return res
 
 
@@ -258,27 +266,31 @@ def summarize(rep: Replica, loop: LoopResult) -> dict:
     out["ranks"] = coll.allgather_object(rank_phases(rt.rank, rt.layout.host, loop), "hpcdl.ranks")
     if loop.timeline and rt.root:
         time.sleep(0.5)                  # Horovod's writer thread flushes the stopped timeline
-        tl = timeline.summarize(loop.timeline, len(loop.step_times))
+        tl = timeline.summarize(loop.timeline, len(loop.step_times) - (loop.timeline_from or 0))
         out["timeline"] = tl or {"file": str(loop.timeline), "why": "no readable timeline"}
     if loop.timeline:
-        out["timeline_cost"] = _timeline_cost(loop, step.get("median"), slowest)
+        out["timeline_cost"] = _timeline_cost(loop, slowest)
     out["digests"] = coll.allgather_object(rep.digest(), "hpcdl.digests")
     out["hosts"] = coll.allgather_object(rt.layout.host, "hpcdl.hosts")
     out["net"] = coll.allgather_object(loop.net, "hpcdl.net")
     return out
 
 
-def _timeline_cost(loop: LoopResult, step_median: Optional[float], slowest) -> dict:
-    """What Horovod's timeline cost the timed steps: their median (the slowest rank's, as the
-    step time is) against the median of the warm-up's second half, which ran the same step
-    without the timeline. One run's estimate, as noisy as two medians of its steps."""
-    n = int(slowest([len(loop.warm_times)], "min", "hpcdl.nwarm")[0])
-    own = statistics.median(loop.warm_times) if loop.warm_times else 0.0
-    without = float(slowest([own], name="hpcdl.warm")[0])
-    if n < 2 or not step_median or without <= 0:
-        return {"why": f"{n} warm-up step(s) to compare with: give --warmup 4 or more"}
-    return {"with_s": float(step_median), "without_s": without, "without_steps": n,
-            "cost": float(step_median) / without - 1.0}
+def _timeline_cost(loop: LoopResult, slowest) -> dict:
+    """What Horovod's timeline cost a step: the median of the timed steps it recorded against
+    the median of those before it, each the slowest rank's (as the step time is). One run's
+    estimate, as noisy as two medians of its steps."""
+    k = loop.timeline_from
+    if not int(slowest([k is not None], "min", "hpcdl.tl.on")[0]):
+        return {"why": "the run ended before the timeline started"}
+    halves = (loop.step_times[:k], loop.step_times[k:])
+    n = [int(x) for x in slowest([len(h) for h in halves], "min", "hpcdl.tl.n")]
+    if min(n) < 2:
+        return {"why": f"{len(loop.step_times)} timed step(s): give 4 or more"}
+    without, with_ = (float(x) for x in slowest([statistics.median(h) for h in halves],
+                                                 name="hpcdl.tl.median"))
+    return {"with_s": with_, "without_s": without, "steps": n[1], "without_steps": n[0],
+            "cost": with_ / without - 1.0}
 
 
 def _split(rep, loop, step_median, slowest) -> dict:

@@ -64,16 +64,17 @@ def test_the_slow_rank_is_named_with_its_host_and_phase(tmp_path, request, phase
 def test_horovods_timeline_of_the_timed_steps_is_summarised_in_the_record(compute_straggler):
     rec, tl = compute_straggler
     t = rec["metrics"]["timeline"]
-    assert t["file"] == str(tl) and tl.is_file() and t["steps"] >= 30
+    assert t["file"] == str(tl) and tl.is_file()
     ms = t["ms_per_step"]
     assert ms["NEGOTIATE_ALLREDUCE"] > 0 and ms["ALLREDUCE"] > 0, ms
     step_ms = rec["metrics"]["step_time"]["median"] * 1e3
     assert ms["ALLREDUCE"] < 3 * step_ms                     # per step, not a run's total
-    # what it cost: the timed steps' median against the warm-up's second half (20 steps of
-    # warm-up: its last 10), which ran the same step without the timeline
+    # it recorded the second half of the 180 timed steps: the first half, timed without it, says
+    # what it cost
+    assert t["steps"] == 90
     c = rec["metrics"]["timeline_cost"]
-    assert c["with_s"] == rec["metrics"]["step_time"]["median"] and c["without_steps"] == 10
-    assert c["without_s"] > 0 and c["cost"] == pytest.approx(c["with_s"] / c["without_s"] - 1)
+    assert (c["steps"], c["without_steps"]) == (90, 90)
+    assert c["with_s"] > 0 and c["cost"] == pytest.approx(c["with_s"] / c["without_s"] - 1)
 
 
 def test_a_slow_input_pipeline_on_every_rank_puts_the_loss_on_input_and_names_nobody(tmp_path):

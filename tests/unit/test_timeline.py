@@ -52,14 +52,17 @@ def test_a_run_says_what_its_timeline_cost_or_why_it_could_not():
     from hpcdl.train.run import timeline_cost_text
     from hpcdl.train.sync import LoopResult, _timeline_cost
     one_rank = lambda values, op="max", name="": list(values)     # noqa: E731  the ranks' max
-    loop = LoopResult(warm_times=[0.010, 0.012, 0.011, 0.030])
-    c = _timeline_cost(loop, 0.0121, one_rank)
-    assert (c["without_s"], c["without_steps"]) == (0.0115, 4)
+    before, recorded = [0.010, 0.012, 0.011, 0.030], [0.0121, 0.0119, 0.0125]
+    c = _timeline_cost(LoopResult(step_times=before + recorded, timeline_from=4), one_rank)
+    assert (c["without_s"], c["without_steps"], c["with_s"], c["steps"]) == (0.0115, 4, 0.0121, 3)
     assert c["cost"] == pytest.approx(0.0121 / 0.0115 - 1)
-    assert timeline_cost_text(c).startswith("Timeline cost: +5.2% a step (median 12.100 ms with")
-    slowed = _timeline_cost(loop, 0.0100, one_rank)          # a warm-up slowed by something else
-    assert timeline_cost_text(slowed).startswith("Timeline cost: not measured (the last 4 warm")
-    short = _timeline_cost(LoopResult(warm_times=[0.010]), 0.0121, one_rank)
-    assert "cost" not in short
-    assert timeline_cost_text(short) == ("Timeline cost: not measured (1 warm-up step(s) to "
-                                         "compare with: give --warmup 4 or more)")
+    assert timeline_cost_text(c).startswith("Timeline cost: +5.2% a step (median 12.100 ms over")
+    # a timeline cannot make steps faster: the half before it was slowed by something else
+    slowed = _timeline_cost(LoopResult(step_times=[0.02, 0.02] + recorded, timeline_from=2),
+                            one_rank)
+    assert timeline_cost_text(slowed).startswith("Timeline cost: not measured (the 2 timed steps")
+    short = _timeline_cost(LoopResult(step_times=[0.010, 0.011], timeline_from=1), one_rank)
+    assert timeline_cost_text(short) == ("Timeline cost: not measured (2 timed step(s): give 4 "
+                                         "or more)")
+    never = _timeline_cost(LoopResult(step_times=[0.010, 0.011]), one_rank)
+    assert never == {"why": "the run ended before the timeline started"}
