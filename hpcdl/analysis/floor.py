@@ -35,8 +35,8 @@ def of_axes(axes: List[dict], nodes_max: int, folds: Callable, fit: Callable) ->
     """``axes``: :func:`.predict.of_points`'s axes while they still hold ``_by_p`` (each node
     count's runs), ``_model`` and ``_bench`` (a benchmark's exchange by node count, which the
     folds share); ``folds(repeats)`` deals repeats into folds, ``fit(cal, backend, bench_fit,
-    loop_shares, spreads)`` calibrates a model. Empty when no axis has two folds of repeats at its
-    calibration points."""
+    loop_shares, spreads, crowd)`` calibrates a model. Empty when no axis has two folds of
+    repeats at its calibration points."""
     rows, mae_model, mae_one = [], {}, {}
     for ax in axes:
         by_p: Dict[int, Runs] = ax["_by_p"]
@@ -49,7 +49,7 @@ def of_axes(axes: List[dict], nodes_max: int, folds: Callable, fit: Callable) ->
             if any(not len(v) for v in kept.values()):
                 continue
             model = fit(kept, ax["backend"], ax["_model"].fit, ax["_model"].loop,
-                        ax["_model"].spreads)
+                        ax["_model"].spreads, ax["_model"].crowd)
             cal_rows = [summary(v) for _, v in sorted(kept.items())]
             for p, s in held.items():
                 m = model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"],

@@ -9,6 +9,11 @@ on k nodes at once, each alone, and records each node's median probe over the ro
 exactly as a record's ranks are centred (:func:`.measured.centred`). A held-out point at p nodes
 draws from the spread measured at the largest k <= p (beyond the largest k, that k's).
 
+The same rounds time the first node alone, the others idle: how much longer a node computes
+while k nodes compute at once than alone is the file's crowd at k (nodes that share a host's
+cores, memory or power compute slower together). A held-out point's
+compute is then ``crowd(p) / crowd(p_cal)`` as long as at the calibration (:func:`crowd_factor`).
+
 Independent nodes show the host's part of the spread only; a coupled file (``made_for.coupled``)
 times the ranks of one k-rank training instead, and the report says which kind it drew from.
 The file names the machine it measured (processor and machine settings, as records carry them); it
@@ -59,12 +64,31 @@ class HostSpread(MachineFile):
             return None
         return out
 
+    def crowds(self) -> Optional[Dict[int, float]]:
+        """{k: how much longer the first node computed with k nodes computing at once than alone,
+        the median over rounds} for k > 1; None where the file did not measure it (files made
+        before it did)."""
+        got = {int(k): float(np.median(v)) for k, v in
+               ((self.doc or {}).get("crowd") or {}).items() if int(k) > 1 and v}
+        return got or None
+
     def round_factors(self, expected_max: Callable[[Sequence[float], int], float]
                       ) -> Dict[str, List[float]]:
         """{k: each round's own expected maximum over k draws} for k > 1, so that a report
         shows a round far from the others (the model pools every round's deviations)."""
         return {str(k): [expected_max(run, k) for run in runs]
                 for k, runs in self._rounds().items()}
+
+
+def crowd_factor(crowds: Optional[Dict[int, float]], p: int, p_cal: int) -> float:
+    """How much longer a node computes at ``p`` nodes than at the calibration's ``p_cal`` because
+    more nodes compute at once: crowd(p) / crowd(p_cal), each the crowd measured at the largest
+    node count k <= p (one node alone: 1). 1 without crowds, where p <= p_cal, or where a
+    multi-node calibration's count was not measured."""
+    if not crowds or p <= p_cal or (p_cal > 1 and p_cal not in crowds):
+        return 1.0
+    ks = [k for k in crowds if k <= p]
+    return (crowds[max(ks)] if ks else 1.0) / (crowds[p_cal] if p_cal > 1 else 1.0)
 
 
 def at(spreads: Optional[Dict[int, np.ndarray]], p: int) -> Optional[np.ndarray]:

@@ -8,9 +8,10 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
 - **compute** of one rank is ``center(p, b) = c·b·(1 + k·[p > 1])``: c per sample from the
   1-node runs, k the share of a node's CPU the exchange's background work takes as soon as a
   rank has a peer, from the largest calibrated p. Beyond the calibration, a loop file
-  (:mod:`.loop_share`) scales it by the share at p. The step pays the slowest rank: ``center ×
-  E[max of p draws]`` of the ranks' medians about their run's center, drawn from the
-  calibration's spread or, beyond it, from a spread file (:mod:`.host_spread`).
+  (:mod:`.loop_share`) scales it by the share at p, and a spread file's crowd (how much longer
+  a node computes while p compute at once) by crowd(p) / crowd(p_cal). The step pays the slowest
+  rank: ``center × E[max of p draws]`` of the ranks' medians about their run's center, drawn
+  from the calibration's spread or, beyond it, from a spread file (:mod:`.host_spread`).
 - **exchange** timed alone is the bytes the allreduce algorithm the MPI library runs puts on
   each link (:mod:`.allreduce`) at the link's payload rate where the records carry it, plus what
   the calibration runs spent beyond that (a share of the other direction's bytes where one
@@ -77,8 +78,10 @@ class PartModel:
 
     def __init__(self, cal: Sequence[dict], backend: str, fit: Optional[dict] = None,
                  loop: Optional[Dict[int, float]] = None,
-                 spreads: Optional[Dict[int, np.ndarray]] = None):
+                 spreads: Optional[Dict[int, np.ndarray]] = None,
+                 crowd: Optional[Dict[int, float]] = None):
         self.fit = fit
+        self.crowd = crowd
         self.loop = loop
         self.spreads = spreads
         self.backend = backend
@@ -133,7 +136,8 @@ class PartModel:
 
     def center(self, p: int, b: float) -> float:
         return (self.per_sample * b * (1.0 + self.k * (p > 1))
-                * loop_share.factor(self.loop, p, self.p_cal))
+                * loop_share.factor(self.loop, p, self.p_cal)
+                * host_spread.crowd_factor(self.crowd, p, self.p_cal))
 
     def _draws(self, p: int) -> np.ndarray:
         """The spread p ranks are drawn from: the spread file's at the largest node count <= p
@@ -193,6 +197,9 @@ class PartModel:
                 "rank_draws": len(self.rank_dev),
                 "rank_max_factor_2": self._expected_max(2),
                 "loop_shares": self.loop,
+                **({"crowd": {str(k): {"measured": v, "factor": host_spread.crowd_factor(
+                    self.crowd, k, self.p_cal)} for k, v in sorted(self.crowd.items())
+                    if k > self.p_cal}} if self.crowd else {}),
                 "host_spread": None if not self.spreads else {
                     str(k): {"draws": len(v), "max_factor": self._expected_max(k)}
                     for k, v in sorted(self.spreads.items()) if k > self.p_cal}}
@@ -202,7 +209,8 @@ class PartModel:
 
 def _fit(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = None,
          loop: Optional[Dict[int, float]] = None,
-         spreads: Optional[Dict[int, np.ndarray]] = None) -> PartModel:
+         spreads: Optional[Dict[int, np.ndarray]] = None,
+         crowd: Optional[Dict[int, float]] = None) -> PartModel:
     """The model from the calibration runs: each run's own figures, the medians where pooled."""
     pooled = []
     for p, runs in sorted(cal.items()):
@@ -210,12 +218,13 @@ def _fit(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = None,
         m = {"center": _med(runs, "center"), "step": s["step"], "exchange": s["exchange"],
              "rank_dev": runs.devs()}
         pooled.append({**s, "m": m})
-    return PartModel(pooled, backend, fit, loop, spreads)
+    return PartModel(pooled, backend, fit, loop, spreads, crowd)
 
 
 def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict],
               loop: Optional[Dict[int, float]] = None,
-              spreads: Optional[Dict[int, np.ndarray]] = None) -> List[float]:
+              spreads: Optional[Dict[int, np.ndarray]] = None,
+              crowd: Optional[Dict[int, float]] = None) -> List[float]:
     """Leave one repeat out (one fold of repeats beyond :data:`FOLDS` of them): the relative
     error of predicting each multi-node calibration run from the runs not in its fold."""
     fold = folds({rep for v in cal.values() for rep in v.repeat})
@@ -224,7 +233,7 @@ def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict],
         kept = {p: v.take(lambda rep: fold[rep] != k) for p, v in cal.items()}
         if any(not len(v) for v in kept.values()):
             continue
-        m = _fit(kept, backend, fit, loop, spreads)
+        m = _fit(kept, backend, fit, loop, spreads, crowd)
         for r in (r for p, v in cal.items() if p > 1 for r in v.take(lambda rep: fold[rep] == k)):
             pred = m.step(r["ranks"], r["batch"], r["algorithm"], r["wire"], r["rate"])
             if pred is not None:
@@ -338,6 +347,7 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     axes = sorted({k[0] for k in pts})
     out_axes, loro = [], []
     spreads = spread.spreads() if spread is not None else None
+    crowd = spread.crowds() if spreads is not None else None
     for axis in axes:
         by_p = {k[2]: v for k, v in pts.items() if k[0] == axis}
         cal = {p: v for p, v in by_p.items() if p <= nodes_max}
@@ -351,9 +361,9 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
                    "gamma_s_per_byte": 0.0, **fit}
         shares = (loop.shares(first["setting"])
                   if loop is not None and backend == "horovod" else None)
-        model = _fit(cal, backend, fit, shares, spreads)
+        model = _fit(cal, backend, fit, shares, spreads, crowd)
         cal_rows = [_summary(v) for _, v in sorted(cal.items())]
-        loro += _left_out(cal, backend, fit, shares, spreads)
+        loro += _left_out(cal, backend, fit, shares, spreads, crowd)
         benched = _benched(axis, backend, by_p, nodes_max, bench)
         points = [_point(model, p, runs, p <= nodes_max, benched.get(p, (None, None)),
                          cal_rows, kind, backend) for p, runs in sorted(by_p.items())]
@@ -426,13 +436,13 @@ def _input_effects(ax: dict, f: dict) -> Dict[str, Optional[float]]:
         return {"loop": None, "spread": None}
     last = rows[-1]
     out = {}
-    for name, kw in (("loop", {"loop": None}), ("spread", {"spreads": None})):
+    for name, kw in (("loop", {"loop": None}), ("spread", {"spreads": None, "crowd": None})):
         used = m.loop if name == "loop" else m.spreads
         if not used:
             out[name] = None
             continue
-        args = {"loop": m.loop, "spreads": m.spreads, **kw}
-        bare = _fit(cal, ax["backend"], m.fit, args["loop"], args["spreads"])
+        args = {"loop": m.loop, "spreads": m.spreads, "crowd": m.crowd, **kw}
+        bare = _fit(cal, ax["backend"], m.fit, args["loop"], args["spreads"], args["crowd"])
         b = last["batch_per_rank"]
         e, algo = last["exchange_s"], last["algorithm"]
         s = _summary(ax["_by_p"][max(ax["_by_p"])])
@@ -473,5 +483,7 @@ def _benches(bench: Optional[Bench], loop: Optional[LoopShare], spread: Optional
                 "axes": [ax["axis"] for ax in out_axes if ax["model"]["loop_shares"]]},
             "spread_bench": None if spread is None else {
                 "source": spread.source, "misses": spread.misses(), "coupled": spread.coupled,
+                **({"crowd": {str(k): v for k, v in sorted(spread.crowds().items())}}
+                   if spread.crowds() else {}),
                 "rounds": spread.round_factors(expected_max),
                 "axes": [ax["axis"] for ax in out_axes if ax["model"]["host_spread"]]}}

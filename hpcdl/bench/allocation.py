@@ -5,7 +5,10 @@ node count the forecast draws on (the calibration's and the largest you can get)
 - **The nodes' spread** (a spread file, ``hpcdl.host-spread/1``, :mod:`hpcdl.analysis.
   host_spread`): every rank times the workload's forward and backward pass ``--probes`` times,
   all ranks at once, in ``--rounds`` rounds; each round's per-rank medians over their center are
-  how far p nodes lie apart computing at once (a step waits for its slowest rank). Each round's
+  how far p nodes lie apart computing at once (a step waits for its slowest rank); then the
+  first rank times as many passes alone, the others idle: its crowd, together over alone, is
+  how much longer a node computes while p compute at once (nodes sharing a host; a ratio within
+  one job, so the drift between jobs below does not enter it). Each round's
   center (seconds of one pass) is kept beside it for reading; the model does not take it: each
   node count is measured by its own job minutes apart, and a pass drifts more than that between
   jobs on a shared host (docs/decisions.md).
@@ -122,18 +125,24 @@ def _write(path: Path, doc: dict) -> None:
 
 # --- the ranks ----------------------------------------------------------------------------------
 
-def _spread_rounds(world, grads, rounds: int, probes: int) -> List[List[float]]:
-    """Each round's times of this rank's passes, all ranks starting each round together."""
-    grads()[-1].numpy()                   # traced before any is timed
-    out = []
-    for _ in range(rounds):
-        world.Barrier()
+def _spread_rounds(world, grads, rounds: int, probes: int) -> List[dict]:
+    """Each round's times of this rank's passes: ``together``, all ranks starting together, then
+    ``alone``, the first rank's while the others wait (its crowd: how much longer it computed
+    with the others than alone)."""
+    def timed() -> List[float]:
         ts = []
         for _ in range(probes):
             t0 = time.perf_counter()
             grads()[-1].numpy()
             ts.append(time.perf_counter() - t0)
-        out.append(ts)
+        return ts
+    grads()[-1].numpy()                   # traced before any is timed
+    out = []
+    for _ in range(rounds):
+        world.Barrier()
+        together = timed()
+        world.Barrier()
+        out.append({"together": together, "alone": timed() if world.Get_rank() == 0 else []})
     return out
 
 
@@ -197,16 +206,18 @@ def _report(opts, layout, spread: List[List[List[float]]], cpu: List[dict]) -> N
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     command = (f"hpcdl bench allocation --rounds {opts.rounds} --probes {opts.probes} "
                f"--seconds {opts.seconds:g} on {n} node(s)")
-    rounds = [_deviations([rank[r] for rank in spread]) for r in range(opts.rounds)]
-    centers = [statistics.median(v for rank in spread for v in rank[r])
+    rounds = [_deviations([rank[r]["together"] for rank in spread]) for r in range(opts.rounds)]
+    centers = [statistics.median(v for rank in spread for v in rank[r]["together"])
                for r in range(opts.rounds)]
+    crowd = [statistics.median(r["together"]) / statistics.median(r["alone"]) for r in spread[0]]
     cycle = os.environ.get("HOROVOD_CYCLE_TIME", "1")
     idle = max((c["idle"][1] + c["idle"][2]) / c["idle"][0] for c in cpu)
     taken = sorted(c["busy"][2] / (c["busy"][1] + c["busy"][2]) for c in cpu)
     print(f"# {command}; machine: {machine or 'unnamed'}")
     for r, devs in enumerate(rounds):
         print(f"spread round {r + 1}: slowest node {max(devs):.3f}x the center of {n} "
-              f"({centers[r] * 1e3:.1f} ms a pass)")
+              f"({centers[r] * 1e3:.1f} ms a pass); the first node {crowd[r]:.3f}x as long as "
+              "alone")
     print(f"loop: idle {idle * 1e3:.1f} ms of CPU per s; beside compute the other threads took "
           + ", ".join(f"{t * 100:.1f}%" for t in taken) + f" of a rank's CPU (cycle {cycle} ms)")
     extra = {"time": stamp, "command": command}
@@ -215,6 +226,7 @@ def _report(opts, layout, spread: List[List[List[float]]], cpu: List[dict]) -> N
         sdoc = merged(Path(opts.spread), SPREAD_SCHEMA, machine, n)
         sdoc.setdefault("spread", {})[str(n)] = rounds
         sdoc.setdefault("center", {})[str(n)] = centers      # seconds of one pass, by round
+        sdoc.setdefault("crowd", {})[str(n)] = crowd        # together over alone, by round
         sdoc.update(extra)
         sdoc["made_for"].update(coupled=False, rounds=opts.rounds, link_rate=link,
                                 one_node=layout.num_nodes == 1)

@@ -186,7 +186,13 @@ def _spread_words(pred) -> List[str]:
         + "; ".join(f"×{'/'.join(f'{f:.3f}' for f in fs)} at {k} nodes"
                     for k, fs in sorted((spread.get("rounds") or {}).items(),
                                         key=lambda kv: int(kv[0])))
-        + "."))
+        + "." + (" Compute beyond the calibration is also × crowd(p) / crowd(calibrated p), "
+                 "crowd how much longer the allocation's first node computed while k nodes "
+                 "computed at once than alone (same benchmark, same rounds; at the largest "
+                 "k <= p, one node alone 1): " + "; ".join(
+                     f"×{v:.3f} at {k} nodes" for k, v in sorted(
+                         (spread.get("crowd") or {}).items(), key=lambda kv: int(kv[0])))
+                 + "." if spread.get("crowd") else "")))
 
 
 def _axis_words(ax) -> str:
@@ -201,6 +207,8 @@ def _axis_words(ax) -> str:
                "; no spread of its own (no calibration run with more than one rank's probes)")
             + "".join(f", at {n} nodes ×{v['max_factor']:.3f} from {v['draws']} node medians "
                       f"at {n} nodes" for n, v in (m.get("host_spread") or {}).items())
+            + ("; crowd " + ", ".join(f"×{v['factor']:.3f} at {n} nodes"
+                                      for n, v in m["crowd"].items()) if m.get("crowd") else "")
             + "; "
             f"fixed {m['fixed_s'] * 1e3:.1f} ms; window {m['window'] * 100:.0f}%; "
             + (f"exchange from the {m['exchange_source']}"

@@ -105,6 +105,8 @@ def test_a_study_with_a_forecast_measures_its_allocation_first_and_the_report_dr
     spread = json.loads((d / "allocation" / "spread.json").read_text())
     loop = json.loads((d / "allocation" / "loop-cpu.json").read_text())
     assert spread["schema"] == "hpcdl.host-spread/1" and len(spread["spread"]["2"]) == 2
+    # each round also timed the first rank alone: how much longer it computed beside the other
+    assert len(spread["crowd"]["2"]) == 2 and all(c > 0 for c in spread["crowd"]["2"])
     assert loop["schema"] == "hpcdl.loop-cpu/1" and loop["made_for"]["nodes"] == [2]
     assert 0 <= loop["shares"]["1"]["2"]["median"] < 1
     pred = json.loads((d / "report.json").read_text())["prediction"]

@@ -4,6 +4,7 @@ smallest node counts recovering a study made by known parts, the two baselines, 
 band and its coverage, the prediction across link rates, and the remedies' gains."""
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -786,6 +787,33 @@ def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(t
     flat = {**res["axes"][1], "model": {**res["axes"][1]["model"], "rank_draws": 0}}
     assert "no spread of its own" in prediction._axis_words(flat)
     assert "0 rank medians" not in prediction._axis_words(flat)
+
+
+def test_a_spread_files_crowd_lengthens_compute_beyond_the_calibration_by_its_ratio(tmp_path):
+    """Nodes that share a host compute slower together: the file's crowd at p over the
+    calibration's scales the held-out points' compute; a file made before it measured a crowd
+    (no ``crowd``) changes nothing of it."""
+    import json
+    recs = study(nodes=(1, 2, 4, 8, 16))
+    plain = predict.of_records(recs, reading.row_key, 2, "weak",
+                               spread=HostSpread(_spread_file(tmp_path / "a.json"), MACHINE))
+    path = _spread_file(tmp_path / "b.json")
+    doc = json.loads(Path(path).read_text())
+    doc["crowd"] = {"2": [1.01, 1.03, 1.02], "4": [1.05, 1.06], "8": [1.12, 1.10, 1.11]}
+    Path(path).write_text(json.dumps(doc))
+    res = predict.of_records(recs, reading.row_key, 2, "weak", spread=HostSpread(path, MACHINE))
+    factor = {1: 1.0, 2: 1.0, 4: 1.055 / 1.02, 8: 1.11 / 1.02, 16: 1.11 / 1.02}
+    for pt, base in zip(res["axes"][0]["points"], plain["axes"][0]["points"]):
+        assert pt["predicted"]["compute"] == pytest.approx(
+            base["predicted"]["compute"] * factor[pt["nodes"]], rel=1e-12), pt["nodes"]
+    assert res["axes"][0]["model"]["crowd"]["8"]["factor"] == pytest.approx(1.11 / 1.02)
+    assert "crowd ×1.034 at 4 nodes, ×1.088 at 8 nodes" in prediction._axis_words(res["axes"][0])
+    assert "×1.110 at 8 nodes." in "\n".join(prediction._spread_words(res))
+    assert "crowd" not in prediction._axis_words(plain["axes"][0])
+    # one node alone is 1; a multi-node calibration the file did not measure takes no crowd
+    assert host_spread.crowd_factor({4: 1.1}, 8, 1) == pytest.approx(1.1)
+    assert host_spread.crowd_factor({4: 1.1}, 8, 2) == 1.0
+    assert host_spread.crowd_factor({2: 1.0, 4: 1.1}, 3, 2) == 1.0     # 2 the largest k <= 3
 
 
 def test_a_coupled_spread_file_is_drawn_from_alike_and_the_report_says_it_was_one_training(
