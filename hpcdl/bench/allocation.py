@@ -5,10 +5,10 @@ node count the forecast draws on (the calibration's and the largest you can get)
 - **The nodes' spread** (a spread file, ``hpcdl.host-spread/1``, :mod:`hpcdl.analysis.
   host_spread`): every rank times the workload's forward and backward pass ``--probes`` times,
   all ranks at once, in ``--rounds`` rounds; each round's per-rank medians over their center are
-  how far p nodes lie apart computing at once (a step waits for its slowest rank); then the
-  first rank times as many passes alone, the others idle: its crowd, together over alone, is
-  how much longer a node computes while p compute at once (nodes sharing a host; a ratio within
-  one job, so the drift between jobs below does not enter it). Each round's
+  how far p nodes lie apart computing at once (a step waits for its slowest rank). After each
+  pass the first rank times one alone, the others idle: the median of those pairs' ratios is its
+  crowd, how much longer a node computes while p compute at once (nodes sharing a host; a ratio
+  of passes seconds apart, so the drift between jobs below does not enter it). Each round's
   center (seconds of one pass) is kept beside it for reading; the model does not take it: each
   node count is measured by its own job minutes apart, and a pass drifts more than that between
   jobs on a shared host (docs/decisions.md).
@@ -126,23 +126,26 @@ def _write(path: Path, doc: dict) -> None:
 # --- the ranks ----------------------------------------------------------------------------------
 
 def _spread_rounds(world, grads, rounds: int, probes: int) -> List[dict]:
-    """Each round's times of this rank's passes: ``together``, all ranks starting together, then
-    ``alone``, the first rank's while the others wait (its crowd: how much longer it computed
-    with the others than alone)."""
-    def timed() -> List[float]:
-        ts = []
-        for _ in range(probes):
-            t0 = time.perf_counter()
-            grads()[-1].numpy()
-            ts.append(time.perf_counter() - t0)
-        return ts
+    """Each round's times of this rank's passes, ``together`` (all ranks starting each pass
+    together) and, each right after one of them, ``alone`` (the first rank's while the others
+    wait): the pairs' ratios are its crowd, how much longer it computed beside the others than
+    alone, with the host's drift between passes cancelled."""
+    def timed() -> float:
+        t0 = time.perf_counter()
+        grads()[-1].numpy()
+        return time.perf_counter() - t0
     grads()[-1].numpy()                   # traced before any is timed
     out = []
+    first = world.Get_rank() == 0
     for _ in range(rounds):
-        world.Barrier()
-        together = timed()
-        world.Barrier()
-        out.append({"together": together, "alone": timed() if world.Get_rank() == 0 else []})
+        together, alone = [], []
+        for _ in range(probes):
+            world.Barrier()
+            together.append(timed())
+            world.Barrier()
+            if first:
+                alone.append(timed())
+        out.append({"together": together, "alone": alone})
     return out
 
 
@@ -209,7 +212,8 @@ def _report(opts, layout, spread: List[List[List[float]]], cpu: List[dict]) -> N
     rounds = [_deviations([rank[r]["together"] for rank in spread]) for r in range(opts.rounds)]
     centers = [statistics.median(v for rank in spread for v in rank[r]["together"])
                for r in range(opts.rounds)]
-    crowd = [statistics.median(r["together"]) / statistics.median(r["alone"]) for r in spread[0]]
+    crowd = [statistics.median(t / a for t, a in zip(r["together"], r["alone"]))
+             for r in spread[0]]
     cycle = os.environ.get("HOROVOD_CYCLE_TIME", "1")
     idle = max((c["idle"][1] + c["idle"][2]) / c["idle"][0] for c in cpu)
     taken = sorted(c["busy"][2] / (c["busy"][1] + c["busy"][2]) for c in cpu)
