@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_workload_arguments(p, "workload (whose forward and backward pass is timed)")
     m = p.add_argument_group("measurement")
     m.add_argument("--rounds", type=int, default=3, help="rounds of the spread (3)")
-    m.add_argument("--probes", type=int, default=5, help="passes timed per rank and round (5)")
+    m.add_argument("--probes", type=int, default=20, help="passes timed per rank and round (20)")
     m.add_argument("--seconds", type=float, default=10.0,
                    help="each window of the loop's CPU, asleep and computing (10)")
     m.add_argument("--spread", default="results/allocation/spread.json",
