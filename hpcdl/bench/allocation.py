@@ -211,7 +211,7 @@ def _deviations(probes: List[List[float]]) -> List[float]:
     return [statistics.median(p) / center for p in probes]
 
 
-def _report(opts, layout, spread: List[List[List[float]]], cpu: List[dict]) -> None:
+def _report(opts, layout, spread: List[List[dict]], cpu: List[dict]) -> None:
     """Rank 0: the figures printed and added to the two files."""
     n = layout.size
     machine, facts = machine_of(layout.host)
