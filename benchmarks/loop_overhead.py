@@ -57,16 +57,23 @@ def _commands(opts, np_, work, against: Path = None) -> dict:
     return out
 
 
-def _run(argv, tree: Path, np_, timeout, srun: bool = False):
+def launch(argv, tree: Path, np_, timeout, srun: bool = False, done=lambda res: True):
+    """Run ``argv`` from ``tree`` with its hpcdl, threads per rank as both loops take them; the
+    result, or exit with its output where it failed, timed out or ``done(result)`` is false."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     if not srun:       # under srun, the cluster's rule (its CPUs per task) for both
         env["HPCDL_THREADS"] = str(max(1, (os.cpu_count() or 1) // np_))
     res = local.run(argv, timeout=timeout, env=env, cwd=str(tree))
-    m = TOTAL.search(res.stdout)
-    if res.returncode != 0 or res.timed_out or not m:
+    if res.returncode != 0 or res.timed_out or not done(res):
         print(res.stdout[-3000:], res.stderr[-3000:], file=sys.stderr)
         raise SystemExit(f"{' '.join(argv[-12:])} failed (exit {res.returncode}, timed out "
                          f"{res.timed_out})")
+    return res
+
+
+def _run(argv, tree: Path, np_, timeout, srun: bool = False):
+    res = launch(argv, tree, np_, timeout, srun, done=lambda r: TOTAL.search(r.stdout))
+    m = TOTAL.search(res.stdout)
     return float(m.group(2)), float(m.group(3))
 
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.loop_overhead import ROOT, _models, _work
+from benchmarks.loop_overhead import ROOT, _models, _work, launch
 from hpcdl.launch import local
 
 
@@ -31,14 +30,7 @@ def _run(opts, np_, work, tmp: Path, timeline: bool) -> dict:
              "--results", str(results)]
     if timeline:
         train += ["--timeline", str(tmp / "timeline.json")]
-    env = dict(os.environ, PYTHONPATH=str(ROOT),
-               HPCDL_THREADS=str(max(1, (os.cpu_count() or 1) // np_)))
-    res = local.run(local.mpirun_command(np_, local.hpcdl_command(train)), timeout=opts.timeout,
-                    env=env, cwd=str(ROOT))
-    if res.returncode != 0 or res.timed_out:
-        print(res.stdout[-3000:], res.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(f"hpcdl train {'with' if timeline else 'without'} the timeline failed "
-                         f"(exit {res.returncode}, timed out {res.timed_out})")
+    launch(local.mpirun_command(np_, local.hpcdl_command(train)), ROOT, np_, opts.timeout)
     return json.loads(results.read_text().splitlines()[-1])["metrics"]
 
 

@@ -21,7 +21,7 @@ is used only for records of that machine, and :meth:`HostSpread.misses` says why
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from .loop_share import MachineFile
 from .measured import centred
 
 SCHEMA = "hpcdl.host-spread/1"
+T = TypeVar("T")
 
 
 def deviations(probes: Sequence[Sequence[float]]) -> List[float]:
@@ -87,12 +88,11 @@ def crowd_factor(crowds: Optional[Dict[int, float]], p: int, p_cal: int) -> floa
     multi-node calibration's count was not measured."""
     if not crowds or p <= p_cal or (p_cal > 1 and p_cal not in crowds):
         return 1.0
-    ks = [k for k in crowds if k <= p]
-    return (crowds[max(ks)] if ks else 1.0) / (crowds[p_cal] if p_cal > 1 else 1.0)
+    return (at(crowds, p) or 1.0) / (crowds[p_cal] if p_cal > 1 else 1.0)
 
 
-def at(spreads: Optional[Dict[int, np.ndarray]], p: int) -> Optional[np.ndarray]:
-    """The deviations to draw p ranks from: measured at the largest k <= p, None where no k > 1
-    is <= p (or no spreads)."""
+def at(spreads: Optional[Dict[int, T]], p: int) -> Optional[T]:
+    """A file's entry for p ranks (the deviations to draw them from, or the crowd): measured at
+    the largest k <= p, None where no k > 1 is <= p (or no entries)."""
     ks = [k for k in (spreads or {}) if k <= p]
     return spreads[max(ks)] if ks else None

@@ -483,7 +483,7 @@ def _benches(bench: Optional[Bench], loop: Optional[LoopShare], spread: Optional
                 "axes": [ax["axis"] for ax in out_axes if ax["model"]["loop_shares"]]},
             "spread_bench": None if spread is None else {
                 "source": spread.source, "misses": spread.misses(), "coupled": spread.coupled,
-                **({"crowd": {str(k): v for k, v in sorted(spread.crowds().items())}}
-                   if spread.crowds() else {}),
+                **({"crowd": {str(k): v for k, v in sorted(crowd.items())}}
+                   if (crowd := spread.crowds()) else {}),
                 "rounds": spread.round_factors(expected_max),
                 "axes": [ax["axis"] for ax in out_axes if ax["model"]["host_spread"]]}}
