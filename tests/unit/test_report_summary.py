@@ -23,8 +23,8 @@ def test_a_box_report_opens_with_speedup_losses_and_the_forecast_before_any_tabl
     head = text.split("\n## ", 1)[0]                      # everything before the first section
     short = head.split("**In short**", 1)[1].split("<details>", 1)[0]
     line = next(ln for ln in short.splitlines() if ln.startswith("- `horovod/none@450mbit`"))
-    assert "8 nodes ran 4.22× as fast as 1 node, efficiency 53%" in line
-    assert "of the 47% lost, exchange not hidden 26%" in line      # the budget's largest part
+    assert "8 nodes ran 4.82× as fast as 1 node, efficiency 60%" in line
+    assert "of the 39% lost, exchange not hidden 27%" in line      # the budget's largest part
     assert "Forecast (MODEL, calibrated on ≤ 2 nodes)" in line and "16 nodes" in line
     assert "90% band" in line
     # the method comes after the answer, folded
