@@ -146,6 +146,7 @@ class Point:
         self.named: Dict[tuple, list] = {}  # (rank, host, phase) -> [worst, times named]
         self.timelines: List[dict] = []
         self.negotiations: List[dict] = []
+        self.costs: List[float] = []        # each run's estimate of what its timeline cost
 
     def add(self, rec: dict) -> None:
         if not self.records:
@@ -167,6 +168,9 @@ class Point:
         neg = _get(rec, "metrics", "timeline", "negotiation")
         if neg:
             self.negotiations.append(neg)
+        cost = _get(rec, "metrics", "timeline_cost", "cost")
+        if cost is not None:
+            self.costs.append(cost)
 
     def merge(self, other: "Point") -> None:
         if not self.records:
@@ -180,6 +184,7 @@ class Point:
                 seen[0] = st
         self.timelines += other.timelines
         self.negotiations += other.negotiations
+        self.costs += other.costs
 
     def medians(self) -> Optional[dict]:
         """Each phase's median over the records that have phases (None where none has)."""
@@ -261,6 +266,8 @@ def of_points(by: Dict[tuple, Point], rows) -> List[dict]:
         tl = timeline_medians(mine.timelines)
         if tl:
             entry["timeline_ms"] = tl
+            if mine.costs:
+                entry["timeline_cost"] = statistics.median(mine.costs)
             negs = mine.negotiations
             if negs:
                 last: Dict[str, int] = {}

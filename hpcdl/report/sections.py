@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Optional
 
 from .prediction import (_cross_rate_table, _forecast_table, _model_markdown, _prediction_markdown,
                          _prediction_table, _remedy_table)
-from .systems import _systems_markdown, _systems_table, _timeline_table
+from .systems import COST_COLUMN, _systems_markdown, _systems_table, _timeline_table
 from .table import _axis_slug, _f, _ms, Table
 from .. import analysis, costmodel
 from ..analysis.budget import describe, LABELS, LOST_SHARE, PARTS, RATIO
@@ -410,7 +410,10 @@ def _budget_markdown(res, by_name) -> List[str]:
                   "steps, to cross-check the budget. NEGOTIATE_ALLREDUCE is the ranks agreeing "
                   "on which tensors are ready (long when one rank arrives late), ALLREDUCE the "
                   "collective with its copies in and out of the fusion buffer; each activity is "
-                  "the wall time during which at least one tensor was in it.", "",
+                  "the wall time during which at least one tensor was in it."
+                  + (" The last column is what the timeline cost a step: each run's timed steps "
+                     "it recorded over those before it, the median over the point's runs."
+                     if COST_COLUMN in tl.columns else ""), "",
                   tl.markdown(), "", f"CSV: `{tl.name}.csv`", ""]
     return lines
 

@@ -44,6 +44,9 @@ _SYSTEMS_KEYS = ("axis", "ranks", "runs", "kind", "workers", "staleness_bound", 
                  "bubble_expected", "bytes_per_step", "ring_bytes_per_rank")
 
 
+COST_COLUMN = "timeline's cost a step (median of the runs)"
+
+
 def _timeline_table(res) -> Table:
     """Horovod's own view of each point beside the budget's exchange not hidden."""
     shown = [b for b in res.budget if b.get("timeline_ms")]
@@ -52,10 +55,12 @@ def _timeline_table(res) -> Table:
         for name, ms in b["timeline_ms"].items():
             totals[name] = totals.get(name, 0.0) + ms
     names = sorted(totals, key=lambda n: -totals[n])[:8]
+    costs = any(b.get("timeline_cost") is not None for b in shown)   # runs that measured it
     t = Table("horovod-timeline", "Horovod's timeline, ms per step",
               ["axis", "nodes", "ranks"] + names + ["budget: exchange not hidden (ms)",
                                                     "ranks ready apart (ms, median)",
-                                                    "ready last (rank: negotiations)"],
+                                                    "ready last (rank: negotiations)"]
+              + ([COST_COLUMN] if costs else []),
               meta={"method": "per activity, the union of its intervals over the tensors' rows, "
                               "per timed step; median over repeats"})
     for b in shown:
@@ -64,15 +69,16 @@ def _timeline_table(res) -> Table:
         neg = b.get("negotiation") or {}
         last = ", ".join(f"{r}: {n}" for r, n in sorted((neg.get("last_ready") or {}).items(),
                                                          key=lambda kv: -kv[1])[:3]) or "-"
+        cost = b.get("timeline_cost")
         t.add([b["axis"], b["nodes"], b["ranks"]]
               + [_f(b["timeline_ms"].get(n), 3) for n in names]
               + [_f(None if ex is None else ex * 1e3, 3), _f(neg.get("ready_spread_ms_median"), 3),
-                 last],
+                 last] + (["-" if cost is None else f"{cost * 100:+.1f}%"] if costs else []),
               {"axis": b["axis"], "nodes": b["nodes"], "ranks": b["ranks"],
                **{n: b["timeline_ms"].get(n) for n in sorted(totals)},
                "budget_exchange_ms": None if ex is None else ex * 1e3,
                "ready_spread_ms_median": neg.get("ready_spread_ms_median"),
-               "last_ready": last})
+               "last_ready": last, **({"timeline_cost": cost} if costs else {})})
     return t
 
 

@@ -66,3 +66,29 @@ def test_a_run_says_what_its_timeline_cost_or_why_it_could_not():
                                          "or more)")
     never = _timeline_cost(LoopResult(step_times=[0.010, 0.011]), one_rank)
     assert never == {"why": "the run ended before the timeline started"}
+
+
+def _point_with(costs):
+    from hpcdl.analysis.budget import Point
+    pt = Point()
+    for c in costs:
+        pt.add({"params": {"batch_size": 8}, "metrics": {
+            "timeline": {"ms_per_step": {"ALLREDUCE": 5.0}},
+            **({"timeline_cost": {"cost": c}} if c is not None else {})}})
+    return pt
+
+
+def test_the_reports_timeline_table_shows_the_median_cost_of_the_runs_that_measured_it():
+    from types import SimpleNamespace
+    from hpcdl.analysis import budget
+    from hpcdl.report.systems import COST_COLUMN, _timeline_table
+    row = SimpleNamespace(axis="horovod/none", nodes=2, ranks=2, efficiency=0.9)
+    entries = budget.of_points({("horovod/none", 2, 2): _point_with([0.02, 0.10, 0.07])}, [row])
+    assert entries[0]["timeline_cost"] == pytest.approx(0.07)
+    table = _timeline_table(SimpleNamespace(budget=entries))
+    assert table.columns[-1] == COST_COLUMN
+    assert table.markdown().splitlines()[-1].endswith("| +7.0% |")
+    # runs from before the cost was recorded: no column, as their reports had
+    old = budget.of_points({("horovod/none", 2, 2): _point_with([None, None])}, [row])
+    assert "timeline_cost" not in old[0]
+    assert COST_COLUMN not in _timeline_table(SimpleNamespace(budget=old)).columns
