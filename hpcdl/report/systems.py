@@ -55,12 +55,12 @@ def _timeline_table(res) -> Table:
         for name, ms in b["timeline_ms"].items():
             totals[name] = totals.get(name, 0.0) + ms
     names = sorted(totals, key=lambda n: -totals[n])[:8]
-    costs = any(b.get("timeline_cost") is not None for b in shown)   # runs that measured it
+    has_cost = any(b.get("timeline_cost") is not None for b in shown)   # runs measured it
     t = Table("horovod-timeline", "Horovod's timeline, ms per step",
               ["axis", "nodes", "ranks"] + names + ["budget: exchange not hidden (ms)",
                                                     "ranks ready apart (ms, median)",
                                                     "ready last (rank: negotiations)"]
-              + ([COST_COLUMN] if costs else []),
+              + ([COST_COLUMN] if has_cost else []),
               meta={"method": "per activity, the union of its intervals over the tensors' rows, "
                               "per timed step; median over repeats"})
     for b in shown:
@@ -73,12 +73,12 @@ def _timeline_table(res) -> Table:
         t.add([b["axis"], b["nodes"], b["ranks"]]
               + [_f(b["timeline_ms"].get(n), 3) for n in names]
               + [_f(None if ex is None else ex * 1e3, 3), _f(neg.get("ready_spread_ms_median"), 3),
-                 last] + (["-" if cost is None else f"{cost * 100:+.1f}%"] if costs else []),
+                 last] + (["-" if cost is None else f"{cost * 100:+.1f}%"] if has_cost else []),
               {"axis": b["axis"], "nodes": b["nodes"], "ranks": b["ranks"],
                **{n: b["timeline_ms"].get(n) for n in sorted(totals)},
                "budget_exchange_ms": None if ex is None else ex * 1e3,
                "ready_spread_ms_median": neg.get("ready_spread_ms_median"),
-               "last_ready": last, **({"timeline_cost": cost} if costs else {})})
+               "last_ready": last, **({"timeline_cost": cost} if has_cost else {})})
     return t
 
 
