@@ -3,8 +3,8 @@ on the study's smallest node counts, on this allocation's network and on named o
 
 Per node count: compute (the slowest of N ranks, :meth:`.predict.PartModel.compute`), the
 exchange of the allreduce algorithm that runs there (the MPI library's decision at N ranks and
-that many bytes, or the algorithm the runs pinned), the fixed cost, and none of the exchange
-hidden beyond the calibration (a lower bound on efficiency where some would hide). On a named
+that many bytes, or the algorithm the runs pinned), the fixed cost, and, beyond the calibration,
+half the exchange hidden there (:data:`.predict.BEYOND`; the band spans none to all). On a named
 network the exchange is :func:`.allreduce.exchange_time` at the network's α + bytes·β; compute
 and fixed cost stay as measured. A network whose exchange stays under :data:`NETWORK_EFFECT`
 of every step is left out: its column would only repeat the compute's ratio.
@@ -33,13 +33,13 @@ def widening(p: int, p_cal: int) -> float:
     return math.sqrt(1.0 + d)
 
 
-def band(step: float, low: float, q: Optional[float], p: int, p_cal: int):
-    """[lower, upper] of a step predicted at p nodes (``low``: the step as if the calibration's
-    hidden share held), or None without a band."""
+def band(high: float, low: float, q: Optional[float], p: int, p_cal: int):
+    """[lower, upper] of a step predicted at p nodes, from its two ends (``low``: the step as if
+    the calibration's hidden share held; ``high``: none hidden), or None without a band."""
     if q is None:
         return None
     w = q * widening(p, p_cal)
-    return [low * max(0.0, 1.0 - w), step * (1.0 + w)]
+    return [low * max(0.0, 1.0 - w), high * (1.0 + w)]
 
 
 def algorithm_at(summary: dict, pinned: bool, p: int) -> str:
@@ -86,7 +86,8 @@ def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=No
     if e is None:
         return {"nodes": p, "algorithm": algo, "step_s": None}
     step = model.step(p, b, algo, s["wire"], s["rate"], e)
-    low = model.step(p, b, algo, s["wire"], s["rate"], e, carried=True)
+    low = model.step(p, b, algo, s["wire"], s["rate"], e, share=1.0)
+    high = model.step(p, b, algo, s["wire"], s["rate"], e, share=0.0)
     t1 = model.step(1, b1, algo, s["wire"], s["rate"], 0.0)
     throughput = p * b / step
     return {"nodes": p, "ranks": p, "batch_per_rank": b, "algorithm": algo,
@@ -94,7 +95,7 @@ def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=No
             "fixed_s": model.fixed, "exchange_s": e,
             "step_s": step, "throughput": throughput,
             "efficiency": throughput / (b1 / t1) / p,
-            "band_s": band(step, low, q, p, model.p_cal), "exchange_from": source}
+            "band_s": band(high, low, q, p, model.p_cal), "exchange_from": source}
 
 
 def of_axis(ax: dict, kind: str, nodes: Sequence[int], q: Optional[float],

@@ -18,17 +18,18 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   connection carries both, else a fixed time per exchange); without a link rate, one time per
   link byte. A bench fit (``[model] fit``) or an exchange measured by ``hpcdl tune`` on the
   held-out point's allocation (:mod:`.exchange_bench`) takes its place where the study names it.
-- **step** = compute + fixed + exchange − min(exchange, window × compute): fixed is the 1-node
-  step beyond its compute, window the share of the compute the exchange hid behind at the
-  calibration points (0 for the parameter server, whose step pays the ranks' center); none is
-  taken as hidden beyond the calibrated node count.
+- **step** = compute + fixed + exchange − hidden, hidden = min(exchange, window × compute) up to
+  the calibrated node count: fixed is the 1-node step beyond its compute, window the share of
+  the compute the exchange hid behind at the calibration points (0 for the parameter server,
+  whose step pays the ranks' center). Beyond it the share that hides is not known: between none
+  and as at the calibration, the point takes the middle (:data:`BEYOND`), the band both ends.
 
 Baselines, on the same calibration points: *naive*, efficiency stays at its largest calibrated
 point's; *one-parameter*, the 1-node step plus one β from the largest calibrated point's excess.
 The band is conformal: the 90% quantile of the relative errors of predicting each calibration
 run left out, applied to the prediction; beyond the calibration its lower edge takes the
-exchange as hidden as at the calibration. Its coverage is counted on the held-out points;
-:mod:`.floor` says how close these repeats let them check.
+exchange as hidden as at the calibration, its upper edge none hidden. Its coverage is counted on
+the held-out points; :mod:`.floor` says how close these repeats let them check.
 """
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ from .measured import Runs, median as _med, points as _points, spread, summary a
 from .. import costmodel
 
 NOMINAL = 0.90                 # the band's nominal coverage
+# Beyond the calibration, the share of the calibration's hidden exchange the point takes: the
+# middle of none and all, the two ends the band spans, so the point is off by at most half
+# their gap wherever between them the allocation lands (docs/decisions.md)
+BEYOND = 0.5
 FORECAST = _forecast.FORECAST
 
 
@@ -167,18 +172,24 @@ class PartModel:
         return None
 
     def step(self, p: int, b: float, algorithm: str, wire: float, rate: float,
-             exchange: Optional[float] = None, carried: bool = False) -> Optional[float]:
+             exchange: Optional[float] = None, share: Optional[float] = None
+             ) -> Optional[float]:
         """The step, its exchange from the model or ``exchange`` where given (a bench's);
-        ``carried``: as if the calibration's window held at p too (the band's lower edge)."""
+        ``share``: beyond the calibration, of the calibration's hidden exchange (1: as much
+        hid, the band's lower edge; 0: none, its upper edge; default :data:`BEYOND`)."""
         e = self.exchange(p, algorithm, wire, rate) if exchange is None else exchange
         if e is None:
             return None
         c = self.center(p, b) if self.backend == "ps" else self.compute(p, b)
-        return c + self.fixed + e - self.hidden(p, e, c, carried)
+        return c + self.fixed + e - self.hidden(p, e, c, share)
 
-    def hidden(self, p: int, e: float, c: float, carried: bool = False) -> float:
-        """The exchange hidden behind compute: none beyond the calibrated node count."""
-        return min(e, self.window * c) if p <= self.p_cal or carried else 0.0
+    def hidden(self, p: int, e: float, c: float, share: Optional[float] = None) -> float:
+        """The exchange hidden behind compute: as at the calibration up to its node count,
+        ``share`` of that beyond it."""
+        full = min(e, self.window * c)
+        if p <= self.p_cal:
+            return full
+        return full * (BEYOND if share is None else share)
 
     @property
     def exchange_source(self) -> str:
@@ -313,7 +324,9 @@ def _point(model: PartModel, p: int, runs: Runs, fitted: bool, benched: tuple,
             "repeat_spread": spread(runs), "algorithm": s["algorithm"],
             "measured": {k: s[k] for k in ("compute", "exchange", "step")},
             "predicted": pred, "step_if_hidden": model.step(
-                p, s["batch"], s["algorithm"], s["wire"], s["rate"], ex, carried=True),
+                p, s["batch"], s["algorithm"], s["wire"], s["rate"], ex, share=1.0),
+            "step_if_none": model.step(
+                p, s["batch"], s["algorithm"], s["wire"], s["rate"], ex, share=0.0),
             "error": {k: _err(pred[k], s[k]) for k in pred},
             "naive": naive(cal_rows, p, s["batch"], kind),
             "one_parameter": one_parameter(cal_rows, p, s["batch"], s["wire"], backend)}
@@ -459,9 +472,10 @@ def _banded(out_axes: List[dict], q: Optional[float]):
         p_cal = ax["_model"].p_cal
         for pt in ax["points"]:
             step = pt["predicted"]["step"]
-            low = pt["step_if_hidden"]          # never above the step: hidden >= 0
+            # the step's two ends: as much hidden as at the calibration, and none
+            low, high = pt["step_if_hidden"], pt["step_if_none"]
             pt["band"] = (None if step is None else
-                          _forecast.band(step, low, q, pt["nodes"], p_cal))
+                          _forecast.band(high, low, q, pt["nodes"], p_cal))
             pt["naive_error"] = _err(pt["naive"], pt["measured"]["step"])
             pt["one_parameter_error"] = _err(pt["one_parameter"], pt["measured"]["step"])
             if not pt["fitted"]:

@@ -35,7 +35,8 @@ def _prediction_table(pred) -> Table:
                     "exchange": "the slowest rank's median exchange timed alone",
                     "band": f"conformal, {pred['nominal'] * 100:.0f}% nominal, "
                             f"±{_f(pred['band_halfwidth'], pct=True)}; beyond the calibration "
-                            "its lower edge as if the exchange hid as at the calibration",
+                            "its edges as if the exchange hid as at the calibration and as if "
+                            "none hid",
                     "naive": "efficiency stays at the largest calibrated point's",
                     "one_beta": "1-node step + one beta (alpha = 0) from the largest calibrated "
                                 "point's excess"})
@@ -250,7 +251,7 @@ def _prediction_markdown(pred, by_name) -> List[str]:
              "the other direction's bytes (on a shaped link each direction's data queues with "
              "the other's acknowledgements), else a fixed time per exchange. Step: compute + "
              "fixed + exchange − the part hidden behind the measured window of compute up to the "
-             "calibrated node count, none beyond it (docs/decisions.md says why), and none "
+             "calibrated node count, half that beyond it (docs/decisions.md says why), and none "
              "for the parameter server, whose step pays the ranks' center compute rather than "
              "the slowest's: it takes the other workers' pushes while the slowest computes). "
              "Beside it, two baselines: "
@@ -308,8 +309,9 @@ def _band_words(pred, h) -> str:
             "by the model calibrated without its repeat, all axes pooled), widened to "
             "±q·√(1 + log2(N / calibrated nodes)) at N nodes: each doubling beyond the "
             "calibration adds an error of the calibration's size. Beyond the calibrated node "
-            "count its lower edge is the step as if the exchange hid as much as at the "
-            f"calibration. Nominal coverage {pred['nominal'] * 100:.0f}%, measured "
+            "count the point takes half the exchange hidden at the calibration, the band's "
+            "lower edge all of it and its upper edge none. "
+            f"Nominal coverage {pred['nominal'] * 100:.0f}%, measured "
             f"{h['covered']} of {h['banded']} held-out points ({_f(h['coverage'], pct=True)})"
             + (f"; by distance: {dist}." if dist else "."))
 
@@ -318,7 +320,8 @@ def _forecast_table(pred) -> Table:
     t = Table("forecast", "MODEL forecast at larger node counts",
               ["axis", "network", "nodes", "allreduce", "compute (ms)", "exchange (ms)",
                "step (ms)", "band (ms)", "throughput", "efficiency"],
-              meta={"kind": "model", "hidden": "none of the exchange beyond the calibration"})
+              meta={"kind": "model", "hidden": "half the calibration's hidden exchange beyond it; "
+                                             "band: from all of it to none"})
     for f in pred["forecast"]:
         nets = [("this allocation", f["here"])] + [(n["label"], n["rows"])
                                                    for n in f["networks"]]
@@ -344,7 +347,8 @@ def _forecast_markdown(pred, by_name) -> List[str]:
             "allreduce the MPI library runs at N ranks (on this allocation from "
             f"{f0['exchange_here']}; on a named network its latency per message plus bytes "
             "at 90% of its line rate, over the algorithm's messages), the fixed cost as "
-            "measured, none of the exchange hidden. Efficiency against the model's one node.",
+            "measured, half the exchange the calibration hid hidden (its band: all to none). "
+            "Efficiency against the model's one node.",
             "", by_name["forecast"].markdown(), ""] + (
         [(f"One column stands for {', '.join(left)}" if any(
             n["network"] == "any" for f in pred["forecast"] for n in f["networks"])
