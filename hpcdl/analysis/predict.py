@@ -49,10 +49,7 @@ from .measured import Runs, median as _med, points as _points, spread, summary a
 from .. import costmodel
 
 NOMINAL = 0.90                 # the band's nominal coverage
-# Beyond the calibration, the share of the calibration's hidden exchange the point takes: the
-# middle of none and all, the two ends the band spans, so the point is off by at most half
-# their gap wherever between them the allocation lands (docs/decisions.md)
-BEYOND = 0.5
+BEYOND = 0.5     # of the calibration's hidden exchange, beyond it: the middle (docs/decisions.md)
 FORECAST = _forecast.FORECAST
 
 
@@ -187,9 +184,7 @@ class PartModel:
         """The exchange hidden behind compute: as at the calibration up to its node count,
         ``share`` of that beyond it."""
         full = min(e, self.window * c)
-        if p <= self.p_cal:
-            return full
-        return full * (BEYOND if share is None else share)
+        return full if p <= self.p_cal else full * (BEYOND if share is None else share)
 
     @property
     def exchange_source(self) -> str:
