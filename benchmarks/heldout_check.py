@@ -30,7 +30,7 @@ import math
 import sys
 from collections import defaultdict
 from pathlib import Path
-from statistics import mean, median, pstdev
+from statistics import mean, median, pstdev, stdev
 from typing import NamedTuple, Optional
 
 from hpcdl import machine, records
@@ -420,6 +420,42 @@ def _print_input_costs(folders) -> None:
               f"half-width {_pct(h0 / n)} -> {_pct(h1 / n)} ({n} points)")
 
 
+def one_rank_probes(folders) -> list:
+    """Per 1-rank training record: (study, probed compute, step median, slack), the slack the
+    two medians' sampling error (two standard errors of the probes' and the steps' spreads over
+    as many probes), as tests/mpi/test_train.py checks a probe against its step."""
+    out = []
+    for folder in folders:
+        for rec in records.read(_runs(folder), warn=False):
+            ranks = records.lookup(rec, "metrics", "ranks") or []
+            probes = ranks[0].get("compute_probes_s") if len(ranks) == 1 else None
+            if not records.ok_train(rec) or not probes or len(probes) < 2:
+                continue
+            step, n = rec["metrics"]["step_time"], len(probes)
+            slack = 2 * ((stdev(probes) ** 2 + step["std"] ** 2) / n) ** 0.5
+            out.append((folder.name, rec["metrics"]["split"]["compute_s"], step["median"], slack))
+    return out
+
+
+def _print_one_rank_probes(folders) -> None:
+    rows = one_rank_probes(folders)
+    print()
+    print("# at one rank, the probed compute against the step (each run's medians): a step is the"
+          " compute plus the update, so the probe may be longer only within the two medians'"
+          " sampling error (as tests/mpi/test_train.py checks)")
+    by_study = defaultdict(list)
+    for study, c, s, slack in rows:
+        by_study[study].append((c, s, slack))
+    for study, runs in sorted(by_study.items()):
+        worst = max(c / s - 1 for c, s, _ in runs)
+        print(f"  {study:<26} {len(runs)} runs: longer in {sum(c > s for c, s, _ in runs)}, beyond"
+              f" the sampling error in {sum(c > s + sl for c, s, sl in runs)}; probe/step - 1 at"
+              f" most {_pct(worst, True)}, median error allowed "
+              f"{_pct(median(sl / s for _, s, sl in runs))}")
+    print(f"  all: {len(rows)} runs, the probe longer in {sum(c > s for _, c, s, _ in rows)},"
+          f" beyond the sampling error in {sum(c > s + sl for _, c, s, sl in rows)}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("studies", type=Path, nargs="+", help="study results folders (or report.json)")
@@ -455,6 +491,7 @@ def main(argv=None) -> int:
               f"{b['under']} under, {b['over']} over, sign test p = {b['sign_p']:.3f}"
               + (" (a bias)" if b["biased"] else ""))
     _print_input_costs(a.studies)
+    _print_one_rank_probes(a.studies)
     _print_rank_spread(a.studies)
     groups = by_configuration(a.studies)
     _print_same_configuration(groups)
