@@ -347,8 +347,8 @@ def _forecast_markdown(pred, by_name) -> List[str]:
             "allreduce the MPI library runs at N ranks (on this allocation from "
             f"{f0['exchange_here']}; on a named network its latency per message plus bytes "
             "at 90% of its line rate, over the algorithm's messages), the fixed cost as "
-            "measured, half the exchange the calibration hid hidden (its band: all to none). "
-            "Efficiency against the model's one node.",
+            "measured, and beyond the calibration half of the exchange it hid taken as hidden "
+            "(the band: from all of it to none). Efficiency against the model's one node.",
             "", by_name["forecast"].markdown(), ""] + (
         [(f"One column stands for {', '.join(left)}" if any(
             n["network"] == "any" for f in pred["forecast"] for n in f["networks"])
