@@ -426,7 +426,7 @@ def one_rank_probes(folders) -> list:
     as many probes), as tests/mpi/test_train.py checks a probe against its step."""
     out = []
     for folder in folders:
-        for rec in records.read(_runs(folder), warn=False):
+        for rec in records.iter_records(_runs(folder)):
             ranks = records.lookup(rec, "metrics", "ranks") or []
             probes = ranks[0].get("compute_probes_s") if len(ranks) == 1 else None
             if not records.ok_train(rec) or not probes or len(probes) < 2:
