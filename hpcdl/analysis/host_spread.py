@@ -84,11 +84,12 @@ class HostSpread(MachineFile):
 def crowd_factor(crowds: Optional[Dict[int, float]], p: int, p_cal: int) -> float:
     """How much longer a node computes at ``p`` nodes than at the calibration's ``p_cal`` because
     more nodes compute at once: crowd(p) / crowd(p_cal), each the crowd measured at the largest
-    node count k <= p (one node alone: 1). 1 without crowds, where p <= p_cal, or where a
-    multi-node calibration's count was not measured."""
+    node count k <= p (one node alone: 1), and at least 1: more nodes computing beside it do not
+    speed a node up, so a ratio under 1 is the two crowds' noise (docs/decisions.md). 1 without
+    crowds, where p <= p_cal, or where a multi-node calibration's count was not measured."""
     if not crowds or p <= p_cal or (p_cal > 1 and p_cal not in crowds):
         return 1.0
-    return (at(crowds, p) or 1.0) / (crowds[p_cal] if p_cal > 1 else 1.0)
+    return max(1.0, (at(crowds, p) or 1.0) / (crowds[p_cal] if p_cal > 1 else 1.0))
 
 
 def at(spreads: Optional[Dict[int, T]], p: int) -> Optional[T]:

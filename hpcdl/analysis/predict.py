@@ -131,10 +131,9 @@ class PartModel:
         if backend != "ps" and ex:
             shares = [(self.compute(c["ranks"], c["batch"]) + self.fixed + c["m"]["exchange"]
                        - c["m"]["step"]) / self.compute(c["ranks"], c["batch"]) for c in ex]
-            share = float(np.median(shares))
-            # over the whole compute is out of range (the exchange alone cost more than the step
-            # paid for it): not carried, none taken as hidden
-            self.window = max(0.0, share) if share <= 1.0 else 0.0
+            # at most all of it: a share over 1 (the exchange timed alone longer than the step
+            # paid for it beyond the whole compute) says all of the compute hid exchange
+            self.window = min(1.0, max(0.0, float(np.median(shares))))
 
     def center(self, p: int, b: float) -> float:
         return (self.per_sample * b * (1.0 + self.k * (p > 1))

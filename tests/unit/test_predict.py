@@ -323,14 +323,20 @@ def test_a_study_without_a_calibration_subset_calibrates_on_every_point_and_with
     assert _run(recs) == {}
 
 
-def test_a_window_over_the_whole_compute_is_not_carried():
+def test_a_window_over_the_whole_compute_is_held_at_all_of_it():
     recs = study()
-    for r in recs:                    # the exchange alone cost far more than the step paid for
+    for r in recs:     # the exchange alone (1 s) beyond what the step paid less its whole compute
         if r["layout"]["size"] == 2:
+            c = r["metrics"]["split"]["compute_s"]
             for rank in r["metrics"]["ranks"]:
-                rank["exchange_probes_s"] = [9.9] + [5.0] * 5
-    model = _run(recs)["axes"][0]["model"]
-    assert model["window"] == 0.0
+                rank["exchange_probes_s"] = [9.9] + [1.0] * 5
+            r["metrics"]["step_time"]["median"] = c + 2e-3 + 1.0 - 1.2 * c
+    ax = _run(recs)["axes"][0]
+    assert ax["model"]["window"] == 1.0
+    two = next(pt for pt in ax["points"] if pt["nodes"] == 2)
+    # all of the compute hid exchange: the step pays the fixed cost and the exchange beyond it
+    assert two["predicted"]["exchange"] == pytest.approx(1.0)
+    assert two["predicted"]["step"] == pytest.approx(ax["model"]["fixed_s"] + 1.0)
 
 
 def test_a_bench_fit_beside_the_calibration_subset_gives_the_exchange_of_every_point():
@@ -819,6 +825,9 @@ def test_a_spread_files_crowd_lengthens_compute_beyond_the_calibration_by_its_ra
     assert host_spread.crowd_factor({4: 1.1}, 8, 1) == pytest.approx(1.1)
     assert host_spread.crowd_factor({4: 1.1}, 8, 2) == 1.0
     assert host_spread.crowd_factor({2: 1.0, 4: 1.1}, 3, 2) == 1.0     # 2 the largest k <= 3
+    # more nodes beside it do not speed a node up: a crowd under the calibration's is noise
+    assert host_spread.crowd_factor({2: 1.08, 8: 1.04}, 8, 2) == 1.0
+    assert host_spread.crowd_factor({4: 0.95}, 8, 1) == 1.0
 
 
 def test_a_coupled_spread_file_is_drawn_from_alike_and_the_report_says_it_was_one_training(
