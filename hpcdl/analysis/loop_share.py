@@ -112,8 +112,10 @@ def share_at(shares: Dict[int, float], p: int) -> float:
 
 def factor(shares: Optional[Dict[int, float]], p: int, p_cal: int) -> float:
     """How much longer a rank computes at ``p`` nodes than at the calibration's ``p_cal``
-    because the loop takes more of its node (:func:`share_at` each): 1 without shares, where the
-    calibration's node count was not measured, or where p <= p_cal."""
+    because the loop takes more of its node (:func:`share_at` each), and at least 1: more peers
+    do not make the loop take less, so a share under the calibration's is the two shares' noise
+    (docs/decisions.md). 1 without shares, where the calibration's node count was not measured,
+    or where p <= p_cal."""
     if not shares or p <= p_cal or p_cal not in shares:
         return 1.0
-    return (1.0 - shares[p_cal]) / (1.0 - share_at(shares, p))
+    return max(1.0, (1.0 - shares[p_cal]) / (1.0 - share_at(shares, p)))

@@ -714,6 +714,8 @@ def test_the_loops_share_between_measured_node_counts_is_interpolated_and_beyond
     assert loop_share.factor(LOOP, 16, 2) == pytest.approx(0.88 / 0.8)
     # a calibration at a node count the file lacks takes nothing from it
     assert loop_share.factor({1: 0.1, 4: 0.2}, 8, 2) == 1.0
+    # more peers do not make the loop take less: a share under the calibration's is noise
+    assert loop_share.factor({2: 0.255, 7: 0.165, 8: 0.176}, 8, 2) == 1.0
 
 
 def test_a_declared_loop_file_is_read_beside_the_bench_and_the_subset(tmp_path):
