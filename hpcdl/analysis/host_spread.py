@@ -12,7 +12,7 @@ draws from the spread measured at the largest k <= p (beyond the largest k, that
 After each pass the first node times one alone, the others idle: how much longer a node
 computes while k nodes compute at once than alone is the file's crowd at k (nodes that share a
 host's cores, memory or power compute slower together). A held-out point's compute is then
-``crowd(p) / crowd(p_cal)`` as long as at the calibration (:func:`crowd_factor`).
+``crowd(p) / crowd(p_cal)`` as long as at the calibration, at least 1 (:func:`crowd_factor`).
 
 Independent nodes show the host's part of the spread only; a coupled file (``made_for.coupled``)
 times the ranks of one k-rank training instead, and the report says which kind it drew from.

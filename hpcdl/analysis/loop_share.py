@@ -7,8 +7,8 @@ peers, agrees with them on what is ready, Open MPI spinning while it waits. On a
 fraction of a core that loop's CPU comes out of the compute, and it grows with the node count
 (docs/decisions.md). The model's compute carries the
 share of its largest calibrated node count in its k; a held-out point at p nodes is then
-``(1 - s(p_cal)) / (1 - s(p))`` as long, with s the median rank's share at the axis's cycle
-time.
+``(1 - s(p_cal)) / (1 - s(p))`` as long, at least 1, with s the median rank's share at the
+axis's cycle time.
 
 Between the node counts the file measured the share is interpolated in log2 p; beyond the
 largest it is held at that count's (:func:`share_at`).

@@ -9,9 +9,10 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   1-node runs, k the share of a node's CPU the exchange's background work takes as soon as a
   rank has a peer, from the largest calibrated p. Beyond the calibration, a loop file
   (:mod:`.loop_share`) scales it by the share at p, and a spread file's crowd (how much longer
-  a node computes while p compute at once) by crowd(p) / crowd(p_cal). The step pays the slowest
-  rank: ``center × E[max of p draws]`` of the ranks' medians about their run's center, drawn
-  from the calibration's spread or, beyond it, from a spread file (:mod:`.host_spread`).
+  a node computes while p compute at once) by crowd(p) / crowd(p_cal), neither factor under 1
+  (more peers take no less of a node). The step pays the slowest rank: ``center × E[max of p
+  draws]`` of the ranks' medians about their run's center, drawn from the calibration's spread
+  or, beyond it, from a spread file (:mod:`.host_spread`).
 - **exchange** timed alone is the bytes the allreduce algorithm the MPI library runs puts on
   each link (:mod:`.allreduce`) at the link's payload rate where the records carry it, plus what
   the calibration runs spent beyond that (a share of the other direction's bytes where one

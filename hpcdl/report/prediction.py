@@ -187,7 +187,8 @@ def _spread_words(pred) -> List[str]:
         + "; ".join(f"×{'/'.join(f'{f:.3f}' for f in fs)} at {k} nodes"
                     for k, fs in sorted((spread.get("rounds") or {}).items(),
                                         key=lambda kv: int(kv[0])))
-        + "." + (" Compute beyond the calibration is also × crowd(p) / crowd(calibrated p), "
+        + "." + (" Compute beyond the calibration is also × crowd(p) / crowd(calibrated p) "
+                 "(at least 1), "
                  "crowd how much longer the allocation's first node computed while k nodes "
                  "computed at once than alone (same benchmark, same rounds; at the largest "
                  "k <= p, one node alone 1): " + "; ".join(
