@@ -30,12 +30,13 @@ import math
 import sys
 from collections import defaultdict
 from pathlib import Path
-from statistics import mean, median, pstdev, stdev
+from statistics import mean, median, pstdev
 from typing import NamedTuple, Optional
 
 from hpcdl import machine, records
 from hpcdl.analysis import baselines
 from hpcdl.analysis.floor import SQRT_2_PI
+from hpcdl.analysis.measured import probe_slack
 
 PARTS = ("compute", "exchange", "step")
 
@@ -431,9 +432,9 @@ def one_rank_probes(folders) -> list:
             probes = ranks[0].get("compute_probes_s") if len(ranks) == 1 else None
             if not records.ok_train(rec) or not probes or len(probes) < 2:
                 continue
-            step, n = rec["metrics"]["step_time"], len(probes)
-            slack = 2 * ((stdev(probes) ** 2 + step["std"] ** 2) / n) ** 0.5
-            out.append((folder.name, rec["metrics"]["split"]["compute_s"], step["median"], slack))
+            step = rec["metrics"]["step_time"]
+            out.append((folder.name, rec["metrics"]["split"]["compute_s"], step["median"],
+                        probe_slack(probes, step)))
     return out
 
 

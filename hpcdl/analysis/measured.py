@@ -5,6 +5,7 @@ timed alone, the step, and the ranks' spread around their run's center; grouped 
 from __future__ import annotations
 
 import math
+import statistics
 from array import array
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -23,6 +24,12 @@ def _probes(rank: dict, key: str) -> List[float]:
     return [float(rank[f"{key}_s"])] if rank.get(f"{key}_s") is not None else []
 
 
+
+def probe_slack(probes: Sequence[float], step: dict) -> float:
+    """How far a one-rank run's median probe may exceed its median step by sampling alone: two
+    standard errors of the probes' spread and of the steps' (``step``: a record's
+    ``step_time``, with its ``std``) over as many probes."""
+    return 2 * ((statistics.variance(probes) + step["std"] ** 2) / len(probes)) ** 0.5
 class _Slots:
     """A few named figures read by key like the dict they stand for, in a fraction of its
     memory (a report keeps one per record)."""
