@@ -1,8 +1,10 @@
 """An installed hpcdl (a wheel, not the source tree) renders job scripts from its packaged templates."""
+import json
 import shutil
 import subprocess
 import sys
 import venv
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +47,62 @@ def test_a_wheel_installed_in_a_fresh_venv_renders_a_job_script(tmp_path):
     assert "# --- Settings ----" in res.stdout                 # a {{> part}} include came along
     where = subprocess.run([str(py), "-c", "import hpcdl; print(hpcdl.__file__)"],
                            capture_output=True, text=True, cwd=work, timeout=60).stdout
+    assert where.startswith(str(env_dir)), where               # the installed copy, not the tree
+
+
+def _stack_site_packages():
+    """The site-packages folder of the interpreter running the tests (the stack's TensorFlow,
+    tf-keras, Horovod and mpi4py), as a cluster module would provide them."""
+    import sysconfig
+    return sysconfig.get_paths()["purelib"]
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_beside_an_existing_stack_lists_every_command_and_trains(tmp_path):
+    """`pip install --no-deps` of the wheel into an environment whose TensorFlow and Horovod come
+    from elsewhere (here, this venv's, as a cluster module's would): every command is there, and
+    one rank trains from the installed copy with the working directory outside the checkout."""
+    src, wheels, env_dir, work = (tmp_path / d for d in ("src", "wheels", "venv", "elsewhere"))
+    for d in (src, work):
+        d.mkdir()
+    _copy_source(src)
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                            "-q", "-w", str(wheels), str(src)], capture_output=True, text=True,
+                           timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    wheel = next(wheels.glob("hpcdl-*.whl"))
+    import zipfile
+    names = zipfile.ZipFile(wheel).namelist()
+    for pkg in sorted({p.parent for p in (ROOT / "hpcdl").rglob("*.py")}):
+        rel = pkg.relative_to(ROOT).as_posix()
+        assert f"{rel}/__init__.py" in names, f"{rel} is not in the wheel"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = env_dir / "bin" / "python"
+    inst = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+                          capture_output=True, text=True, timeout=300)
+    assert inst.returncode == 0, inst.stderr[-3000:]
+    # the stack's packages seen through a .pth line, after the venv's own: the wheel's hpcdl wins
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+    Path(site, "zz-stack.pth").write_text(_stack_site_packages() + "\n")
+    env = {"PATH": f"{env_dir / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    helped = subprocess.run([str(env_dir / "bin" / "hpcdl"), "--help"], capture_output=True,
+                            text=True, cwd=work, env=env, timeout=120)
+    assert helped.returncode == 0, helped.stderr[-3000:]
+    from hpcdl.cli import COMMANDS
+    for name, _, _ in COMMANDS:
+        assert f"    {name}" in helped.stdout, (name, helped.stdout)
+    trained = subprocess.run([str(env_dir / "bin" / "hpcdl"), "train", "--workload", "expmlp",
+                              "--num-iters", "2", "--num-batches-per-iter", "2",
+                              "--num-warmup-batches", "1", "--results", str(work / "runs.jsonl")],
+                             capture_output=True, text=True, cwd=work, env=env, timeout=300)
+    assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-3000:]
+    assert "Total samples/sec on 1 rank(s)" in trained.stdout, trained.stdout[-2000:]
+    rec = json.loads((work / "runs.jsonl").read_text().splitlines()[-1])
+    assert rec["status"] == "ok"
+    where = subprocess.run([str(py), "-c", "import hpcdl.train.run as m; print(m.__file__)"],
+                           capture_output=True, text=True, cwd=work, env=env, timeout=120).stdout
     assert where.startswith(str(env_dir)), where               # the installed copy, not the tree
 
 
