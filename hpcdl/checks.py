@@ -10,7 +10,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from . import records
 from .errors import UserError
@@ -165,28 +165,19 @@ def fit_file(path, prefix: str = "fit ") -> dict:
     for name, entry in backends.items():
         for where, fit in [(name, entry)] + [(f"{name} regime {k + 1}", r) for k, r in enumerate(
                 (entry or {}).get("regimes") or [] if isinstance(entry, dict) else [])]:
-            _bounded_fit(f"{prefix}{path}", where, fit)
+            if not isinstance(fit, dict) or "alpha_s" not in fit or "beta_s_per_byte" not in fit:
+                raise UserError(f"{prefix}{path}: {where} is not a table of alpha_s and "
+                                "beta_s_per_byte")
+    _in_range(doc, "hpcdl.fit/1", f"{prefix}{path}", "hpcdl bench fit")
     return doc
 
 
-# a fit's terms, each finite and >= 0 (a regime of one size range may take no time per byte)
-_FIT_TERMS = (("alpha_s", 0.0, True), ("beta_s_per_byte", 0.0, True),
-              ("gamma_s_per_byte", 0.0, True))
-
-
-def _bounded_fit(path: str, where: str, fit) -> None:
-    if not isinstance(fit, dict):
-        raise UserError(f"{path}: {where} is not a table of alpha and beta")
-    for key, low, inclusive in _FIT_TERMS:
-        if key not in fit and key == "gamma_s_per_byte":
-            continue
-        v = fit.get(key)
-        ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-              and (v >= low if inclusive else v > low))
-        if not ok:
-            raise UserError(f"{path}: {where}'s {key} = {v!r} is not a finite number "
-                            f"{'>=' if inclusive else '>'} {low:g}; make the file again with "
-                            "'hpcdl bench fit'")
+def _in_range(doc: dict, schema: str, what: str, maker: str) -> None:
+    """UserError (one line) where a figure of ``doc`` breaks the input files' rule
+    (:func:`input_problem`)."""
+    why = input_problem(doc, schema)
+    if why:
+        raise UserError(f"{what}: {why}; make the file again with '{maker}'")
 
 
 def schema_file(path, schema: str, what: str, maker: str) -> dict:
@@ -201,6 +192,7 @@ def schema_file(path, schema: str, what: str, maker: str) -> dict:
                         f"({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
     if not isinstance(doc, dict) or doc.get("schema") != schema:
         raise UserError(f"{what} {path}: not a {schema} file (make one with '{maker}')")
+    _in_range(doc, schema, f"{what} {path}", maker)
     return doc
 
 
@@ -286,4 +278,87 @@ def _throughput_problem(rec: dict) -> Optional[str]:
     t = lookup(rec, "metrics", "throughput", "mean")
     if isinstance(t, (int, float)) and t > MOST:
         return f"metrics.throughput.mean: {t:g} samples a second is no measurement (over {MOST:g})"
+    return None
+
+# --- the one rule for the files read beside the records ---------------------------------------
+# The figures of a fit (hpcdl.fit/1), a tuning or exchange file (hpcdl.tuning/1), a loop file
+# (hpcdl.loop-cpu/1) and a spread file (hpcdl.host-spread/1) are finite and in range, and an
+# exchange file's made_for names the link rate of the points it serves (a loop or spread file
+# times compute: its machine, every setting but the links, is compared where it is read). Each reader calls
+# input_problem where it reads the file, and either refuses in one line (a file named on a command
+# line, a tuning file a run takes) or leaves the file out with the sentence as a note (a study's
+# allocation files, which the report names in its first lines).
+
+DAY = 86400.0
+# (path, low, high, low included, what a value must be); a path's "*" is any key or index
+Range = Tuple[str, float, float, bool, str]
+_SECONDS = "a time in seconds (> 0, under a day)"
+_COST = "a finite number >= 0"
+INPUT_RANGES = {
+    "hpcdl.fit/1": tuple(
+        (f"backends.*.{part}{term}", 0.0, math.inf, True, _COST)
+        for part in ("", "regimes.*.")
+        for term in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte")),
+    "hpcdl.tuning/1": (
+        ("bytes", 0.0, 1e13, False, "a gradient size in bytes (> 0)"),
+        ("candidates.*.times_s.*", 0.0, DAY, False, _SECONDS),
+        ("picks.*.default_s", 0.0, DAY, False, _SECONDS),
+        ("picks.*.confirm_times_s.*.*", 0.0, DAY, False, _SECONDS),
+    ),
+    "hpcdl.loop-cpu/1": (
+        ("shares.*.*.median", 0.0, 1.0, True, "a share of a CPU, in [0, 1)"),
+        ("shares.*.*.busiest", 0.0, 1.0, True, "a share of a CPU, in [0, 1)"),
+        ("shares.*.*.idle_cpu_s_per_s", 0.0, 1e3, True, "CPU seconds per second (>= 0)"),
+    ),
+    "hpcdl.host-spread/1": (
+        ("spread.*.*.*", 0.0, 100.0, False, "a node's compute over the center (> 0, < 100)"),
+        ("center.*.*", 0.0, DAY, False, _SECONDS),
+        ("crowd.*.*", 0.0, 100.0, False, "a slowdown computing together (> 0, < 100)"),
+    ),
+}
+
+
+def _input_at(doc, parts: Sequence[str], where: str = "") -> Iterator[Tuple[str, object]]:
+    """Every (dotted path, value) of ``doc`` that the path ``parts`` reaches."""
+    if not parts:
+        yield where, doc
+        return
+    head, rest = parts[0], parts[1:]
+    if isinstance(doc, dict):
+        items = doc.items() if head == "*" else ([(head, doc[head])] if head in doc else [])
+    elif isinstance(doc, list) and head == "*":
+        items = enumerate(doc)
+    else:
+        return
+    for key, value in items:
+        yield from _input_at(value, rest, f"{where}.{key}" if where else str(key))
+
+
+def _input_bad(value, low: float, high: float, low_in: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    if not math.isfinite(value) or value >= high and math.isfinite(high):
+        return True
+    return value < low if low_in else value <= low
+
+
+def input_problem(doc: dict, schema: str) -> Optional[str]:
+    """The first figure of ``doc`` (a file of ``schema``) that is not finite or not in its range,
+    as "KEY = VALUE is not WHAT"; None where every figure is."""
+    for path, low, high, low_in, what in INPUT_RANGES.get(schema, ()):
+        for where, value in _input_at(doc, path.split(".")):
+            if _input_bad(value, low, high, low_in):
+                return f"{where} = {value!r} is not {what}"
+    return None
+
+
+def made_for_problem(made: dict, link_rates: Sequence[str] = ()) -> Optional[str]:
+    """Why a file made for ``made`` (its ``made_for``) does not serve records made at links of
+    ``link_rates``; None where it does or where either side does not say. (The workload is
+    checked by what each file measured of it: an exchange file by its gradient bytes.)"""
+    machine = made.get("machine")
+    rate = made.get("link_rate") or (machine.get("link_rate") if isinstance(machine, dict) else None)
+    rates = sorted({r for r in link_rates if r})
+    if rate and rates and rate not in rates:
+        return f"made at links of {rate}, the records' are {', '.join(rates)}"
     return None

@@ -77,8 +77,11 @@ def layout_section(layout, hosts) -> dict:
             "hosts": sorted(set(hosts))}
 
 
-def append(path, record: dict) -> Path:
-    """Append one record as one line: a single write, under flock, then fsync."""
+def append(path, record: dict, *, lead: bool = False) -> Path:
+    """Append one record as one line: a single write, under flock, then fsync. The whole line
+    or nothing: a write that fails part-way (a full disk) is cut back off before the error is
+    raised. ``lead``: start the file's every line with a newline, so that the file can itself be
+    appended with ``cat`` to a results file whatever that file's last byte is."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, sort_keys=True, separators=(",", ":"), default=_jsonable) + "\n").encode()
@@ -89,13 +92,17 @@ def append(path, record: dict) -> Path:
             # A previous writer killed mid-line leaves no newline at the end: start on a fresh line
             # so that the torn fragment stays one bad line and this record stays whole.
             size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
+            if lead or (size and os.pread(fd, 1, size - 1) != b"\n"):
                 line = b"\n" + line
-            view = memoryview(line)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
+            try:
+                view = memoryview(line)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, size)      # no fragment left: shrinking needs no free space
+                raise
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
@@ -115,7 +122,7 @@ def append_or_keep(path, record: dict) -> Optional[Path]:
     name = f"hpcdl-record-{cluster.scheduler_facts()['job_id'] or os.getpid()}.jsonl"
     for folder in (Path.cwd(), Path(tempfile.gettempdir())):
         try:
-            kept = append(folder / name, record)
+            kept = append(folder / name, record, lead=True)
         except OSError:
             continue
         sys.stderr.write(f"hpcdl: the record could not be appended to {path} ({why}); it is in "
@@ -123,6 +130,27 @@ def append_or_keep(path, record: dict) -> Optional[Path]:
         return kept
     raise UserError(f"the record could not be appended to {path} ({why}), nor kept in the "
                     "working or temporary directory")
+
+
+def write_atomic(path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, fsync'd, then
+    renamed over it; where the write fails (a full disk), the temporary file is removed and the
+    old ``path`` stays as it was."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    return path
 
 
 def read(path, *, warn: bool = True) -> List[dict]:

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .allreduce import OMPI_ALLREDUCE
 from .provenance import cpu_of
-from .. import costmodel
+from .. import checks, costmodel
 from ..costmodel import OMPI_ALLREDUCE_NAMES
 
 # the algorithms a tuning file times, Open MPI's number -> the name :mod:`.allreduce` models it by
@@ -40,6 +40,7 @@ class Bench:
         self.root = Path(root) if root is not None else Path(".")
         self._files: Dict[Path, Optional[dict]] = {}
         self._misses: Dict[str, None] = {}      # in order, each once
+        self.rejected: List[str] = []     # left out by the input files' rule (hpcdl.checks.input_problem)
 
     def path(self, nodes: int, network: str) -> Path:
         values = {"nodes": nodes, "ranks": nodes, "ranks_per_node": 1, "network": network}
@@ -56,8 +57,13 @@ class Bench:
                 self._miss(f"{path}: no such file")
             except (OSError, ValueError) as exc:
                 self._miss(f"{path}: unreadable ({exc})")
-            if doc is not None and doc.get("schema") != SCHEMA:
+            if doc is not None and (not isinstance(doc, dict) or doc.get("schema") != SCHEMA):
                 self._miss(f"{path}: not a tuning file ({SCHEMA})")
+                doc = None
+            why = doc is not None and checks.input_problem(doc, SCHEMA)
+            if why:
+                self.rejected.append(f"{path}: {why}")
+                self._miss(f"{path}: {why}; left out")
                 doc = None
             self._files[path] = doc
         return self._files[path]
@@ -69,13 +75,18 @@ class Bench:
         """Why points kept the model's exchange (each reason once)."""
         return list(self._misses)
 
+    def notes(self) -> dict:
+        """What the report says of the file: the misses, and the files the input files' rule
+        left out (:mod:`hpcdl.checks.input_problem`) where it left any."""
+        return {"misses": self.misses(), **({"rejected": self.rejected} if self.rejected else {})}
+
     def exchange(self, nodes: int, network: str, compression: str, setting: str,
                  wire: float) -> Optional[Tuple[float, str]]:
         """(seconds, where from) of the candidate ``setting`` for ``compression`` in the file for
         ``nodes`` one-rank nodes at ``network``, whose runs put ``wire`` bytes on the wire; None
         (and a miss noted) where there is none."""
         path = self.path(nodes, network)
-        doc = self._matching(path, nodes, compression, wire)
+        doc = self._matching(path, nodes, compression, wire, network)
         if doc is None:
             return None
         got = _timed(doc, path, compression, setting)
@@ -89,7 +100,7 @@ class Bench:
         Horovod settings of ``setting`` (its cycle time and fusion), by the name
         :mod:`.allreduce` gives it; the library's choice is not among them."""
         path = self.path(nodes, network)
-        doc = self._matching(path, nodes, compression, wire)
+        doc = self._matching(path, nodes, compression, wire, network)
         rest = setting.split(", ", 1)[1] if ", " in setting else ""
         out = {}
         for number, name in TIMED.items():
@@ -99,13 +110,21 @@ class Bench:
                 out[name] = got
         return out
 
-    def _matching(self, path: Path, nodes: int, compression: str, wire: float) -> Optional[dict]:
+    def _matching(self, path: Path, nodes: int, compression: str, wire: float,
+                  network: str) -> Optional[dict]:
         """The file at ``path`` where it was made for ``nodes`` one-rank nodes, on the records'
-        processor, for gradients of ``wire`` bytes; else None and the miss noted."""
+        processor, at the point's links ``network``, for gradients of ``wire`` bytes; else None
+        and the miss noted."""
         doc = self._load(path)
         if doc is None:
             return None
         made = doc.get("made_for") or {}
+        other = checks.made_for_problem(made, [network])
+        if other:
+            if f"{path}: {other}" not in self.rejected:
+                self.rejected.append(f"{path}: {other}")
+            self._miss(f"{path}: {other}; left out")
+            return None
         if made.get("nodes") != nodes or made.get("ranks") != nodes:
             self._miss(f"{path}: made for {made.get('nodes')} node(s) and {made.get('ranks')} "
                        f"rank(s), not {nodes} and {nodes}")

@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .. import costmodel
+from .. import checks, costmodel
 
 SCHEMA = "hpcdl.loop-cpu/1"
 
@@ -40,6 +40,7 @@ class MachineFile:
     def __init__(self, path: str, machine: Optional[str]):
         self.path = path
         self._misses: Dict[str, None] = {}
+        self.rejected: List[str] = []     # left out by the input files' rule (hpcdl.checks.input_problem)
         self.doc: Optional[dict] = None
         try:
             doc = json.loads(Path(path).read_text())
@@ -59,6 +60,13 @@ class MachineFile:
         if made != machine:
             self._miss(f"{path}: measured on '{made}', the records ran on '{machine}'")
             return
+        # the links are not compared: the file times compute, which they do not set (the
+        # machine string names every other setting)
+        why = checks.input_problem(doc, self.schema)
+        if why:
+            self.rejected.append(f"{path}: {why}")
+            self._miss(f"{path}: {why}; left out")
+            return
         self.doc = doc
 
     def _miss(self, why: str) -> None:
@@ -67,6 +75,11 @@ class MachineFile:
     def misses(self) -> List[str]:
         """Why the file was not used, or not for every axis (each reason once)."""
         return list(self._misses)
+
+    def notes(self) -> dict:
+        """What the report says of the file: the misses, and the files the input files' rule
+        left out (:mod:`hpcdl.checks.input_problem`) where it left any."""
+        return {"misses": self.misses(), **({"rejected": self.rejected} if self.rejected else {})}
 
     @property
     def source(self) -> str:

@@ -485,13 +485,13 @@ def _benches(bench: Optional[Bench], loop: Optional[LoopShare], spread: Optional
              out_axes: List[dict], held: List[dict]) -> dict:
     """What each short benchmark on the allocation gave the prediction, and why not more."""
     return {"exchange_bench": None if bench is None else {
-                "pattern": bench.pattern, "misses": bench.misses(),
+                "pattern": bench.pattern, **bench.notes(),
                 "points": sum(1 for pt in held if pt["exchange_from"])},
             "loop_bench": None if loop is None else {
-                "source": loop.source, "misses": loop.misses(),
+                "source": loop.source, **loop.notes(),
                 "axes": [ax["axis"] for ax in out_axes if ax["model"]["loop_shares"]]},
             "spread_bench": None if spread is None else {
-                "source": spread.source, "misses": spread.misses(), "coupled": spread.coupled,
+                "source": spread.source, **spread.notes(), "coupled": spread.coupled,
                 **({"crowd": {str(k): v for k, v in sorted(crowd.items())}}
                    if (crowd := spread.crowds()) else {}),
                 "rounds": spread.round_factors(expected_max),

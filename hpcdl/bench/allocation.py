@@ -118,9 +118,11 @@ def merged(path: Path, schema: str, machine: str, nodes: int) -> dict:
 
 def _write(path: Path, doc: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(path)                     # a crash leaves the former file whole
+    try:
+        records.write_atomic(path, json.dumps(doc, indent=1) + "\n")   # the former file, or this
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be written ({exc.strerror or exc}); the file is as it "
+                        "was before this measurement") from None
 
 
 # --- the ranks ----------------------------------------------------------------------------------

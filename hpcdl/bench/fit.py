@@ -176,9 +176,8 @@ def main(opts) -> int:
                "manifest": records.manifest(extra={"bench_manifest": record.get("manifest", {})})}
         out = Path(opts.output)
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, default=records._jsonable) + "\n")
-        os.replace(tmp, out)
+        records.write_atomic(out, json.dumps(doc, indent=1, sort_keys=True,
+                                             default=records._jsonable) + "\n")
         print(f"# Fit written to {out}")
     return 0
 

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Mapping, MutableMapping, Optional, Tuple
 
-from .. import cluster, machine
+from .. import checks, cluster, machine
 from ..errors import UserError
 
 SCHEMA = "hpcdl.tuning/1"
@@ -82,6 +82,9 @@ def _read(path) -> Tuple[dict, bytes]:
             raise UserError(f"tuning file {path}: the {comp} pick's backend "
                             f"'{pick.get('backend')}' is not one a tuning file may pick "
                             f"({', '.join(PICKABLE)})")
+    why = checks.input_problem(doc, SCHEMA)
+    if why:
+        raise UserError(f"tuning file {path}: {why}; make it again with 'hpcdl tune'")
     return doc, raw
 
 
@@ -185,5 +188,9 @@ def write(path, doc: dict) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, p)
+    try:
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)       # a full disk leaves no temporary file behind
+        raise

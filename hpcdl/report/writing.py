@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Dict, List, Optional, Sequence
 from . import sections
 from .plots import draw_plots  # matplotlib is imported only when plots are drawn
 from .table import stable
-from .. import analysis, checks
+from .. import analysis, checks, records
 from ..errors import UserError
 from .reading import _read, _resolve
 from .summary import summary
@@ -72,22 +73,32 @@ def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = N
 
 def _write(res, recs, read, runs: Path, out: Path, plots: bool, command: str) -> Dict:
     """The report's plots, tables, report.md and report.json in ``out``."""
+    report, js = out / "report.md", out / "report.json"
+    _can_replace([report, js])
     pngs = draw_plots(res, out) if plots else []
     tables, lines, extra = sections.render(sections.Context(res, recs.about, runs, pngs))
+    _can_replace([out / f"{t.name}.csv" for t in tables])
     files: List[Path] = []
     for t in tables:
         path = out / f"{t.name}.csv"
-        path.write_text(t.csv_text(command))
+        records.write_atomic(path, t.csv_text(command))
         files.append(path)
     files += pngs
-    report = out / "report.md"
-    report.write_text(f"<!-- command: {command} -->\n" + "\n".join(
+    records.write_atomic(report, f"<!-- command: {command} -->\n" + "\n".join(
         _opening(res, runs) + _left_out(read) + lines
         + ["Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""]))
-    js = out / "report.json"
     _write_json(js, {**res.as_dict(), **extra, "left_out": _left_out_json(read)})
     files += [report, js]
     return {"report": report, "json": js, "files": files}
+
+
+def _can_replace(paths: List[Path]) -> None:
+    """Raise (naming it) where a file of the report exists and cannot be replaced (read-only,
+    immutable): checked before any is written, so that the files written never disagree."""
+    for path in paths:
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UserError(f"{path}: cannot be written (read-only or immutable); nothing of "
+                            "the report was written, so its files still agree")
 
 
 def _write_json(path: Path, doc: dict) -> None:
@@ -98,8 +109,7 @@ def _write_json(path: Path, doc: dict) -> None:
     plain = json.loads(text)
     del text
     plain = stable(plain)
-    with path.open("w") as fh:
-        json.dump(plain, fh, indent=1, sort_keys=True)
+    records.write_atomic(path, json.dumps(plain, indent=1, sort_keys=True))
 
 
 def _command(about, runs, mixed: bool = False, bench: Optional[str] = None,
@@ -167,7 +177,7 @@ def _jsonable(x):
 
 def _opening(res, runs) -> List[str]:
     """The title, the answer (:mod:`.summary`), then how the figures are made, folded."""
-    return [f"# Scaling study `{res.study}`", ""] + summary(res) + [
+    return [f"# Scaling study `{res.study}`", ""] + _inputs_left_out(res) + summary(res) + [
             "<details><summary>How these figures are made</summary>", "",
             f"{res.scaling.capitalize()} scaling ({res.scaling_source}) of `{res.workload}` "
             f"from `{runs}` ({res.records} record(s), {len(res.rows)} configuration(s)). "
@@ -178,6 +188,15 @@ def _opening(res, runs) -> List[str]:
             "forward and backward pass; the rest of the step is the exchange not hidden behind "
             "it, the optimizer update and per-step overhead (at one rank nothing is exchanged).",
             "", "</details>", ""] + _caution(res.provenance)
+
+
+def _inputs_left_out(res) -> List[str]:
+    """The allocation files the study names that the input files' rule left out
+    (:func:`hpcdl.checks.input_problem`): first, since the figures below were made without them."""
+    said = [why for kind in ("exchange_bench", "loop_bench", "spread_bench")
+            for why in ((res.prediction or {}).get(kind) or {}).get("rejected") or []]
+    return (["**Input files left out** (the figures below are made without them): "
+             + " ".join(f"{why}." for why in said), ""] if said else [])
 
 
 def _left_out(read) -> List[str]:

@@ -148,10 +148,15 @@ def _calibrate_key(v, model) -> Tuple[int, str, str, str]:
 def _forecast_key(v, model) -> List[int]:
     """[model] forecast = [16, 64, 256]: the node counts the report forecasts ([] for its
     default)."""
-    counts = v.get(model, "model.forecast", list, default=[])
-    if any(not isinstance(n, int) or isinstance(n, bool) or n < 2 for n in counts):
-        v.fail("model.forecast", f"node counts of 2 or more, such as [16, 64, 256]; got {counts}")
-    return sorted(set(counts))
+    counts = v.get(model, "model.forecast", list, default=None)
+    if counts is None:
+        return []
+    if any(not isinstance(n, int) or isinstance(n, bool) or n < 2 for n in counts) or not counts:
+        v.fail("model.forecast", f"node counts of 2 or more, such as [16, 64, 256]; got {counts}"
+               + (" (leave the key out for the report's default)" if not counts else ""))
+    if len(set(counts)) < len(counts):
+        v.fail("model.forecast", f"each node count once; got {counts}")
+    return sorted(counts)
 
 
 def _tuning_path(v, table, key: str) -> str:

@@ -114,6 +114,33 @@ def _fit(tmp, **terms) -> str:
     return str(_file(tmp, "fit.json", json.dumps(doc)))
 
 
+ALLOC = ROOT / "results" / "box-fc-cnn-175mbit" / "allocation"
+
+
+def _edited(tmp, name: str, edit) -> str:
+    """A committed allocation file of box-fc-cnn-175mbit, passed through ``edit(doc)``."""
+    doc = json.loads((ALLOC / name).read_text())
+    edit(doc)
+    return str(_file(tmp, f"edited-{name}", json.dumps(doc)))
+
+
+def _spread_value(value):
+    def edit(doc):
+        doc["spread"]["2"][0][1] = value
+    return edit
+
+
+def _loop_share(value):
+    def edit(doc):
+        doc["shares"]["1"]["2"]["median"] = value
+    return edit
+
+
+def _zero_times(doc):
+    for c in doc["candidates"]:
+        c["times_s"] = [0.0 for _ in c["times_s"]]
+
+
 def _declaring(fit):
     def edit(r):
         r["declared"]["calibration"] = f"fit:{fit}"
@@ -156,13 +183,50 @@ CASES = [
      "fit /etc/passwd: not JSON"),
     ("study report --fit whose alpha is negative", lambda t: [
         "study", "report", str(_results(t)), "--fit", _fit(t, alpha_s=-1)], None,
-     "horovod's alpha_s = -1 is not a finite number >= 0"),
+     "backends.horovod.alpha_s = -1 is not a finite number >= 0"),
     ("study report --fit whose beta is NaN", lambda t: [
         "study", "report", str(_results(t)), "--fit", _fit(t, beta_s_per_byte=float("nan"))],
-     None, "horovod's beta_s_per_byte = nan is not a finite number"),
+     None, "backends.horovod.beta_s_per_byte = nan is not a finite number"),
     ("study report --fit whose alpha is a string", lambda t: [
         "study", "report", str(_results(t)), "--fit", _fit(t, alpha_s="fast")], None,
-     "fit.json: horovod's alpha_s = 'fast'"),
+     "fit.json: backends.horovod.alpha_s = 'fast'"),
+    ("study report --spread-bench with a NaN deviation", lambda t: [
+        "study", "report", str(_results(t)), "--spread-bench",
+        _edited(t, "spread.json", _spread_value(float("nan")))], None, "spread.2.0.1 = nan is not a node's compute"),
+    ("study report --spread-bench with a negative deviation", lambda t: [
+        "study", "report", str(_results(t)), "--spread-bench",
+        _edited(t, "spread.json", _spread_value(-0.5))], None, "spread.2.0.1 = -0.5 is not"),
+    ("study report --spread-bench with a 1e9 deviation", lambda t: [
+        "study", "report", str(_results(t)), "--spread-bench",
+        _edited(t, "spread.json", _spread_value(1e9))], None, "spread.2.0.1 = 1000000000.0 is not"),
+    ("study report --loop-bench with a share of 1.5", lambda t: [
+        "study", "report", str(_results(t)), "--loop-bench",
+        _edited(t, "loop-cpu.json", _loop_share(1.5))], None, "shares.1.2.median = 1.5 is not a share of a CPU"),
+    ("study report --loop-bench with a share of -0.2", lambda t: [
+        "study", "report", str(_results(t)), "--loop-bench",
+        _edited(t, "loop-cpu.json", _loop_share(-0.2))], None, "shares.1.2.median = -0.2 is not"),
+    ("study report --loop-bench with a share of 1.0", lambda t: [
+        "study", "report", str(_results(t)), "--loop-bench",
+        _edited(t, "loop-cpu.json", _loop_share(1.0))], None, "shares.1.2.median = 1.0 is not"),
+    ("study report --exchange-bench naming a file that is no tuning file", lambda t: [
+        "study", "report", str(_results(t)), "--exchange-bench", "/etc/passwd"], None,
+     "--exchange-bench /etc/passwd: not a JSON file of hpcdl.tuning/1"),
+    ("study report --exchange-bench matching no file", lambda t: [
+        "study", "report", str(_results(t)), "--exchange-bench", str(t / "x-{nodes}n.json")], None,
+     "x-{nodes}n.json: no file matches"),
+    ("study report --exchange-bench whose times are 0", lambda t: [
+        "study", "report", str(_results(t)), "--exchange-bench",
+        _edited(t, "exchange-8n-175mbit.json", _zero_times)], None,
+     "candidates.0.times_s.0 = 0.0 is not a time in seconds"),
+    ("train --tuning whose times are 0", lambda t: [
+        "train", "--tuning", _edited(t, "exchange-8n-175mbit.json", _zero_times)], None,
+     "candidates.0.times_s.0 = 0.0 is not a time in seconds"),
+    ("study validate: a forecast naming a count twice", lambda t: [
+        "study", "validate", _study(t, GOOD_STUDY + "[model]\nforecast = [16, 16]\n")], None,
+     "model.forecast: each node count once; got [16, 16]"),
+    ("study validate: an empty forecast", lambda t: [
+        "study", "validate", _study(t, GOOD_STUDY + "[model]\nforecast = []\n")], None,
+     "leave the key out for the report's default"),
     ("study report --loop-bench not a loop file", lambda t: [
         "study", "report", str(_results(t)), "--loop-bench", "/etc/passwd"], None,
      "--loop-bench /etc/passwd: not a JSON file of hpcdl.loop-cpu/1"),

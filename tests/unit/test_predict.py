@@ -4,6 +4,7 @@ smallest node counts recovering a study made by known parts, the two baselines, 
 band and its coverage, the prediction across link rates, and the remedies' gains."""
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -1111,13 +1112,15 @@ def test_a_study_names_its_forecast_and_the_report_command_overrides_it(tmp_path
     assert report.rendered_with(tmp_path / "o")["forecast"] == (100,)
     toml = tmp_path / "st.toml"
     toml.write_text('[study]\nname = "x"\nscaling = "weak"\n[workload]\nname = "expmlp"\nbatch_size = 8\n'
-                    '[layout]\nranks = [1, 2]\n[model]\nforecast = [64, 16, 64]\n')
+                    '[layout]\nranks = [1, 2]\n[model]\nforecast = [64, 16]\n')
     st = _load(toml)
     assert st.forecast == [16, 64]
     assert st.declared["calibration"].endswith(";forecast:16,64")       # after its files
-    toml.write_text(toml.read_text().replace("[64, 16, 64]", "[1]"))
-    with pytest.raises(Exception, match="model.forecast"):
-        _load(toml)
+    for bad, why in (("[1]", "node counts of 2 or more"), ("[64, 16, 64]", "each node count once"),
+                     ("[]", "leave the key out")):
+        toml.write_text(re.sub(r"forecast = \[.*\]", f"forecast = {bad}", toml.read_text()))
+        with pytest.raises(Exception, match=f"model.forecast: .*{why}"):
+            _load(toml)
 
 
 def test_the_allreduce_the_model_predicts_fastest_is_advised_where_the_library_ran_another():
