@@ -208,9 +208,10 @@ def _command(argv: Optional[List[str]]) -> int:
         sys.stderr.write(f"{layout.tag} hpcdl {opts.command}: error: {message}\n")
         _end_job(EXIT_USAGE, layout)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return 130
+    except KeyboardInterrupt as exc:
+        code = getattr(exc, "exit_code", 130)       # 128 + the signal's number
+        sys.stderr.write(f"interrupted ({'SIGTERM' if code == 143 else 'SIGINT'}); exit {code}\n")
+        return code
     except SystemExit:
         raise
     except BaseException as exc:

@@ -234,8 +234,10 @@ def render_report(job: Job, software: Software, study: str, results_dir: str,
     else:
         values = dict(_common(job, software, script_name),
                       sbatch=_sbatch_block(job, preemptible=False))
+    # --wait: a study run or submit holding the results root just then delays the report, not
+    # fails it (hpcdl.study.lock)
     report = " ".join([shlex.quote(software.python), "-m", "hpcdl", "study", "report",
-                       shlex.quote(str(results_dir))])
+                       shlex.quote(str(results_dir)), "--wait", "3600"])
     values.update(study=study, results_dir=shlex.quote(str(results_dir)), report=report)
     return _fill("report.qsub" if gridengine is not None else "report.sbatch", values)
 

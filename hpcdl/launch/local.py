@@ -107,6 +107,11 @@ def run(argv: Sequence[str], timeout: float, env: Optional[Mapping[str, str]] = 
             timed_out = True
             _kill_group(proc)
             out, err = proc.communicate()
+        except BaseException:
+            # Ctrl-C or SIGTERM to the caller (a terminal's Ctrl-C does not reach the job's own
+            # session): end the job's every process, mpirun and its ranks, before leaving
+            end_session(proc)
+            raise
         _wait_session_gone(proc.pid, DRAIN_S)
     finally:
         if fh is not None:
@@ -157,3 +162,28 @@ def _kill_group(proc: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def end_session(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """End the job started in ``proc``'s session: SIGTERM to mpirun's group (it forwards the end
+    to its ranks), then, after ``grace`` seconds, SIGKILL to every process of the session still
+    there. Returns once none is left (or after ``DRAIN_S``)."""
+    _kill_group_once(proc.pid, signal.SIGTERM)
+    end = time.monotonic() + grace
+    while _session_members(proc.pid) and time.monotonic() < end:
+        proc.poll()
+        time.sleep(0.05)
+    for pid in _session_members(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.poll()
+    _wait_session_gone(proc.pid, DRAIN_S)
+
+
+def _kill_group_once(pgid: int, sig) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass

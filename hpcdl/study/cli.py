@@ -6,12 +6,16 @@ once, and a report never needs TensorFlow, Horovod or mpi4py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shlex
+import signal
 import time
 from pathlib import Path
 
-from .. import machine, study as _study
+from .. import checks, machine, study as _study
+from . import lock as rootlock
 from ..errors import UserError
 from ..launch import status, study_local, submit
 
@@ -50,6 +54,7 @@ def register(subparsers, name: str, help_text: str) -> None:
                    help="more options of 'hpcdl bench allocation', which a study with [model] "
                         "forecast runs first at each rank count its files lack")
     r.add_argument("--report", action="store_true", help="write the report when the runs are done")
+    _add_wait(r)
     r.set_defaults(_main=run_main)
 
     rep = sub.add_parser("report", help="tables, plots and the communication model of a study",
@@ -59,18 +64,26 @@ def register(subparsers, name: str, help_text: str) -> None:
                                      "calibrated on the runs (or on a bench fit) and extrapolated "
                                      "to cluster networks.")
     add_report_arguments(rep)
+    _add_wait(rep)
     rep.set_defaults(_main=report_main)
 
     s = sub.add_parser("submit", help="submit a study to Slurm (one job per point, report chained)",
                        description="Write one job script per point not yet recorded and submit "
                                    "them with sbatch, the report job chained after them.")
     add_submit_arguments(s)
+    _add_wait(s)
     s.set_defaults(_main=submit_main)
     st = sub.add_parser("status", help="show the Slurm jobs and recorded points of a study",
                         description="Per point: the latest job, its state from squeue and "
                                     "sacct -c, and whether the point is recorded.")
     add_status_arguments(st)
     st.set_defaults(_main=status_main)
+
+
+def _add_wait(p) -> None:
+    p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                   help="where another study run, submit or report holds the results root, "
+                        "wait up to SECONDS for it (default: refuse at once, naming it)")
 
 
 def _set_default_main(p) -> None:
@@ -141,13 +154,31 @@ def run_main(opts) -> int:
     if not st.is_local:
         raise UserError(f"{opts.study}: layout.nodes asks for several nodes; run it with "
                         f"'hpcdl study submit' on a Slurm cluster, or use layout.ranks here")
-    rc = study_local.run_study(st, force=opts.force, limit=opts.limit, timeout=opts.timeout,
-                               dry_run=opts.dry_run, stream=opts.stream,
-                               allocation=shlex.split(opts.allocation))
-    if rc == 0 and opts.report and not opts.dry_run:
-        written = report.write_report(st.results_dir, study_name=st.name)
-        print(f"Report: {written['report']}")
+    if opts.dry_run:
+        return study_local.run_study(st, force=opts.force, limit=opts.limit, dry_run=True,
+                                     timeout=opts.timeout, allocation=shlex.split(opts.allocation))
+    checks.check_writable(st.runs_path, "the study's results file")     # before the lock's file
+    _sigterm_interrupts()
+    with rootlock.hold(Path(st.results_dir).parent, f"hpcdl study run {opts.study}", opts.wait):
+        rc = study_local.run_study(st, force=opts.force, limit=opts.limit, timeout=opts.timeout,
+                                   stream=opts.stream, allocation=shlex.split(opts.allocation))
+        if rc == 0 and opts.report:
+            written = report.write_report(st.results_dir, study_name=st.name)
+            print(f"Report: {written['report']}")
     return rc
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM (a scheduler's or kill's) unwinds `study run` like Ctrl-C: the running point's
+    job is ended (:func:`hpcdl.launch.local.run`) and the lock released; the exit is 143."""
+    def _raise(signum, frame):
+        raise Terminated()
+    signal.signal(signal.SIGTERM, _raise)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as an interrupt; the command exits 128 + 15."""
+    exit_code = 143
 
 
 def report_main(opts) -> int:
@@ -170,15 +201,22 @@ def report_main(opts) -> int:
                         "node counts are --forecast (default 16,64,256)")
     if opts.fit and not Path(opts.fit).is_file():
         raise UserError(f"--fit {opts.fit}: no such file (make one with 'hpcdl bench fit')")
-    written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
-                                  algorithm=opts.algorithm,
-                                  plots=not opts.no_plots,
-                                  scaling=opts.scaling, allow_mixed=opts.allow_mixed,
-                                  workers=opts.workers, exchange_bench=opts.exchange_bench,
-                                  loop_bench=opts.loop_bench,
-                                  spread_bench=opts.spread_bench,
-                                  forecast=None if opts.forecast is None
-                                  else _node_counts(opts.forecast))
+    if opts.exchange_bench:
+        _check_exchange_files(opts.exchange_bench)
+    runs = src if src.suffix == ".jsonl" else src / "runs.jsonl"
+    held = (rootlock.hold(runs.parent.parent, f"hpcdl study report {opts.source}", opts.wait)
+            if runs.name == "runs.jsonl" and os.access(runs.parent.parent, os.W_OK)
+            else contextlib.nullcontext())
+    with held:
+        written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
+                                      algorithm=opts.algorithm,
+                                      plots=not opts.no_plots,
+                                      scaling=opts.scaling, allow_mixed=opts.allow_mixed,
+                                      workers=opts.workers, exchange_bench=opts.exchange_bench,
+                                      loop_bench=opts.loop_bench,
+                                      spread_bench=opts.spread_bench,
+                                      forecast=None if opts.forecast is None
+                                      else _node_counts(opts.forecast))
     for kind, path in written.items():
         if kind != "files":
             print(f"{kind}: {path}")
@@ -220,6 +258,14 @@ def add_submit_arguments(p) -> None:
 
 def submit_main(opts) -> int:
     st = _study.load(opts.study, results_root=opts.results_root)
+    if opts.dry_run:
+        return _submit(st, opts)
+    with rootlock.hold(Path(st.results_dir).parent, f"hpcdl study submit {opts.study}", opts.wait):
+        return _submit(st, opts)
+
+
+def _submit(st, opts) -> int:
+    """Plan the study's jobs and submit them (the caller holds the results root)."""
     for flag, value in (("--partition", opts.partition), ("--account", opts.account)):
         if value is not None and not _study.scheduler_value_ok(value):
             raise UserError(f"{flag} {value!r}: letters, digits and _ . , : = + @ % / & | ! * "
@@ -294,6 +340,19 @@ def status_main(opts) -> int:
         print(f"{r['point']:<24} {r['job_id'] or '-':>8}  {r['state']:<13} {r['exit_code'] or '-':>6} "
               f"{r['attempts']:>5}  {_recorded(r['recorded']):<8}  {r['reason'] or ''}")
     return rc
+
+
+def _check_exchange_files(pattern: str) -> None:
+    """--exchange-bench, named on the command line: some file matches it, and every one that
+    does is a tuning file whose figures hold (else one line, exit 2)."""
+    import glob
+    import re
+    found = sorted(glob.glob(re.sub(r"\{\w+\}", "*", pattern)))
+    if not found:
+        raise UserError(f"--exchange-bench {pattern}: no file matches (make them with 'hpcdl "
+                        "tune --out' on the allocation)")
+    for path in found:
+        checks.schema_file(path, "hpcdl.tuning/1", "--exchange-bench", "hpcdl tune")
 
 
 def _recorded(value) -> str:
