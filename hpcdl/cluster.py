@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
 
+from .errors import UserError
 from .cgroup import cgroup_cpu_limit, cgroup_cpu_usage   # noqa: F401  (what a rank was granted)
 
 __all__ = ["Layout", "discover", "threads_per_rank", "configure_threads", "apply_tf_threads",
@@ -358,13 +359,49 @@ def threads_per_rank(layout: Optional[Layout] = None, env: Optional[Mapping[str,
     this rank was granted (:func:`cpus_granted`: its affinity mask and the cgroup's quota)."""
     env = os.environ if env is None else env
     layout = layout or discover(env)
-    explicit = _int(env, "HPCDL_THREADS")
-    if explicit and explicit > 0:
-        return explicit
-    per_task = _int(env, "SLURM_CPUS_PER_TASK")
-    if per_task and per_task > 0:
-        return per_task
+    explicit = env.get("HPCDL_THREADS")
+    if explicit not in (None, ""):
+        n = _count(explicit)
+        if n is None:
+            raise UserError(f"HPCDL_THREADS={explicit!r}: give a whole number of threads per rank, "
+                            "1 or more (or unset it for the CPUs this rank was granted)")
+        return _capped(n, "HPCDL_THREADS")
+    per_task = env.get("SLURM_CPUS_PER_TASK")
+    if per_task not in (None, ""):
+        n = _count(per_task)
+        if n is not None:
+            return _capped(n, "SLURM_CPUS_PER_TASK")
+        _note(f"SLURM_CPUS_PER_TASK={per_task!r} is no CPU count; taking the CPUs this rank was "
+              "granted instead")
     return cpus_granted(layout.local_size, quota=cgroup_cpu_limit())
+
+
+class SettingWarning(UserWarning):
+    """A setting in the environment that hpcdl did not take as given (shown as one line)."""
+
+
+def _note(message: str) -> None:
+    import warnings
+    warnings.warn(message, SettingWarning, stacklevel=3)
+
+
+def _count(text: str) -> Optional[int]:
+    """A positive whole number, else None."""
+    try:
+        n = int(str(text).strip())
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def _capped(n: int, name: str) -> int:
+    """``n`` threads, at most the CPUs this process may run on: more start threads that only
+    wait for a core (99,999 of them hang TensorFlow's start)."""
+    cpus = _affinity()
+    if n > cpus:
+        _note(f"{name}={n} is more than the {cpus} CPU(s) this rank may run on; using {cpus}")
+        return cpus
+    return n
 
 
 def thread_env(layout: Optional[Layout] = None, env=None) -> Dict[str, str]:

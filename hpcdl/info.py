@@ -92,10 +92,24 @@ def _mark(v) -> str:
     return "[X]" if v else "[ ]"
 
 
+def import_error() -> Optional[str]:
+    """Why ``import horovod.tensorflow`` fails here (its error, one line), None where it works:
+    a built extension that does not load (another TensorFlow, a missing library) shows only here."""
+    try:
+        stack.import_tensorflow()
+        import horovod.tensorflow  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any failure to import is the answer
+        text = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
+    return None
+
+
 def main(opts) -> int:
     info = collect()
     hb = info["horovod_build"]
     good = bool(hb.get("installed") and hb["frameworks"].get("tensorflow") and hb["controllers"].get("mpi"))
+    # only where the build's flags fail: a good build is checked without starting TensorFlow
+    failed = import_error() if opts.check and hb.get("installed") and not good else None
     if opts.json:
         print(json.dumps(info, indent=2, sort_keys=True))
     else:
@@ -114,6 +128,8 @@ def main(opts) -> int:
             print("  tensor operations: " + "  ".join(f"{_mark(b)} {k}" for k, b in hb.get("tensor_operations", {}).items()))
             if hb.get("error"):
                 print(f"  error: {hb['error']}")
+            if failed:
+                print(f"  import horovod.tensorflow: FAILS: {failed}")
         print(f"MPI         {v['mpi'] or 'not found (no mpirun on PATH)'}")
         print(f"mpi4py      {v['mpi4py'] or 'not installed'}")
         print(f"numpy       {v['numpy'] or 'not installed'}")
@@ -121,7 +137,16 @@ def main(opts) -> int:
         print(f"Launcher    {lay['launcher']}: rank {lay['rank']} of {lay['size']}, local rank "
               f"{lay['local_rank']} of {lay['local_size']}, node {lay['node']} of {lay['num_nodes']} "
               f"({lay['host']}), {info['threads_per_rank']} thread(s) per rank")
+    if opts.check and not hb.get("installed"):
+        raise UserError("Horovod is not installed; build it with scripts/setup.sh (or load the "
+                        "cluster's Horovod module)")
+    if opts.check and failed:
+        raise UserError(f"Horovod {info['versions']['horovod'] or ''} is installed but 'import "
+                        f"horovod.tensorflow' fails ({failed}); rebuild it against this "
+                        "TensorFlow with scripts/setup.sh")
     if opts.check and not good:
-        raise UserError("Horovod is not built with TensorFlow and MPI; rebuild it with "
-                        "scripts/setup.sh (HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1)")
+        raise UserError("Horovod is not built with TensorFlow and MPI"
+                        + (f" ({hb['error']})" if hb.get("error") else "")
+                        + "; rebuild it with scripts/setup.sh (HOROVOD_WITH_TENSORFLOW=1 "
+                        "HOROVOD_WITH_MPI=1)")
     return 0

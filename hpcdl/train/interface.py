@@ -105,11 +105,12 @@ class Mode:
 
 def continuity(meta: dict, opts, plan, size: int) -> List[str]:
     """What of this run differs from the run that wrote a checkpoint (its metadata): workload,
-    batch per rank, ranks, learning rate, its warm-up. A figure the checkpoint does not carry
+    seed (its data order), batch per rank, ranks, learning rate, its warm-up. A figure the checkpoint does not carry
     (written by an older hpcdl) is not compared."""
     out = []
     batch, lr = (plan.batch, plan.lr) if plan else (None, None)
     for name, then, now in (("workload", meta.get("workload"), opts.workload),
+                            ("seed", meta.get("seed"), getattr(opts, "seed", None)),
                             ("batch per rank", meta.get("batch_size"), batch),
                             ("ranks", meta.get("size"), size),
                             ("learning rate", meta.get("lr"), lr),

@@ -70,11 +70,14 @@ def _training(p, t) -> None:
 
 def _measurement(m) -> None:
     m.add_argument("--warmup", type=args.nonneg_int, default=None,
-                   help="untimed steps at the start (default: 10, cnn: --num-warmup-batches)")
-    m.add_argument("--num-warmup-batches", type=args.nonneg_int, default=None, help="cnn: untimed batches (10)")
+                   help="untimed steps at the start (default: 10, or a tenth of --steps)")
+    m.add_argument("--num-warmup-batches", type=args.nonneg_int, default=None,
+                   help="untimed batches (as --warmup; cnn's default 10)")
     m.add_argument("--num-batches-per-iter", type=args.positive_int, default=None,
                    help="steps per timed iteration, the unit of the +- spread (10)")
-    m.add_argument("--num-iters", type=args.positive_int, default=None, help="cnn: timed iterations (10)")
+    m.add_argument("--num-iters", type=args.positive_int, default=None,
+                   help="timed iterations of --num-batches-per-iter steps: the run takes warm-up "
+                        "+ iterations x steps per iteration, unless --steps is given (cnn: 10)")
     m.add_argument("--log-every", type=args.positive_int, default=100, help="progress line every N steps")
     m.add_argument("--eval-every", type=args.nonneg_int, default=0,
                    help="evaluate the held-out metric (sharded over the ranks) every N samples "

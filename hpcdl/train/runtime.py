@@ -161,9 +161,14 @@ def make_plan(opts, wl, size: int) -> Plan:
         warmup = next(v for v in (opts.num_warmup_batches, opts.warmup, 10) if v is not None)
         per_iter = opts.num_batches_per_iter or 10
         steps = opts.steps or (warmup + (opts.num_iters or 10) * per_iter)
+    elif opts.num_iters and not opts.steps:     # the benchmark's terms, for any workload
+        warmup = next(v for v in (opts.num_warmup_batches, opts.warmup, 10) if v is not None)
+        per_iter = opts.num_batches_per_iter or 10
+        steps = warmup + opts.num_iters * per_iter
     else:
         steps = opts.steps or wl.steps
-        warmup = opts.warmup if opts.warmup is not None else min(10, steps // 10)
+        warmup = next((v for v in (opts.num_warmup_batches, opts.warmup) if v is not None),
+                      min(10, steps // 10))
         per_iter = opts.num_batches_per_iter or max(1, min(10, (steps - warmup) // 10 or 1))
     if warmup >= steps:
         raise UserError(f"--warmup {warmup} leaves no timed steps of --steps {steps}")

@@ -8,8 +8,6 @@ dataset of ``(x, y)`` pairs or a tuple of numpy arrays.
 """
 from __future__ import annotations
 
-import importlib
-
 from .base import Workload, WorkloadError
 
 BUILTIN = ("expmlp", "mnist", "cnn")
@@ -39,40 +37,5 @@ def load(name: str, opts) -> Workload:
     if name == "cnn":
         from . import cnn
         return cnn.build(opts)
-    return _load_user(name, opts)
-
-
-def _load_user(spec: str, opts) -> Workload:
-    import tensorflow as tf
-
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise WorkloadError(f"cannot import workload module '{module_name}' ({exc}); "
-                            "is it on PYTHONPATH?") from exc
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise WorkloadError(f"'{spec}': {module_name} has no callable '{attr}'")
-    made = factory(opts)
-    if isinstance(made, dict):
-        parts = made
-    else:
-        try:
-            model, loss, dataset = made
-        except (TypeError, ValueError) as exc:
-            raise WorkloadError(f"'{spec}' must return (model, loss, dataset) or a dict") from exc
-        parts = {"model": model, "loss": loss, "dataset": dataset}
-    for key in ("model", "loss", "dataset"):
-        if key not in parts:
-            raise WorkloadError(f"'{spec}' returned no '{key}'")
-    loss = parts["loss"]
-    if isinstance(loss, str):
-        loss = tf.keras.losses.get(loss)
-    optimizer = parts.get("optimizer")
-    make_opt = optimizer if callable(optimizer) and not hasattr(optimizer, "apply_gradients") else (
-        (lambda lr: optimizer) if optimizer is not None else (lambda lr: tf.keras.optimizers.Adam(lr)))
-    return Workload(name=spec, model=parts["model"], loss=loss, make_optimizer=make_opt,
-                    train=parts["dataset"], test=parts.get("test"), lr=parts.get("lr", 1e-3),
-                    ref_batch=parts.get("ref_batch", 100), batch_size=parts.get("batch_size", 32),
-                    steps=parts.get("steps", 100), accuracy=bool(parts.get("accuracy", False)))
+    from .user import load_user
+    return load_user(name, opts)

@@ -141,6 +141,29 @@ def _zero_times(doc):
         c["times_s"] = [0.0 for _ in c["times_s"]]
 
 
+USER_MODEL = """
+import numpy as np
+import tensorflow as tf
+
+def good():
+    x = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    y = x.sum(axis=1, keepdims=True)
+    return tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense({width})]), "mse", (x, y)
+
+def factory(opts):
+    model, loss, (x, y) = good()
+    return {result}
+"""
+
+
+def _user_model(result: str, width: int = 1):
+    """A module ``mywl`` whose ``factory`` returns ``result`` (a model of output ``width``)."""
+    def env(tmp):
+        (tmp / "mywl.py").write_text(USER_MODEL.format(result=result, width=width))
+        return {"PYTHONPATH": f"{tmp}{os.pathsep}{ROOT}"}
+    return env
+
+
 def _declaring(fit):
     def edit(r):
         r["declared"]["calibration"] = f"fit:{fit}"
@@ -227,6 +250,23 @@ CASES = [
     ("study validate: an empty forecast", lambda t: [
         "study", "validate", _study(t, GOOD_STUDY + "[model]\nforecast = []\n")], None,
      "leave the key out for the report's default"),
+    ("info --check where Horovod's TensorFlow part fails to import (TF)", ["info", "--check"],
+     _fake_horovod_without_tf, "'import horovod.tensorflow' fails (ImportError: extension not built)"),
+    ("HPCDL_THREADS that is no number", ["train", "--workload", "expmlp"],
+     lambda t: {"HPCDL_THREADS": "abc"}, "HPCDL_THREADS='abc': give a whole number"),
+    ("HPCDL_THREADS of 0", ["train", "--workload", "expmlp"], lambda t: {"HPCDL_THREADS": "0"},
+     "HPCDL_THREADS='0': give a whole number of threads per rank, 1 or more"),
+    ("a factory whose model's output is too wide (TF)", ["train", "--workload", "mywl:factory"],
+     _user_model("model, loss, (x, y)", width=3),
+     "'mywl:factory': its model's output is 3 wide and its labels 1 ((1, 3) against (1, 1))"),
+    ("a factory whose features are strings (TF)", ["train", "--workload", "mywl:factory"],
+     _user_model("model, loss, (np.array(['a'] * 64), y)"),
+     "its dataset's features are <U1, not numbers"),
+    ("a factory returning its values in the wrong order (TF)", ["train", "--workload", "mywl:factory"],
+     _user_model("(x, y), model, loss"),
+     "its model (the first value) is a tuple, not a Keras model; the factory returns (model, loss, dataset)"),
+    ("a factory whose loss names no loss (TF)", ["train", "--workload", "mywl:factory"],
+     _user_model("model, 'msee', (x, y)"), "its loss (the second value) 'msee' names no Keras loss"),
     ("study report --loop-bench not a loop file", lambda t: [
         "study", "report", str(_results(t)), "--loop-bench", "/etc/passwd"], None,
      "--loop-bench /etc/passwd: not a JSON file of hpcdl.loop-cpu/1"),
@@ -573,3 +613,50 @@ def test_a_point_recorded_again_is_named_and_not_pooled_as_more_repeats(tmp_path
         assert doc["rows"] == json.loads((baseline / "report.json").read_text())["rows"]
         md = (d / "report.md").read_text()
         assert "50 record(s) of a study's point recorded before" in md
+
+
+def test_resuming_with_another_seed_is_refused_unless_asked_and_then_recorded(tmp_path):
+    """(TF) The seed sets the data order: a checkpoint of seed 0 is not continued as seed 7
+    without --resume-mismatch; with it, the record says what differed."""
+    base = ["train", "--workload", "expmlp", "--checkpoint-dir", "ck"]
+    assert _hpcdl(tmp_path, *base, "--steps", "40", "--checkpoint-every", "20",
+                  "--results", "-").returncode == 0
+    res = _hpcdl(tmp_path, *base, "--steps", "60", "--seed", "7", "--resume", "--results", "-")
+    err = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(err) == 1, res.stderr[-2000:]
+    assert "was written by a run with another seed 0 (now 7)" in err[0]
+    res = _hpcdl(tmp_path, *base, "--steps", "60", "--seed", "7", "--resume",
+                 "--resume-mismatch", "--results", "r.jsonl")
+    assert res.returncode == 0, res.stderr[-2000:]
+    rec = json.loads((tmp_path / "r.jsonl").read_text())
+    assert rec["resumed_from"]["mismatch"] == ["seed 0 (now 7)"]
+
+
+def test_a_thread_count_far_past_the_cpus_is_capped_with_a_note_and_trains(tmp_path):
+    """(TF) HPCDL_THREADS=99999 hung TensorFlow's start; it is capped at the CPUs this process
+    may use, said in one line, and the run ends."""
+    env = {"HPCDL_THREADS": "99999"}
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "train", "--workload", "expmlp",
+                          "--steps", "30", "--results", "r.jsonl"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=170,
+                         env=dict(_one_process_env(), PYTHONPATH=str(ROOT), **env))
+    assert res.returncode == 0, res.stderr[-2000:]
+    cpus = len(os.sched_getaffinity(0))
+    assert f"hpcdl: HPCDL_THREADS=99999 is more than the {cpus} CPU(s) this rank may run on; " \
+           f"using {cpus}" in res.stderr
+    rec = json.loads((tmp_path / "r.jsonl").read_text())
+    assert rec["params"]["threads_per_rank"] == cpus
+
+
+def test_the_benchmark_terms_set_a_user_models_steps(tmp_path):
+    """(TF) A user's model trains warm-up + iterations x steps per iteration where the study
+    (or the command line) gives them, not the factory's default steps."""
+    env = _user_model("model, loss, (x, y)")(tmp_path)
+    res = subprocess.run([sys.executable, "-m", "hpcdl", "train", "--workload", "mywl:factory",
+                          "--num-warmup-batches", "3", "--num-batches-per-iter", "4",
+                          "--num-iters", "2", "--batch-size", "8", "--results", "r.jsonl"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=170,
+                         env=dict(_one_process_env(), **env))
+    assert res.returncode == 0, res.stderr[-2000:]
+    params = json.loads((tmp_path / "r.jsonl").read_text())["params"]
+    assert (params["steps"], params["warmup"]) == (11, 3), params

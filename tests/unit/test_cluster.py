@@ -1,5 +1,6 @@
 """Rank discovery and thread placement from launcher environments (no MPI needed)."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl import cgroup, cluster
+from hpcdl.errors import UserError
 from hpcdl_testing import ROOT
 
 OMPI = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
@@ -60,10 +62,32 @@ def test_other_launchers(env, expect):
 
 def test_threads_per_rank_prefers_explicit_then_slurm_then_the_cpus_granted(monkeypatch):
     monkeypatch.setattr(cluster, "cpus_granted", lambda local_size, quota: 16 // local_size)
+    monkeypatch.setattr(cluster, "_affinity", lambda: 16)
     lay = cluster.discover(OMPI, host="h")                      # 4 ranks on the node
     assert cluster.threads_per_rank(lay, {}) == 4
     assert cluster.threads_per_rank(lay, {"SLURM_CPUS_PER_TASK": "3"}) == 3
     assert cluster.threads_per_rank(lay, {"SLURM_CPUS_PER_TASK": "3", "HPCDL_THREADS": "1"}) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "1.5"])
+def test_a_thread_count_that_is_no_positive_whole_number_is_refused(value):
+    with pytest.raises(UserError, match=f"HPCDL_THREADS='{re.escape(value)}': give a whole number"):
+        cluster.threads_per_rank(cluster.discover({}, host="h"), {"HPCDL_THREADS": value})
+
+
+def test_a_thread_count_past_the_cpus_is_capped_with_a_note(monkeypatch):
+    monkeypatch.setattr(cluster, "_affinity", lambda: 2)
+    with pytest.warns(cluster.SettingWarning, match="HPCDL_THREADS=99999 is more than the 2 CPU"):
+        n = cluster.threads_per_rank(cluster.discover({}, host="h"), {"HPCDL_THREADS": "99999"})
+    assert n == 2
+
+
+@pytest.mark.parametrize("value", ["abc", "0"])
+def test_a_slurm_cpu_count_that_is_no_count_is_noted_and_the_grant_taken(monkeypatch, value):
+    monkeypatch.setattr(cluster, "cpus_granted", lambda local_size, quota: 1)
+    with pytest.warns(cluster.SettingWarning, match=f"SLURM_CPUS_PER_TASK='{value}' is no CPU count"):
+        n = cluster.threads_per_rank(cluster.discover({}, host="h"), {"SLURM_CPUS_PER_TASK": value})
+    assert n == 1
 
 
 @pytest.mark.parametrize("local, affinity, machine, quota, expect", [
@@ -174,7 +198,8 @@ def test_a_process_in_a_cgroup_with_a_fifth_of_a_core_uses_one_thread():
         group.rmdir()
 
 
-def test_configure_threads_exports_omp_and_tensorflow_settings():
+def test_configure_threads_exports_omp_and_tensorflow_settings(monkeypatch):
+    monkeypatch.setattr(cluster, "_affinity", lambda: 16)
     env = {"HPCDL_THREADS": "3"}
     n = cluster.configure_threads(cluster.discover({}, host="h"), env)
     assert n == 3
