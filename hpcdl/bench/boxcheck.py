@@ -1,10 +1,16 @@
 """Check the cluster box's isolation: ``python -m hpcdl.bench.boxcheck check`` (``scripts/cluster-box.sh
 check``) runs real Slurm jobs and prints a table.
 
-- compute: one compute-only probe (single-threaded numpy matrix products) on n1 alone, then on
-  every node at once; each node's time must be within ``COMPUTE_SPREAD`` of the alone time;
-- network: a ring allreduce (hpcdl's own ``ring`` backend) over all nodes under ``srun
-  --mpi=pmix``; each node's link, both ways, must carry at least ``LINK_SHARE`` of its rate.
+- compute: a compute-only probe (single-threaded numpy matrix products) on n1 alone and on every
+  node at once, alternating over ``--rounds`` (alone, together, alone, together, ..., alone);
+  each round compares every node with the median of the alone passes, and each node's median
+  over rounds must be within ``COMPUTE_SPREAD`` of 1. One pass of each, as the
+  check first did, gave opposite verdicts on an unchanged box when the one alone pass was slow;
+- network: every node sends to the next one and receives from the one before at once, a
+  ring of plain transfers (MPI Sendrecv, no reduction: the links are checked, not the ranks'
+  CPU, which at a fifth of a core held a reducing ring's links at 84%) under ``srun
+  --mpi=pmix``; each node's link, both ways, must carry at least ``LINK_SHARE`` of its rate,
+  its median over ``--reps`` transfers.
 
 The verdict goes to ``check.json`` beside the box file, where :func:`hpcdl.box.require_checked`
 reads it before a study's first job on the box.
@@ -25,7 +31,6 @@ from typing import Optional
 
 from ..box import box_file, check_file, job_exports, load, node_facts
 from ..machine import Counters
-from ..comm import get_backend
 from ..costmodel import rate_bits
 from ..errors import UserError
 
@@ -56,26 +61,30 @@ def _probe(opts) -> int:
 
 
 def _ring(opts) -> int:
-    """Ring-allreduce ``--mib`` MiB ``--reps`` times with the ring backend; rank 0 prints JSON of
-    every node's time and interface bytes."""
+    """Send ``--mib`` MiB to the next node while receiving as much from the one before, ``--reps``
+    times; rank 0 prints JSON of every node's interface bytes and time, per transfer."""
     import numpy as np
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
-    ring = get_backend("ring")
     host = socket.gethostname()
     facts = node_facts(host) or {"iface": "eth0"}
-    flat = np.ones(opts.mib * MIB // 4, dtype=np.float32)
-    ring.allreduce_mean(flat)                          # warm-up: connections made, windows open
-    comm.Barrier()
-    ctr = Counters(facts["iface"])
-    t0 = time.perf_counter()
+    out = np.ones(opts.mib * MIB, dtype=np.uint8)
+    back = np.empty_like(out)
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+
+    def shift():
+        comm.Sendrecv(out, dest=right, recvbuf=back, source=left)
+    shift()                                            # warm-up: connections made, windows open
+    passes = []
     for _ in range(opts.reps):
-        ring.allreduce_mean(flat)
-    seconds = time.perf_counter() - t0
-    mine = {"host": host, "seconds": seconds, **ctr.moved()}
-    rows = comm.gather(mine, root=0)
+        comm.Barrier()
+        ctr = Counters(facts["iface"])
+        t0 = time.perf_counter()
+        shift()
+        passes.append({"seconds": time.perf_counter() - t0, **ctr.moved()})
+    rows = comm.gather({"host": host, "passes": passes}, root=0)
     if comm.rank == 0:
-        print(json.dumps({"ranks": comm.size, "bytes": flat.nbytes, "reps": opts.reps,
+        print(json.dumps({"ranks": comm.size, "bytes": out.nbytes, "reps": opts.reps,
                           "nodes": rows}), flush=True)
     return 0
 
@@ -103,7 +112,7 @@ def job_env(box):
     return env
 
 
-def run_check(box: dict, work: int = 0, reps: int = 3, mib: int = 0) -> dict:
+def run_check(box: dict, work: int = 0, reps: int = 3, mib: int = 0, rounds: int = 3) -> dict:
     """Both halves of the check on every node of ``box``; the verdict and its table."""
     n = box["nodes_count"]
     py = [sys.executable, "-m", "hpcdl.bench.boxcheck"]
@@ -111,58 +120,81 @@ def run_check(box: dict, work: int = 0, reps: int = 3, mib: int = 0) -> dict:
     # about half a second of one core per round, so that the CFS period (100 ms) quantises little
     work = work or 800
     probe = py + ["probe", "--work", str(work), "--reps", str(reps)]
-    # n1 alone before and after every node together; the faster of the two stands for "alone"
-    # (noise on a shared machine only ever slows a probe down)
     alone = [srun_json(["-N1", "-n1", "-w", "n1"] + probe, 600, env)[0]]
-    together = srun_json([f"-N{n}", f"-n{n}", "--ntasks-per-node=1"] + probe, 600, env)
-    alone.append(srun_json(["-N1", "-n1", "-w", "n1"] + probe, 600, env)[0])
-    alone = min(alone, key=lambda r: r["seconds"])
+    together = []
+    for _ in range(rounds):          # alone, together, alone, ...: each together pass between two
+        together.append(srun_json([f"-N{n}", f"-n{n}", "--ntasks-per-node=1"] + probe, 600, env))
+        alone.append(srun_json(["-N1", "-n1", "-w", "n1"] + probe, 600, env)[0])
     rate = rate_bits(box["link_rate"])
     link = None
     if n > 1:
-        # about 2 s of link time per allreduce: 2(p-1)/p * bytes at the link's rate
-        mib = mib or max(8, int(2.0 * rate / 8 / (2 * (n - 1) / n) / MIB))
+        # about 2 s of link time per transfer, each way at once
+        mib = mib or max(8, int(2.0 * rate / 8 / MIB))
         link = srun_json([f"-N{n}", f"-n{n}", "--ntasks-per-node=1", "--mpi=pmix"] + py
-                     + ["ring", "--mib", str(mib), "--reps", str(reps)], 900, env)[0]
+                         + ["ring", "--mib", str(mib), "--reps", str(reps)], 900, env)[0]
     return verdict(box, alone, together, link)
 
 
-def verdict(box: dict, alone: dict, together: list, link: Optional[dict]) -> dict:
-    """Pass or fail, with a row per node, from the probes' JSON (pure: tested without a box)."""
+def _compute_ratios(alone: list, together: list) -> dict:
+    """{node: each round's probe over the median of the alone passes}: one slow pass alone
+    (which bracketed the first check's one round) moves neither."""
+    out: dict = {}
+    ref = statistics.median(a["seconds"] for a in alone)
+    for rnd in together:
+        for r in rnd:
+            out.setdefault(r["host"], []).append(r["seconds"] / ref)
+    return out
+
+
+def _link_shares(x: dict, rate: float) -> dict:
+    """A node's tx and rx share of its link: the median over its transfers."""
+    return {f"{way}_share": statistics.median(p[f"{way}_bytes"] * 8 / p["seconds"] / rate
+                                              for p in x["passes"])
+            for way in ("tx", "rx")}
+
+
+def verdict(box: dict, alone: list, together: list, link: Optional[dict]) -> dict:
+    """Pass or fail, with a row per node, from the probes' JSON (pure: tested without a box):
+    ``alone`` the n1-alone passes, one more than the rounds of ``together`` (each a list of
+    every node's probe) they bracket."""
     rate = rate_bits(box["link_rate"])
     rows, reasons = [], []
     net = {r["host"]: r for r in (link or {}).get("nodes", [])}
-    for r in sorted(together, key=lambda r: int(r["host"].lstrip("n") or 0)):
-        row = {"node": r["host"], "compute_s": r["seconds"],
-               "compute_vs_alone": r["seconds"] / alone["seconds"]}
+    ratios = _compute_ratios(alone, together)
+    for host in sorted(ratios, key=lambda h: int(h.lstrip("n") or 0)):
+        seen = ratios[host]
+        row = {"node": host, "compute_vs_alone": statistics.median(seen),
+               "compute_range": [min(seen), max(seen)]}
         if abs(row["compute_vs_alone"] - 1) > COMPUTE_SPREAD:
-            reasons.append(f"{r['host']}: compute {row['compute_vs_alone']:.2f}x one node alone "
+            reasons.append(f"{host}: compute {row['compute_vs_alone']:.2f}x one node alone "
                            f"(allowed 1 +- {COMPUTE_SPREAD:.2f})")
-        if r["host"] in net:
-            x = net[r["host"]]
-            row["tx_share"] = x["tx_bytes"] * 8 / x["seconds"] / rate
-            row["rx_share"] = x["rx_bytes"] * 8 / x["seconds"] / rate
+        if host in net:
+            row.update(_link_shares(net[host], rate))
             for way in ("tx", "rx"):
                 if row[f"{way}_share"] < LINK_SHARE:
-                    reasons.append(f"{r['host']}: link {way} at {row[f'{way}_share']:.0%} of "
+                    reasons.append(f"{host}: link {way} at {row[f'{way}_share']:.0%} of "
                                    f"{box['link_rate']} (needs {LINK_SHARE:.0%})")
         rows.append(row)
+    alone_s = [a["seconds"] for a in alone]
     return {"box": box["box"], "passed": not reasons, "reasons": reasons, "rows": rows,
-            "alone_s": alone["seconds"], "link_rate": box["link_rate"],
+            "alone_s": statistics.median(alone_s), "alone_range": [min(alone_s), max(alone_s)],
+            "rounds": len(together), "link_rate": box["link_rate"],
             "cpus_per_node": box["cpus_per_node"],
             "ring": {k: link[k] for k in ("ranks", "bytes", "reps")} if link else None,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def table(v: dict) -> str:
+    lo, hi = v["alone_range"]
     lines = [f"# box {v['box']}: {len(v['rows'])} nodes, {v['cpus_per_node']} cores each, links "
-             f"{v['link_rate']}; compute alone on n1 {v['alone_s']:.3f} s",
-             f"{'node':>5} {'compute(s)':>11} {'vs alone':>9} {'link tx':>8} {'link rx':>8}"]
+             f"{v['link_rate']}; compute alone on n1 {v['alone_s']:.3f} s (median of "
+             f"{v['rounds'] + 1} passes, {lo:.3f}-{hi:.3f}), {v['rounds']} round(s) together",
+             f"{'node':>5} {'vs alone':>9} {'its rounds':>13} {'link tx':>8} {'link rx':>8}"]
     for r in v["rows"]:
         tx = f"{r['tx_share']:.0%}" if "tx_share" in r else "-"
         rx = f"{r['rx_share']:.0%}" if "rx_share" in r else "-"
-        lines.append(f"{r['node']:>5} {r['compute_s']:>11.3f} {r['compute_vs_alone']:>9.3f} "
-                     f"{tx:>8} {rx:>8}")
+        span = "{:.3f}-{:.3f}".format(*r["compute_range"])
+        lines.append(f"{r['node']:>5} {r['compute_vs_alone']:>9.3f} {span:>13} {tx:>8} {rx:>8}")
     lines.append(f"# needs: compute within 1 +- {COMPUTE_SPREAD:.2f} of alone, every link >= "
                  f"{LINK_SHARE:.0%} of its rate both ways")
     lines.append("check: passed" if v["passed"] else "check: FAILED\n" + "\n".join(
@@ -176,7 +208,9 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="prove the box's isolation; print a table, write check.json")
     c.add_argument("--work", type=int, default=0, help="matrix products per probe round")
     c.add_argument("--reps", type=int, default=3)
-    c.add_argument("--mib", type=int, default=0, help="allreduce size (default: ~2 s of link)")
+    c.add_argument("--rounds", type=int, default=3,
+                   help="passes of every node together, each between two passes of n1 alone")
+    c.add_argument("--mib", type=int, default=0, help="transfer size (default: ~2 s of link)")
     c.add_argument("--json", help="also write the verdict here")
     p = sub.add_parser("probe")
     p.add_argument("--work", type=int, default=800)
@@ -194,7 +228,7 @@ def main(argv=None) -> int:
         print(f"no box is up ({box_file()} is missing): scripts/cluster-box.sh up N", file=sys.stderr)
         return 2
     try:
-        v = run_check(box, opts.work, opts.reps, opts.mib)
+        v = run_check(box, opts.work, opts.reps, opts.mib, opts.rounds)
     except UserError as exc:
         print(f"check: {exc}", file=sys.stderr)
         return 1

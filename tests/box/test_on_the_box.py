@@ -243,7 +243,7 @@ def test_check_fails_an_oversubscribed_box_and_a_study_there_is_refused(slurm_cl
     verdict = box.check_file()
     before = verdict.read_bytes() if verdict.is_file() else None
     try:
-        res = subprocess.run(["bash", str(BOX), "check", "--reps", "2", "--mib", "16"],
+        res = subprocess.run(["bash", str(BOX), "check", "--reps", "2", "--rounds", "2", "--mib", "16"],
                              capture_output=True, text=True, timeout=300)
         _refused_on_a_failed_check(res, tmp_path)
     finally:                     # the session's later tests find the box as they would have
