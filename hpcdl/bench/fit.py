@@ -8,7 +8,6 @@ measurement for each size, and writes the parameters to ``results/bench/fit.json
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from .allreduce import BENCH_SCHEMA, DEFAULT_RESULTS, parse_size

@@ -660,3 +660,18 @@ def test_the_benchmark_terms_set_a_user_models_steps(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     params = json.loads((tmp_path / "r.jsonl").read_text())["params"]
     assert (params["steps"], params["warmup"]) == (11, 3), params
+
+
+def test_a_report_whose_markdown_cannot_be_replaced_rewrites_none_of_its_files(tmp_path):
+    """An immutable report.md: refused in one line before any file of the report is written,
+    so its CSVs and report.json still match the report.md beside them."""
+    folder = _results(tmp_path)
+    assert _hpcdl(tmp_path, "study", "report", str(folder), "--no-plots").returncode == 0
+    before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if p.name != "runs.jsonl"}
+    _locked(folder / "report.md")
+    res = _hpcdl(tmp_path, "study", "report", str(folder), "--no-plots")
+    err = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(err) == 1, res.stderr[-2000:]
+    assert "report.md: cannot be written" in err[0] and "nothing of the report was written" in err[0]
+    after = {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if p.name != "runs.jsonl"}
+    assert after == before

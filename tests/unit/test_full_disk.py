@@ -103,3 +103,18 @@ def test_a_file_written_whole_on_a_full_disk_keeps_the_old_one_and_no_tmp(disk):
     assert path.read_text() == '{"old": 1}\n'
     assert sorted(p.name for p in disk.iterdir()) == ["filler", "spread.json"]
     filler.unlink()
+
+
+def test_an_allocation_file_that_cannot_be_written_is_one_line_and_leaves_no_tmp(disk):
+    """`hpcdl bench allocation` on a full disk: a user error naming the file (it printed a
+    traceback's tail through `study run`), the former file whole, no temporary file."""
+    from hpcdl.bench import allocation
+    from hpcdl.errors import UserError
+    path = disk / "spread.json"
+    path.write_text('{"old": 1}\n')
+    filler = _fill(disk)
+    with pytest.raises(UserError, match="spread.json: cannot be written .*as it was before"):
+        allocation._write(path, {"schema": "x", "pad": "x" * 100_000})
+    assert path.read_text() == '{"old": 1}\n'
+    assert sorted(p.name for p in disk.iterdir()) == ["filler", "spread.json"]
+    filler.unlink()
