@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup setup-slurm run test test-all test-unit test-tf2.15 bench
+.PHONY: setup setup-slurm run test test-all test-unit test-tf2.15 bench hooks
 
 setup:
 	bash scripts/setup.sh
@@ -37,3 +37,8 @@ test-tf2.15:
 # Regenerate results/bench/ on this machine from the committed code (about 30 minutes).
 bench: setup
 	bash scripts/bench.sh
+
+# For contributors (CONTRIBUTING.md): git checks each commit message's subject (scripts/commit-msg).
+hooks:
+	ln -sf ../../scripts/commit-msg .git/hooks/commit-msg
+	@echo "commit-msg hook installed: subjects of at most 72 characters, then a blank line"
