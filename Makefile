@@ -40,5 +40,6 @@ bench: setup
 
 # For contributors (CONTRIBUTING.md): git checks each commit message's subject (scripts/commit-msg).
 hooks:
-	ln -sf ../../scripts/commit-msg .git/hooks/commit-msg
+	mkdir -p "$$(git rev-parse --git-path hooks)"
+	ln -sf "$(CURDIR)/scripts/commit-msg" "$$(git rev-parse --git-path hooks)/commit-msg"
 	@echo "commit-msg hook installed: subjects of at most 72 characters, then a blank line"
