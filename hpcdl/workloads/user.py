@@ -113,12 +113,15 @@ def _numeric(arr, tf) -> bool:
 
 
 def _widths_meet(spec: str, out, y, tf) -> None:
-    """The model's output as wide as the labels, or the labels class numbers (integers, one per
-    sample) for an output of one column per class: a loss would otherwise broadcast one against
-    the other and train on nonsense without an error."""
-    width = int(out.shape[-1]) if len(out.shape) > 1 else 1
+    """The model's output as wide as the labels, or the labels class numbers (integers: one per
+    sample, or one per position of a sequence) for an output of one column per class: a loss
+    would otherwise broadcast one against the other and train on nonsense without an error. A
+    model of several outputs is left to its loss."""
+    if not (hasattr(out, "shape") and hasattr(y, "shape")) or len(out.shape) < 2:
+        return
+    width = int(out.shape[-1])
     ylast = int(y.shape[-1]) if len(y.shape) > 1 else 1
-    classes = tf.as_dtype(y.dtype).is_integer and ylast == 1
+    classes = tf.as_dtype(y.dtype).is_integer and (ylast == 1 or len(y.shape) == len(out.shape) - 1)
     if width != ylast and not classes:
         raise WorkloadError(f"'{spec}': its model's output is {width} wide and its labels "
                             f"{ylast} ({tuple(out.shape)} against {tuple(y.shape)}); check the "
