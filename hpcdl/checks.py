@@ -284,14 +284,13 @@ def _throughput_problem(rec: dict) -> Optional[str]:
 # The figures of a fit (hpcdl.fit/1), a tuning or exchange file (hpcdl.tuning/1), a loop file
 # (hpcdl.loop-cpu/1) and a spread file (hpcdl.host-spread/1) are finite and in range, and an
 # exchange file's made_for names the link rate of the points it serves (a loop or spread file
-# times compute: its machine, every setting but the links, is compared where it is read). Each reader calls
-# input_problem where it reads the file, and either refuses in one line (a file named on a command
-# line, a tuning file a run takes) or leaves the file out with the sentence as a note (a study's
-# allocation files, which the report names in its first lines).
+# times compute: its machine, every setting but the links, is compared where it is read).
+# Each reader calls input_problem where it reads the file, and either refuses in one line (a
+# file named on a command line, a tuning file a run takes) or leaves the file out with the
+# sentence as a note (a study's allocation files, which the report names in its first lines).
 
 DAY = 86400.0
 # (path, low, high, low included, what a value must be); a path's "*" is any key or index
-Range = Tuple[str, float, float, bool, str]
 _SECONDS = "a time in seconds (> 0, under a day)"
 _COST = "a finite number >= 0"
 INPUT_RANGES = {

@@ -40,7 +40,7 @@ class Bench:
         self.root = Path(root) if root is not None else Path(".")
         self._files: Dict[Path, Optional[dict]] = {}
         self._misses: Dict[str, None] = {}      # in order, each once
-        self.rejected: List[str] = []     # left out by the input files' rule (hpcdl.checks.input_problem)
+        self.rejected: List[str] = []     # left out by checks.input_problem's rule
 
     def path(self, nodes: int, network: str) -> Path:
         values = {"nodes": nodes, "ranks": nodes, "ranks_per_node": 1, "network": network}
@@ -77,7 +77,7 @@ class Bench:
 
     def notes(self) -> dict:
         """What the report says of the file: the misses, and the files the input files' rule
-        left out (:mod:`hpcdl.checks.input_problem`) where it left any."""
+        left out (:func:`hpcdl.checks.input_problem`) where it left any."""
         return {"misses": self.misses(), **({"rejected": self.rejected} if self.rejected else {})}
 
     def exchange(self, nodes: int, network: str, compression: str, setting: str,

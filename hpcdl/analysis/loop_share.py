@@ -40,7 +40,7 @@ class MachineFile:
     def __init__(self, path: str, machine: Optional[str]):
         self.path = path
         self._misses: Dict[str, None] = {}
-        self.rejected: List[str] = []     # left out by the input files' rule (hpcdl.checks.input_problem)
+        self.rejected: List[str] = []     # left out by checks.input_problem's rule
         self.doc: Optional[dict] = None
         try:
             doc = json.loads(Path(path).read_text())
@@ -78,7 +78,7 @@ class MachineFile:
 
     def notes(self) -> dict:
         """What the report says of the file: the misses, and the files the input files' rule
-        left out (:mod:`hpcdl.checks.input_problem`) where it left any."""
+        left out (:func:`hpcdl.checks.input_problem`) where it left any."""
         return {"misses": self.misses(), **({"rejected": self.rejected} if self.rejected else {})}
 
     @property

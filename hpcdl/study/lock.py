@@ -87,9 +87,9 @@ def _acquire(fd: int, root: Path, wait: Optional[float]) -> None:
             pass
         who = _describe(_holder_text(fd))
         if time.monotonic() >= deadline:
+            waited = f"waited {wait:g} s; " if wait else ""
             raise UserError(f"{root} is in use by {who}: one study run, submit or report at a "
-                            f"time writes a results root ({'waited ' + format(wait, 'g') + ' s; ' if wait else ''}"
-                            "--wait SECONDS waits for it)")
+                            f"time writes a results root ({waited}--wait SECONDS waits for it)")
         if not said:
             sys.stderr.write(f"hpcdl: {root} is in use by {who}; waiting up to {wait:g} s\n")
             said = True
