@@ -346,12 +346,15 @@ def payload(rate: float) -> float:
     return rate / 8.0 * FRAMING
 
 
-def link_beta(gbit: float, efficiency: float = 0.9) -> float:
+LINE_SHARE = 0.9        # of its line rate a named network's link delivers (the presets below)
+
+
+def link_beta(gbit: float, efficiency: float = LINE_SHARE) -> float:
     """s per byte of a link of ``gbit`` Gbit/s delivering ``efficiency`` of its line rate."""
     return 1.0 / (gbit * 1e9 / 8 * efficiency)
 
 
-# Latencies are MPI/NCCL point-to-point figures of each fabric; bandwidth 90% of the line rate.
+# Latencies are MPI/NCCL point-to-point figures of each fabric; bandwidth LINE_SHARE of the line rate.
 PRESETS: Dict[str, Network] = OrderedDict([
     ("ib-edr", Network("InfiniBand EDR", 1.5e-6, link_beta(100), "100 Gbit/s, 1.5 us")),
     ("ib-hdr", Network("InfiniBand HDR", 1.2e-6, link_beta(200), "200 Gbit/s, 1.2 us")),

@@ -8,6 +8,20 @@ from typing import Callable, List, Optional
 
 from .table import _f, _ms, Table
 from .. import analysis, costmodel
+from ..analysis import forecast as _forecast_rules, predict as _predict_rules
+
+
+def _beyond() -> str:
+    """How much of the calibration's hidden exchange a point beyond it takes
+    (:data:`hpcdl.analysis.predict.BEYOND`), as the sentences say it: 'half the ...'."""
+    share = _predict_rules.BEYOND
+    return {0.5: "half", 1.0: "all of", 0.0: "none of"}.get(share, f"{share:.0%} of")
+
+
+def _no_effect() -> str:
+    """The share of every step under which a network shows no effect
+    (:data:`hpcdl.analysis.forecast.NETWORK_EFFECT`), as a percentage."""
+    return f"{_forecast_rules.NETWORK_EFFECT * 100:.0f}%"
 
 
 def _model_markdown(res, by_name) -> List[str]:
@@ -252,7 +266,7 @@ def _prediction_markdown(pred, by_name) -> List[str]:
              "the other direction's bytes (on a shaped link each direction's data queues with "
              "the other's acknowledgements), else a fixed time per exchange. Step: compute + "
              "fixed + exchange − the part hidden behind the measured window of compute up to the "
-             "calibrated node count, half that beyond it (docs/decisions.md says why), and none "
+             f"calibrated node count, {_beyond()} that beyond it (docs/decisions.md says why), and none "
              "for the parameter server, whose step pays the ranks' center compute rather than "
              "the slowest's: it takes the other workers' pushes while the slowest computes). "
              "Beside it, two baselines: "
@@ -293,7 +307,8 @@ def _prediction_markdown(pred, by_name) -> List[str]:
         lines += _forecast_markdown(pred, by_name)
     elif pred.get("forecast"):
         lines += ["", "### Forecast (MODEL)", "", "None to show: every named network's exchange "
-                  "stays under 1% of every step (a column would only repeat the compute's ratio)"
+                  f"stays under {_no_effect()} of every step (a column would only repeat the "
+                  "compute's ratio)"
                   + (", and every rank ran on one machine, whose shared memory says nothing of a "
                      "network." if pred.get("one_node") else ".")]
     return lines + [""]
@@ -310,7 +325,7 @@ def _band_words(pred, h) -> str:
             "by the model calibrated without its repeat, all axes pooled), widened to "
             "±q·√(1 + log2(N / calibrated nodes)) at N nodes: each doubling beyond the "
             "calibration adds an error of the calibration's size. Beyond the calibrated node "
-            "count the point takes half the exchange hidden at the calibration, the band's "
+            f"count the point takes {_beyond()} the exchange hidden at the calibration, the band's "
             "lower edge all of it and its upper edge none. "
             f"Nominal coverage {pred['nominal'] * 100:.0f}%, measured "
             f"{h['covered']} of {h['banded']} held-out points ({_f(h['coverage'], pct=True)})"
@@ -321,8 +336,8 @@ def _forecast_table(pred) -> Table:
     t = Table("forecast", "MODEL forecast at larger node counts",
               ["axis", "network", "nodes", "allreduce", "compute (ms)", "exchange (ms)",
                "step (ms)", "band (ms)", "throughput", "efficiency"],
-              meta={"kind": "model", "hidden": "half the calibration's hidden exchange beyond it; "
-                                             "band: from all of it to none"})
+              meta={"kind": "model", "hidden": f"{_beyond()} the calibration's hidden exchange "
+                                             "beyond it; band: from all of it to none"})
     for f in pred["forecast"]:
         nets = [("this allocation", f["here"])] + [(n["label"], n["rows"])
                                                    for n in f["networks"]]
@@ -347,14 +362,15 @@ def _forecast_markdown(pred, by_name) -> List[str]:
             "node counts planned: the slowest of N ranks' compute, the exchange of the "
             "allreduce the MPI library runs at N ranks (on this allocation from "
             f"{f0['exchange_here']}; on a named network its latency per message plus bytes "
-            "at 90% of its line rate, over the algorithm's messages), the fixed cost as "
-            "measured, and beyond the calibration half of the exchange it hid taken as hidden "
+            f"at {costmodel.LINE_SHARE:.0%} of its line rate, over the algorithm's messages), the "
+            f"fixed cost as measured, and beyond the calibration {_beyond()} the exchange it hid "
+            "taken as hidden "
             "(the band: from all of it to none). Efficiency against the model's one node.",
             "", by_name["forecast"].markdown(), ""] + (
         [(f"One column stands for {', '.join(left)}" if any(
             n["network"] == "any" for f in pred["forecast"] for n in f["networks"])
           else f"Left out: {', '.join(left)}")
-         + ": on each the exchange stays under 1% of every step here, so a column of each would "
+         + f": on each the exchange stays under {_no_effect()} of every step here, so a column of each would "
          "only repeat the compute's ratio, not show a network effect.", ""] if left else []) \
         + _input_words(pred)
 

@@ -1,0 +1,42 @@
+"""The report's sentences read the model's rules from the model (hpcdl.analysis.predict.BEYOND,
+hpcdl.analysis.forecast.NETWORK_EFFECT, hpcdl.costmodel.LINE_SHARE): change a rule's number and
+the wording follows, so that no sentence states a rule the model no longer applies."""
+import os
+from pathlib import Path
+
+from hpcdl import costmodel, report
+from hpcdl.analysis import forecast, predict
+from hpcdl_testing import ROOT
+
+STUDY = "box-cnn-250mbit"         # held-out points, a forecast with networks left out
+
+
+def _render(tmp_path) -> str:
+    cwd = os.getcwd()
+    os.chdir(ROOT)                # the study's files are named relative to the repository
+    try:
+        written = report.write_report(Path("results") / STUDY, out_dir=tmp_path, plots=False,
+                                      **report.rendered_with(ROOT / "results" / STUDY))
+    finally:
+        os.chdir(cwd)
+    return written["report"].read_text() + (tmp_path / "forecast.csv").read_text()
+
+
+def test_the_rules_as_committed_read_as_before(tmp_path):
+    text = _render(tmp_path)
+    assert "the point takes half the exchange hidden at the calibration" in text
+    assert "half the calibration's hidden exchange beyond it" in text        # the CSV's meta
+    assert "stays under 1% of every step here" in text
+    assert "bytes at 90% of its line rate" in text
+
+
+def test_the_words_follow_the_rules_numbers(tmp_path, monkeypatch):
+    monkeypatch.setattr(predict, "BEYOND", 0.25)
+    monkeypatch.setattr(forecast, "NETWORK_EFFECT", 0.02)
+    monkeypatch.setattr(costmodel, "LINE_SHARE", 0.8)
+    text = _render(tmp_path)
+    assert "the point takes 25% of the exchange hidden at the calibration" in text
+    assert "25% of the calibration's hidden exchange beyond it" in text
+    assert "half the exchange hidden" not in text
+    assert "stays under 2% of every step" in text and "under 1% of every step" not in text
+    assert "bytes at 80% of its line rate" in text
