@@ -7,7 +7,7 @@ each allreduce algorithm forced by name. The forecast's exchange is
 messages on the slowest rank's path, each at what one more ring step of its size adds, measured
 by rings of 2, 4 and 8 ranks at that exact size (:func:`marginal`): within one leaf switch, or
 over two leaves for a message whose pair spans a leaf
-(:func:`hpcdl.analysis.allreduce.step_spans`: a ring's wrap-around pair, halving and doubling's
+(:func:`hpcdl.costmodel.step_spans`: a ring's wrap-around pair, halving and doubling's
 far partners). So each platform is calibrated at 8 ranks at most and checked at 16 to 1024.
 Beside it, the same sum with the platform's declared α and β (no measurement): what a plain
 α-β model would say.
@@ -30,7 +30,8 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from hpcdl.analysis.allreduce import exchange_time, step_spans
+from hpcdl.analysis.allreduce import exchange_time
+from hpcdl.costmodel import step_spans
 
 PROGRAM = r"""
 #include <mpi.h>

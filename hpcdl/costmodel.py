@@ -23,10 +23,11 @@ The step built on these, and its forecast, is :mod:`hpcdl.analysis.predict`.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -93,19 +94,103 @@ def wire_bytes(count: int, compression: str = "none") -> int:
     return _WIRE_ITEMSIZE[compression] * count + extra
 
 
-def node_bytes(algorithm: str, n: float, p: int, root: bool = False) -> Tuple[float, float]:
-    """(sent, received) bytes of one rank in one exchange of ``n`` payload bytes on ``p`` ranks,
-    one rank per node: what its node's interface carries. ``root``: the parameter server."""
+# --- what each algorithm sends, written once ---------------------------------------------------------
+# The messages on the slowest rank's path (step_spans) and the bytes its link carries (link_parts):
+# the forecast prices them, the record compares a node's counters with them (node_bytes), and the
+# benchmark's alpha-beta fit counts them (coefficients).
+
+def link_parts(algorithm: str, n: float, p: int) -> Tuple[float, float]:
+    """Bytes one rank's link carries in one allreduce of ``n`` bytes on ``p`` ranks (one rank
+    per node), on the slowest rank's path, split in two: those it sends while receiving as much
+    from the same peer (one connection carrying data both ways at once), and those sent one way
+    only. Beyond a power of two q, Open MPI's Rabenseifner and recursive doubling fold the
+    r = p - q extra ranks in first and send them the result last (coll_base_allreduce.c):
+    Rabenseifner's pairs swap halves (n/2 both ways), the odd rank sends its reduced half (n/2
+    one way) and at the end gets the whole result (n one way); recursive doubling's send the
+    whole buffer in (n) and the result out (n), one way each."""
     if p <= 1:
         return 0.0, 0.0
-    if algorithm == "ring":
-        each = 2.0 * (p - 1) / p * n
-    elif algorithm == "ps":
-        each = (p - 1) * n if root else n
-    elif algorithm == "allgather":
-        each = (p - 1) * n
-    else:
+    q = 1 << (int(p).bit_length() - 1)     # the largest power of two <= p
+    fold = q < p
+    if algorithm in ("ring", "segmented ring"):
+        ring = 2.0 * (p - 1) / p * n
+        return (ring, 0.0) if p == 2 else (0.0, ring)     # two ranks: the neighbours are one
+    if algorithm == "rabenseifner":
+        core = 2.0 * (q - 1) / q * n
+        return core + (0.5 * n if fold else 0.0), (1.5 * n if fold else 0.0)
+    if algorithm == "recursive doubling":
+        return math.log2(q) * n, (2.0 * n if fold else 0.0)
+    if algorithm in ("linear", "ps"):
+        return 0.0, 2.0 * (p - 1) * n         # the root's link carries everyone's buffer
+    if algorithm == "nonoverlapping":         # a binomial reduce to the root, then its bcast
+        return 0.0, 2.0 * math.ceil(math.log2(p)) * n
+    if algorithm == "allgather":
+        return ((p - 1) * n, 0.0) if p == 2 else (0.0, (p - 1) * n)
+    raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")
+
+
+def step_spans(algorithm: str, n: float, p: int) -> List[Tuple[float, int, int]]:
+    """The messages on the slowest rank's path of one allreduce of ``n`` bytes on ``p`` ranks,
+    as (bytes of one message, how many in turn, span): what a per-message cost adds up over.
+    Their bytes are :func:`link_bytes`'s; their count is the latency term a link-rate model
+    leaves out, which grows with p (a ring's 2(p-1) steps of n/p bytes, recursive halving's
+    log2 p). The span is how many ranks apart the farthest pair that exchanges it sits (ranks
+    placed in order, one per node), so that on a tree of L nodes per leaf switch a message whose span reaches L crosses the tree. A ring's every step waits on its
+    wrap-around pair (p - 1 apart); recursive halving and doubling send n/2^i (halving) or n
+    (doubling) to the partner 2^(i-1) away; the fold of the ranks beyond a power of two pairs
+    neighbours; a binomial tree's round i is 2^i apart."""
+    if p <= 1:
+        return []
+    q = 1 << (int(p).bit_length() - 1)
+    fold = q < p
+    k = int(math.log2(q))
+    if algorithm in ("ring", "segmented ring"):
+        return [(n / p, 2 * (p - 1), p - 1)]
+    if algorithm == "rabenseifner":
+        return ([(n / 2 ** i, 2, 2 ** (i - 1)) for i in range(1, k + 1)]
+                + ([(n / 2, 2, 1), (n, 1, 1)] if fold else []))
+    if algorithm == "recursive doubling":
+        return [(n, 1, 2 ** (i - 1)) for i in range(1, k + 1)] + ([(n, 2, 1)] if fold else [])
+    if algorithm in ("linear", "ps"):
+        return [(n, 2 * (p - 1), p - 1)]
+    if algorithm == "nonoverlapping":
+        return [(n, 2, 2 ** i) for i in range(math.ceil(math.log2(p)))]
+    if algorithm == "allgather":
+        return [(n, p - 1, p - 1)]
+    raise ValueError(f"no link model for allreduce algorithm '{algorithm}'")
+
+
+def link_bytes(algorithm: str, n: float, p: int) -> float:
+    """Bytes one rank's link carries each way in one allreduce of ``n`` bytes on ``p`` ranks
+    (one rank per node), both parts of :func:`link_parts`."""
+    return sum(link_parts(algorithm, n, p))
+
+
+def pairwise(algorithm: str, p: int) -> bool:
+    """Whether some of the algorithm's bytes go both ways over one connection at once
+    (:func:`link_parts`): recursive halving and doubling always; a ring of two ranks, whose left
+    and right neighbour are one rank. The ring of three or more sends to one neighbour and
+    receives from another; a parameter server gathers, then sends back."""
+    return link_parts(algorithm, 1.0, p)[0] > 0.0
+
+
+def _path_bytes(algorithm: str, n: float, p: int) -> Tuple[float, float]:
+    """(messages in turn, bytes) on the slowest rank's path of one exchange (:func:`step_spans`)."""
+    spans = step_spans(algorithm, n, p)
+    return float(sum(c for _, c, _ in spans)), float(sum(m * c for m, c, _ in spans))
+
+
+def node_bytes(algorithm: str, n: float, p: int, root: bool = False) -> Tuple[float, float]:
+    """(sent, received) bytes of one rank in one exchange of ``n`` payload bytes on ``p`` ranks,
+    one rank per node: what its node's interface carries. ``root``: the parameter server, whose
+    path's messages are half received (the gather) and half sent; a worker sends and receives one
+    of them. A ring's or allgather's rank receives a message as large as each it sends."""
+    if algorithm not in FORMULAS:
         raise ValueError(f"unknown algorithm '{algorithm}': choose one of {', '.join(FORMULAS)}")
+    if p <= 1:
+        return 0.0, 0.0
+    _, total = _path_bytes(algorithm, n, p)
+    each = (total / 2 if root else float(n)) if algorithm == "ps" else total
     return each, each
 
 
@@ -125,18 +210,21 @@ def algorithm_for(backend: str, compression: str = "none") -> str:
 
 # --- the exchange -----------------------------------------------------------------------------------
 
+# each algorithm's reduction: the bytes the slowest rank reduces, per payload byte
+_REDUCED = {"ring": lambda p: (p - 1) / p, "ps": lambda p: p - 1, "allgather": lambda p: 1.0}
+
+
 def coefficients(algorithm: str, n, p: int) -> Tuple:
-    """(a, b, c) of ``t = a*alpha + b*beta + c*gamma`` at ``n`` bytes on ``p`` ranks (0 at p = 1)."""
+    """(a, b, c) of ``t = a*alpha + b*beta + c*gamma`` at ``n`` bytes on ``p`` ranks (0 at p = 1):
+    the messages and bytes of :func:`step_spans`, and the bytes reduced."""
     n = np.asarray(n, dtype=np.float64)
     if algorithm not in FORMULAS:
         raise ValueError(f"unknown algorithm '{algorithm}': choose one of {', '.join(FORMULAS)}")
     p = np.asarray(p, dtype=np.float64)
+    a1, b1 = np.vectorize(lambda q: _path_bytes(algorithm, 1.0, int(q)),
+                          otypes=[np.float64, np.float64])(p)
     one = np.where(p > 1, 1.0, 0.0) * np.ones_like(n)
-    if algorithm == "ring":
-        return 2 * (p - 1) * one, 2 * (p - 1) / p * n * one, (p - 1) / p * n * one
-    if algorithm == "ps":
-        return 2 * (p - 1) * one, 2 * (p - 1) * n * one, (p - 1) * n * one
-    return (p - 1) * one, (p - 1) * n * one, n * one
+    return a1 * one, b1 * n * one, _REDUCED[algorithm](p) * n * one
 
 
 def predict(algorithm: str, n, p, alpha: float, beta: float, gamma: float = 0.0):

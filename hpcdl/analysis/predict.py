@@ -42,7 +42,8 @@ from . import floor, host_spread, loop_share, transfer
 from .exchange_bench import Bench
 from .host_spread import HostSpread
 from .loop_share import LoopShare
-from .allreduce import duplex_of, link_bytes, on_link, pairwise
+from .allreduce import duplex_of, on_link
+from ..costmodel import link_bytes, pairwise
 from . import forecast as _forecast
 from .baselines import band_quantile, naive, noise, one_parameter, scores
 from .baselines import relative_error as _err

@@ -242,6 +242,33 @@ def test_node_bytes_are_what_one_node_sends_and_receives_per_exchange():
         M.node_bytes("tree", 1000, 4)
 
 
+@pytest.mark.parametrize("algorithm", ["ring", "ps", "allgather"])
+def test_each_algorithms_bytes_are_written_once(algorithm):
+    """The fit's alpha and beta terms, a node's expected counters and the forecast's messages
+    all come from step_spans: the same count of messages and the same bytes at every p."""
+    n = 3000.0
+    for p in (2, 3, 4, 6, 8, 13, 64):
+        spans = M.step_spans(algorithm, n, p)
+        count, nbytes = sum(c for _, c, _ in spans), sum(m * c for m, c, _ in spans)
+        a, b, _ = M.coefficients(algorithm, n, p)
+        assert a == pytest.approx(count) and b == pytest.approx(nbytes), p
+        sent = M.node_bytes(algorithm, n, p, root=True)[0]
+        assert sent == pytest.approx(nbytes / 2 if algorithm == "ps" else nbytes), p
+        if algorithm != "ps":
+            assert M.link_bytes(algorithm, n, p) == pytest.approx(nbytes), p
+
+
+def test_no_other_module_writes_an_algorithms_bytes():
+    import ast
+    from hpcdl_testing import ROOT
+    owned = {"step_spans", "link_parts", "link_bytes", "node_bytes", "coefficients"}
+    found = [f"{path.relative_to(ROOT)}:{node.name}"
+             for path in (ROOT / "hpcdl").rglob("*.py") if path.name != "costmodel.py"
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.FunctionDef) and node.name in owned]
+    assert found == []
+
+
 def test_link_rates_read_as_tc_writes_them():
     assert M.rate_bits("200mbit") == 200e6 and M.rate_bits("1gbit") == 1e9
     assert M.rate_bits("512kbit") == 512e3

@@ -50,14 +50,14 @@ def test_the_algorithm_a_record_ran_pinned_or_decided():
 
 def test_bytes_on_a_link_and_which_algorithms_exchange_both_ways_with_one_peer():
     n = 1000.0
-    assert allreduce.link_bytes("ring", n, 4) == pytest.approx(1500)
-    assert allreduce.link_bytes("rabenseifner", n, 8) == pytest.approx(1750)
-    assert allreduce.link_bytes("rabenseifner", n, 6) == pytest.approx(1500 + 2000)   # 2 fold in
-    assert allreduce.link_bytes("recursive doubling", n, 8) == pytest.approx(3000)
-    assert allreduce.link_bytes("ps", n, 4) == pytest.approx(6000)
-    assert allreduce.link_bytes("ring", n, 1) == 0
-    assert allreduce.pairwise("rabenseifner", 8) and allreduce.pairwise("ring", 2)
-    assert not allreduce.pairwise("ring", 4) and not allreduce.pairwise("ps", 2)
+    assert costmodel.link_bytes("ring", n, 4) == pytest.approx(1500)
+    assert costmodel.link_bytes("rabenseifner", n, 8) == pytest.approx(1750)
+    assert costmodel.link_bytes("rabenseifner", n, 6) == pytest.approx(1500 + 2000)   # 2 fold in
+    assert costmodel.link_bytes("recursive doubling", n, 8) == pytest.approx(3000)
+    assert costmodel.link_bytes("ps", n, 4) == pytest.approx(6000)
+    assert costmodel.link_bytes("ring", n, 1) == 0
+    assert costmodel.pairwise("rabenseifner", 8) and costmodel.pairwise("ring", 2)
+    assert not costmodel.pairwise("ring", 4) and not costmodel.pairwise("ps", 2)
 
 
 def test_beyond_a_power_of_two_the_ranks_fold_in_and_out_one_way_as_open_mpi_sends_them():
@@ -65,13 +65,13 @@ def test_beyond_a_power_of_two_the_ranks_fold_in_and_out_one_way_as_open_mpi_sen
     then send a half and at the end the whole result one way; only the swap and the core's
     recursive halving and doubling send both ways over one connection."""
     n = 1000.0
-    assert allreduce.link_parts("rabenseifner", n, 2) == pytest.approx((1000, 0))
-    assert allreduce.link_parts("rabenseifner", n, 3) == pytest.approx((1000 + 500, 1500))
-    assert allreduce.link_parts("rabenseifner", n, 6) == pytest.approx((1500 + 500, 1500))
-    assert allreduce.link_parts("rabenseifner", n, 8) == pytest.approx((1750, 0))
-    assert allreduce.link_parts("recursive doubling", n, 6) == pytest.approx((2000, 2000))
-    assert allreduce.link_parts("ring", n, 3) == pytest.approx((0, 2000 * 2 / 3))
-    assert allreduce.link_parts("ps", n, 3) == pytest.approx((0, 4000))
+    assert costmodel.link_parts("rabenseifner", n, 2) == pytest.approx((1000, 0))
+    assert costmodel.link_parts("rabenseifner", n, 3) == pytest.approx((1000 + 500, 1500))
+    assert costmodel.link_parts("rabenseifner", n, 6) == pytest.approx((1500 + 500, 1500))
+    assert costmodel.link_parts("rabenseifner", n, 8) == pytest.approx((1750, 0))
+    assert costmodel.link_parts("recursive doubling", n, 6) == pytest.approx((2000, 2000))
+    assert costmodel.link_parts("ring", n, 3) == pytest.approx((0, 2000 * 2 / 3))
+    assert costmodel.link_parts("ps", n, 3) == pytest.approx((0, 4000))
     # the time: the both-ways bytes 1 + duplex times as long, the one-way bytes at the rate
     rate, d = 8e6 / allreduce.FRAMING, 0.5              # 1 MB/s of payload
     assert allreduce.on_link("rabenseifner", n, 3, rate, d) == pytest.approx(
@@ -110,7 +110,7 @@ def truth(p, b=128, per_sample=3.2e-3, k=0.05, duplex=0.9, window=0.1, fixed=2e-
             else allreduce.OMPI_ALLREDUCE[pin or allreduce.ompi_allreduce(p, wire)])
     ex = 0.0
     if p > 1:
-        both, one = allreduce.link_parts(algo, wire, p)
+        both, one = costmodel.link_parts(algo, wire, p)
         ex = (both * (1 + duplex) + one) / (rate / 8 * allreduce.FRAMING)
         ex *= (ex_factor or {}).get(p, 1.0)
     step_c = center * predict.expected_max(spread, p)
@@ -958,8 +958,8 @@ def test_an_algorithms_messages_carry_its_link_bytes_and_count_its_latency_terms
     n = 1e6
     for algo in ("ring", "rabenseifner", "recursive doubling", "linear", "allgather"):
         for p in (2, 3, 6, 16, 24, 1024):
-            assert sum(m * c for m, c, _ in allreduce.step_spans(algo, n, p)) == pytest.approx(
-                allreduce.link_bytes(algo, n, p))
+            assert sum(m * c for m, c, _ in costmodel.step_spans(algo, n, p)) == pytest.approx(
+                costmodel.link_bytes(algo, n, p))
     alpha, beta = 1e-5, 1e-9
     t = lambda algo, p: allreduce.exchange_time(algo, n, p, lambda m: alpha + m * beta)  # noqa
     assert t("ring", 64) == pytest.approx(126 * alpha + 2 * 63 / 64 * n * beta)
@@ -982,14 +982,14 @@ def test_each_message_knows_how_far_apart_its_ranks_are():
                                   ("recursive doubling", k + 2 * fold, None),
                                   ("linear", 2 * (p - 1), None), ("allgather", p - 1, None),
                                   ("nonoverlapping", 2 * log, 2 * log * n)):
-            spans = allreduce.step_spans(algo, n, p)
+            spans = costmodel.step_spans(algo, n, p)
             assert sum(c for _, c, _ in spans) == count, (algo, p)
             assert sum(m * c for m, c, _ in spans) == pytest.approx(
-                sent if sent is not None else allreduce.link_bytes(algo, n, p)), (algo, p)
+                sent if sent is not None else costmodel.link_bytes(algo, n, p)), (algo, p)
             assert all(1 <= s < p for _, _, s in spans)
-    assert allreduce.step_spans("ring", n, 64) == [(n / 64, 126, 63)]
-    assert [s for _, _, s in allreduce.step_spans("rabenseifner", n, 64)] == [1, 2, 4, 8, 16, 32]
-    assert allreduce.step_spans("recursive doubling", n, 6)[-1] == (n, 2, 1)
+    assert costmodel.step_spans("ring", n, 64) == [(n / 64, 126, 63)]
+    assert [s for _, _, s in costmodel.step_spans("rabenseifner", n, 64)] == [1, 2, 4, 8, 16, 32]
+    assert costmodel.step_spans("recursive doubling", n, 6)[-1] == (n, 2, 1)
 
 
 def test_on_a_tree_a_message_whose_pair_spans_a_leaf_costs_the_far_price():
@@ -1131,7 +1131,7 @@ def test_the_allreduce_the_model_predicts_fastest_is_advised_where_the_library_r
     (fix,) = [r for r in res["remedies"] if r["remedy"].startswith("allreduce ")]
     assert fix["remedy"].startswith("allreduce ring (Open MPI's coll_tuned_allreduce_algorithm 4")
     c, _, _ = truth(5)
-    both, one = allreduce.link_parts("ring", MB, 5)
+    both, one = costmodel.link_parts("ring", MB, 5)
     ring = (both * 1.9 + one) / (RATE / 8 * allreduce.FRAMING)
     hidden = predict.BEYOND * min(ring, 0.1 * c)        # half the calibration's window's share
     assert fix["model_efficiency"] == pytest.approx(truth(1)[2] / (c + 2e-3 + ring - hidden))
