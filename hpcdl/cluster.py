@@ -10,6 +10,7 @@ TensorFlow starts and set the thread counts TensorFlow reads at start-up.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from dataclasses import asdict, dataclass, replace
@@ -471,3 +472,28 @@ def launcher_env(env: Optional[Mapping[str, str]] = None) -> dict:
     skip = ("SLURM_JOB_USER", "SLURM_JOB_UID", "SLURM_JOB_GID", "SGE_O_HOME", "SGE_O_MAIL",
             "SGE_O_LOGNAME")
     return {k: v for k, v in sorted(env.items()) if k.startswith(keep) and k not in skip}
+
+
+# --- a Slurm time limit (the study's [slurm] time, a job's --time) -------------------------------
+
+_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_time(text: str) -> int:
+    """Seconds in a Slurm time limit: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S."""
+    m = _SLURM_TIME.match(str(text).strip())
+    if not m:
+        raise UserError(f"time limit '{text}' is not a Slurm time (e.g. 30, 02:00:00, 1-12:00:00)")
+    days, a, b, c = m.groups()
+    a, b, c = int(a), int(b) if b else None, int(c) if c else None
+    if days is not None:                       # D-H, D-H:M, D-H:M:S
+        secs = int(days) * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
+    elif c is not None:                        # H:M:S
+        secs = a * 3600 + b * 60 + c
+    elif b is not None:                        # M:S
+        secs = a * 60 + b
+    else:                                      # M
+        secs = a * 60
+    if secs <= 0:
+        raise UserError(f"time limit '{text}' must be positive")
+    return secs

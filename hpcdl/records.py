@@ -26,6 +26,7 @@ from .stack import package_version
 from .errors import UserError
 
 SCHEMA = "hpcdl.run/1"
+SCRIPT_BACKEND = "script"         # the backend a record of the user's own command names
 SCALINGS = ("strong", "weak")     # what a study declares its points to be (declared.scaling)
 # what a record may carry beside its common keys
 SECTIONS = ("gradient_bytes", "replicas_identical", "weights_digest", "resumed_from",
@@ -165,6 +166,18 @@ def lookup(rec, *keys, default=None):
             return default
         rec = rec[k]
     return rec
+
+
+def recorded_point(rec: dict, study_name: str):
+    """The id of the point ``rec`` records for study ``study_name``, or None.
+
+    The one rule of what counts as recorded: a record of this study, with a point id, whose run
+    ended well (status ok). ``hpcdl study run``, ``submit`` and ``status`` all ask here.
+    """
+    point = rec.get("point")
+    if rec.get("study") != study_name or not isinstance(point, dict) or "id" not in point:
+        return None
+    return str(point["id"]) if rec.get("status", "ok") == "ok" else None
 
 
 def ok_train(rec: dict) -> bool:

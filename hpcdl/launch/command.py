@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from .. import cluster, machine, records
-from ..study import SCRIPT_BACKEND
+from ..records import SCRIPT_BACKEND
 
 __all__ = ["Spec", "spec_for", "environment", "scrape", "finish", "WALL_UNIT"]
 

@@ -12,9 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Optional, Tuple
 
-from ..cluster import RANK_DEFAULTS
+from ..cluster import RANK_DEFAULTS, parse_time
 from ..errors import UserError
-from ..study import parse_time
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIGNAL_LEAD_MAX = 65535  # Slurm keeps --signal's lead time in 16 bits

@@ -15,7 +15,7 @@ from .scheduler import ACTIVE_STATES
 from .prep import ALLOCATION_PREFIX, TUNE_PREFIX
 from .. import records
 from ..errors import UserError
-from ..study import recorded_point
+from ..records import recorded_point
 
 __all__ = ["study_status", "latest_jobs", "unfinished"]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Tuple
 
 from .. import records
+from ..records import recorded_point
 
 from .schema import DEFAULT_TIMEOUT, _PLACEHOLDER, _TARGET_FLAGS, _WORKLOAD_KEYS
 
@@ -216,7 +217,7 @@ class Study:
         return self.exchanges or [(b, c) for b in self.backends for c in self.compressions]
 
     def done_ids(self, runs_path=None) -> set:
-        """Point ids already recorded for this study (see :func:`recorded_point`)."""
+        """Point ids already recorded for this study (see :func:`hpcdl.records.recorded_point`)."""
         ids = (recorded_point(rec, self.name) for rec in records.iter_records(runs_path or self.runs_path))
         return {pid for pid in ids if pid is not None}
 
@@ -340,15 +341,3 @@ class Study:
                 f"{'global' if self.scaling == 'strong' else 'per-rank'} batch {self.batch}, "
                 f"ranks {ranks}, backends {self.backends}, compressions {self.compressions}, "
                 f"{self.repeats} repeat(s): {len(pts)} runs")
-
-
-def recorded_point(rec: dict, study_name: str):
-    """The id of the point ``rec`` records for study ``study_name``, or None.
-
-    The one rule of what counts as recorded: a record of this study, with a point id, whose run
-    ended well (status ok). ``hpcdl study run``, ``submit`` and ``status`` all ask here.
-    """
-    point = rec.get("point")
-    if rec.get("study") != study_name or not isinstance(point, dict) or "id" not in point:
-        return None
-    return str(point["id"]) if rec.get("status", "ok") == "ok" else None

@@ -7,7 +7,9 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
+from ..cluster import parse_time   # noqa: F401  (a Slurm time limit: the study's and the jobs')
 from ..errors import UserError
+from ..records import SCRIPT_BACKEND   # noqa: F401  (what a record of the user's own command names)
 
 DEFAULT_TIMEOUT = 600.0
 
@@ -47,7 +49,6 @@ _VARIANT_FLAGS = ("--ps-dedicated",)
 PLACEHOLDERS = ("batch_size", "global_batch", "ranks", "nodes", "repeat", "results")
 _PLACEHOLDER = re.compile(r"\{(\w*)\}")
 # the backend of a command's points: the script exchanges gradients its own way
-SCRIPT_BACKEND = "script"
 _TARGET_KEYS = ("metric", "value", "max_steps", "eval_every")
 # [target] keys that become hpcdl train flags (metric and value make --target METRIC:VALUE)
 _TARGET_FLAGS: Dict[str, Tuple[type, str]] = {"target": (str, "--target"),
@@ -74,29 +75,6 @@ _SLURM_DEFAULTS = {"partition": None, "account": None, "qos": None, "constraint"
                    "modules": [], "setup": [], "extra": [], "scheduler": "auto", "pe": None}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _SCHEDULER_VALUE = re.compile(r"^[A-Za-z0-9_.,:=+@%/&|!*\[\]()-]+$")
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-
-
-def parse_time(text: str) -> int:
-    """Seconds in a Slurm time limit: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S."""
-    m = _TIME.match(str(text).strip())
-    if not m:
-        raise UserError(f"time limit '{text}' is not a Slurm time (e.g. 30, 02:00:00, 1-12:00:00)")
-    days, a, b, c = m.groups()
-    a, b, c = int(a), int(b) if b else None, int(c) if c else None
-    if days is not None:                       # D-H, D-H:M, D-H:M:S
-        secs = int(days) * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
-    elif c is not None:                        # H:M:S
-        secs = a * 3600 + b * 60 + c
-    elif b is not None:                        # M:S
-        secs = a * 60 + b
-    else:                                      # M
-        secs = a * 60
-    if secs <= 0:
-        raise UserError(f"time limit '{text}' must be positive")
-    return secs
-
-
 
 class StudyError(UserError):
     """A study file that cannot be run as written: the message names the file, key and fix."""
