@@ -1,18 +1,21 @@
-"""Either scheduler: which one a study's jobs go to, and their states asked of the one that runs
-each (:mod:`hpcdl.launch.scheduler` for Slurm, :mod:`hpcdl.launch.gridengine`). A job is a
-(scheduler, job id) pair, as a study's submission log records it. Standard library only.
+"""Either scheduler: which one a study's jobs go to, each behind one interface (:class:`Slurm`,
+:class:`GridEngine`, registered once in :data:`BY_NAME`: what its scripts ask for, submit after
+a job, submit after them all, release, and the words of a dry run), and their states asked of the
+one that runs each (:mod:`hpcdl.launch.scheduler` for Slurm, :mod:`hpcdl.launch.gridengine`). A
+job is a (scheduler, job id) pair, as a study's submission log records it. Standard library only.
 """
 from __future__ import annotations
 
 import shutil
 import time
-from typing import Iterable, Optional
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 from . import gridengine, scheduler
 from .. import cluster
 from ..errors import UserError
 
-__all__ = ["SCHEDULERS", "choose", "gridengine_request", "job_states", "wait_for_jobs"]
+__all__ = ["SCHEDULERS", "BY_NAME", "Slurm", "GridEngine", "choose", "gridengine_request",
+           "job_states", "wait_for_jobs"]
 
 SCHEDULERS = ("slurm", "gridengine")
 _MODULES = (("slurm", scheduler), ("gridengine", gridengine))
@@ -43,6 +46,115 @@ def gridengine_request(study: str, settings: dict, where) -> dict:
     return {"pe": pe, "resources": [f"{sge['consumable']}=1"] if sge.get("consumable") else [],
             "queue": settings.get("partition") or sge.get("queue"),
             "group": None if pe else settings.get("account")}
+
+
+class Slurm:
+    """sbatch and its dependencies; a machine's licence keeps a study's jobs apart."""
+
+    name, suffix, output = "slurm", "sbatch", "%x-%j.out"
+
+    def request(self, study, settings: dict, where) -> Optional[dict]:
+        """What a study's scripts ask for beyond their Job: nothing more on Slurm."""
+        return None
+
+    def licence(self, where) -> Optional[str]:
+        return where.licence
+
+    def submit(self, script, cwd, after: Optional[str] = None, needs: bool = False,
+               held: bool = False, group: Sequence[str] = ()) -> str:
+        """After the job ``after`` ends (``needs``: only if it succeeded; else never started)."""
+        kind, extra = _dependency(after, needs)
+        return scheduler.sbatch(script, cwd=cwd, dependency=f"{kind}:{after}" if after else None,
+                                extra=extra)
+
+    def would_submit(self, rel: str, after: Optional[str], needs: bool, held: bool,
+                     group: Sequence[str]) -> str:
+        kind, extra = _dependency(after, needs)
+        dep = (f"--dependency={kind}:<{after}> " + "".join(x + " " for x in extra)) if after else ""
+        return f"sbatch {dep}{rel}"
+
+    def submit_after_all(self, script, cwd, ids: List[str],
+                         group: Sequence[str] = ()) -> Tuple[str, Optional[str]]:
+        """(job id, the dependency it waits on) of a job that starts once ``ids`` have ended."""
+        dep = "afterany:" + ":".join(ids) if ids else None
+        return scheduler.sbatch(script, cwd=cwd, dependency=dep), dep
+
+    def would_submit_after_all(self, name: str, any_steps: bool) -> str:
+        return "sbatch " + ("--dependency=afterany:<step ids> " if any_steps else "") + name
+
+    def holds_tunes(self) -> bool:
+        """Whether a tune job is submitted held until the jobs waiting for it are known: Slurm's
+        afterok cancels them itself when the tune job fails."""
+        return False
+
+    def release(self, jid: str, waiting: Sequence[str]) -> None:
+        """Nothing is held on Slurm."""
+
+    def group_args(self, group: Optional[str]) -> List[str]:
+        return []
+
+    def one_at_a_time(self, where) -> str:
+        """How the machine keeps a study's jobs apart, in words ("" where it need not)."""
+        return where.one_at_a_time(gridengine=False)
+
+
+class GridEngine:
+    """qsub and -hold_jid; a consumable keeps a study's jobs apart, and TSUBAME's group pays."""
+
+    name, suffix, output = "gridengine", "qsub", "NAME.oJOBID"
+
+    def request(self, study, settings: dict, where) -> Optional[dict]:
+        """The parallel environment, queue, consumable and group (:func:`gridengine_request`);
+        a study of the user's own command is refused (it runs through Slurm or mpirun)."""
+        if any(p.script for p in study.points()):
+            raise UserError(f"{study.name}: a study of your own command runs through Slurm (or "
+                            "mpirun) so far; submit this one with --scheduler slurm")
+        return gridengine_request(study.name, settings, where)
+
+    def licence(self, where) -> Optional[str]:
+        return None                       # the consumable in the request does it
+
+    def submit(self, script, cwd, after: Optional[str] = None, needs: bool = False,
+               held: bool = False, group: Sequence[str] = ()) -> str:
+        return gridengine.qsub(script, cwd=cwd, extra=list(group), hold=[after] if after else (),
+                               held=held)
+
+    def would_submit(self, rel: str, after: Optional[str], needs: bool, held: bool,
+                     group: Sequence[str]) -> str:
+        dep = ("-h " if held else "") + (f"-hold_jid <{after}> " if after else "")
+        return "qsub " + "".join(g + " " for g in group) + dep + rel
+
+    def submit_after_all(self, script, cwd, ids: List[str],
+                         group: Sequence[str] = ()) -> Tuple[str, Optional[str]]:
+        dep = "hold_jid:" + ",".join(ids) if ids else None
+        return gridengine.qsub(script, cwd=cwd, hold=ids, extra=list(group)), dep
+
+    def would_submit_after_all(self, name: str, any_steps: bool) -> str:
+        return "qsub " + ("-hold_jid <step ids> " if any_steps else "") + name
+
+    def holds_tunes(self) -> bool:
+        """-hold_jid starts a job whether the one before succeeded or not: a tune job is held
+        until it is told who waits for its file (:func:`gridengine.release`), and deletes them
+        itself where it ends without it."""
+        return True
+
+    def release(self, jid: str, waiting: Sequence[str]) -> None:
+        gridengine.release(jid, waiting)
+
+    def group_args(self, group: Optional[str]) -> List[str]:
+        return ["-g", group] if group else []           # TSUBAME's qsub -g GROUP
+
+    def one_at_a_time(self, where) -> str:
+        return where.one_at_a_time(gridengine=True)
+
+
+BY_NAME = {s.name: s for s in (Slurm(), GridEngine())}
+
+
+def _dependency(after: Optional[str], needs: bool) -> Tuple[str, List[str]]:
+    """Slurm's dependency kind, and the option that cancels a job whose dependency failed."""
+    return ("afterok" if needs else "afterany",
+            ["--kill-on-invalid-dep=yes"] if needs and after else [])
 
 
 def job_states(jobs: Iterable[tuple]) -> dict:

@@ -17,13 +17,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from . import batch, command, gridengine, prep
+from . import batch, command, prep
 from .status import latest_jobs as _latest_jobs
 from .jobscript import (Job, parse_exports, render_report, render_study_command, render_study_step,
                         Software)
 from .prep import (ALLOCATION_PREFIX, Step, job_for as _job_for,
                    slurm_settings as _slurm_settings)
-from .scheduler import ACTIVE_STATES, sbatch
+from .scheduler import ACTIVE_STATES
 from .. import checks, machine, records
 from ..machine import Target
 from ..errors import UserError
@@ -79,27 +79,23 @@ def plan_study(study, software: Software, force: bool = False,
     (None: such points are refused). ``allocation``: more options of ``hpcdl bench allocation``,
     whose job per layout the forecast's files lack runs where the study asks for a forecast."""
     overrides = dict(overrides or {})
-    sched = batch.choose(_slurm_settings(study, overrides).get("scheduler"))
+    sched = batch.BY_NAME[batch.choose(_slurm_settings(study, overrides).get("scheduler"))]
     results_dir = Path(study.results_dir).resolve()
     jobs_dir = results_dir / "jobs"
     results = results_dir / "runs.jsonl"
     done = set() if force else study.done_ids()
     steps, skipped, waiting = [], [], []
     where = machine.target(study, unchecked)
-    ge = (batch.gridengine_request(study.name, _slurm_settings(study, overrides), where)
-          if sched == "gridengine" else None)
-    if ge is not None:
-        overrides["partition"] = ge["queue"] or overrides.get("partition")
-        if any(p.script for p in study.points()):
-            raise UserError(f"{study.name}: a study of your own command runs through Slurm (or "
-                            "mpirun) so far; submit this one with --scheduler slurm")
+    # what the scheduler's scripts ask for beyond their Job (Grid Engine's queue among it)
+    request = sched.request(study, _slurm_settings(study, overrides), where)
+    overrides["partition"] = (request or {}).get("queue") or overrides.get("partition")
     in_flight = _in_flight(jobs_dir)
     study_path = str(Path(study.path).resolve()) if getattr(study, "path", None) else study.name
     mine = [p for p in study.points() if where.runs(p.network)]
     here = [p for p in mine if p.id not in done and p.id not in in_flight]
     # the allocation is measured for every layout of the machine's points, recorded ones too
     tunes = prep.steps(study, study_path, here, jobs_dir, software, overrides, where, tune,
-                       allocation, ge, in_flight, mine)
+                       allocation, request, in_flight, mine)
     # only the points submitted now: those that need other links are tuned where they run
     _require_tuning(study, [p for p in here if not any(p.tuned and p.tuning_path == t.tuning
                                                        for t in tunes)])
@@ -114,8 +110,8 @@ def plan_study(study, software: Software, force: bool = False,
             waiting.append(pid)
             continue
         job = _job_for(study, f"hpcdl-{study.name}-{pid}", point.nodes, point.ranks_per_node,
-                       overrides, licence=None if ge else where.licence)
-        name = f"step-{pid}.{'qsub' if ge else 'sbatch'}"
+                       overrides, licence=sched.licence(where))
+        name = f"step-{pid}.{sched.suffix}"
         spec = None
         if point.script:
             spec = command.spec_for(study, point, results_dir, launcher="srun")
@@ -127,24 +123,25 @@ def plan_study(study, software: Software, force: bool = False,
             args = list(point.train_args(str(results)))
             text = render_study_step(job, software, study.name, study_path, pid, point.as_dict(),
                                      args, str(results_dir / "checkpoints" / pid), script_name=name,
-                                     gridengine=ge)
+                                     gridengine=request)
         steps.append(Step(pid, point.as_dict(), jobs_dir / name, text, job, spec,
                           point.tuning_path if point.tuned else ""))
     s = _slurm_settings(study, overrides)
     # the report job takes the licence too: it runs on a node, and drawing plots there beside
     # another study's measurement on the same cores would slow that measurement
+    licence = sched.licence(where)
     rjob = Job(name=f"hpcdl-{study.name}-report", nodes=1, ntasks_per_node=1, cpus_per_task=1,
                time=str(s.get("report_time") or "00:15:00"), partition=s.get("partition"),
                account=s.get("account"), signal_lead=None,
-               extra=(f"--licenses={where.licence}:1",) if where.licence and not ge else ())
-    rname = f"report.{'qsub' if ge else 'sbatch'}"
+               extra=(f"--licenses={licence}:1",) if licence else ())
+    rname = f"report.{sched.suffix}"
     # a one-slot report job on Grid Engine: the study's parallel environment gives it one node
     rtext = render_report(rjob, software, study.name, str(results_dir), script_name=rname,
-                          gridengine=ge)
+                          gridengine=request)
     report = Step("report", {}, jobs_dir / rname, rtext, rjob)
     return StudyPlan(study.name, study_path, results_dir, jobs_dir, steps, report, skipped,
                      waiting, where, {p: j for p, j in in_flight.items() if p not in done}, tunes,
-                     sched, (ge or {}).get("group"))
+                     sched.name, (request or {}).get("group"))
 
 
 def _in_flight(jobs_dir: Path) -> Dict[str, str]:
@@ -175,24 +172,14 @@ def _submit_step(plan: StudyPlan, step: Step, what: str, after: Optional[str], d
     run would; its job id. ``needs``: the job cannot run without that file, so on Slurm it
     starts only if ``after`` succeeded and is cancelled, never started, if it did not. Grid
     Engine's -hold_jid starts it either way, so there a tune job is submitted ``held`` and
-    released knowing who waits for it (:func:`gridengine.release`): it deletes them itself."""
-    ge = plan.scheduler == "gridengine"
+    released knowing who waits for it (:meth:`batch.GridEngine.release`): it deletes them itself."""
+    sched = batch.BY_NAME[plan.scheduler]
     rel = os.path.relpath(step.script, plan.jobs_dir)
-    kind = "afterok" if needs else "afterany"
-    extra = ["--kill-on-invalid-dep=yes"] if needs and after else []
     if dry_run:
-        dep_text = ((f"-hold_jid <{after}> " if ge else
-                     f"--dependency={kind}:<{after}> " + "".join(x + " " for x in extra))
-                    if after else "")
-        dep_text = ("-h " if held else "") + dep_text
         print(f"Would submit {what}: (cd {plan.jobs_dir} && "
-              f"{'qsub ' + ''.join(g + ' ' for g in group) if ge else 'sbatch '}{dep_text}"
-              f"{rel})", file=out)
+              f"{sched.would_submit(rel, after, needs, held, group)})", file=out)
         return None
-    jid = (gridengine.qsub(step.script, cwd=plan.jobs_dir, extra=group,
-                           hold=[after] if after else (), held=held) if ge else
-           sbatch(step.script, cwd=plan.jobs_dir, dependency=f"{kind}:{after}" if after else None,
-                  extra=extra))
+    jid = sched.submit(step.script, plan.jobs_dir, after, needs=needs, held=held, group=group)
     print(f"Submitted {what} ({step.job.nodes} node(s) x {step.job.ntasks_per_node} "
           f"rank(s)) as job {jid}" + (f", after job {after}" if after else ""), file=out)
     return jid
@@ -203,14 +190,14 @@ def _submit_steps(plan: StudyPlan, tunes: List[Step], submission: dict, ids: Lis
                   group: List[str], out) -> None:
     """The tune and allocation jobs, then the points, each after the job making its file;
     into ``waiting`` each held Grid Engine tune job and the points submitted after it."""
-    ge = plan.scheduler == "gridengine"
+    holds = batch.BY_NAME[plan.scheduler].holds_tunes()
     for k, step in enumerate(tunes + plan.steps):
         is_tune = k < len(tunes)
         measures = step.point_id.startswith(ALLOCATION_PREFIX)
         after = made_by.get(step.tuning) if step.tuning else None
         what = (f"the allocation's measurement {step.point_id}" if measures else
                 f"the tuning job for {step.tuning}" if is_tune else f"point {step.point_id}")
-        held = ge and is_tune and not measures
+        held = holds and is_tune and not measures
         jid = _submit_step(plan, step, what, after, dry_run, group, out,
                            needs=not is_tune, held=held)
         if jid:
@@ -245,7 +232,8 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
         print(f"Point {pid}: already recorded, not submitted (--force submits it again)", file=out)
     for pid, job in (plan.in_flight or {}).items():
         print(f"Point {pid}: {job}, not submitted again", file=out)
-    apart = plan.machine.one_at_a_time(plan.scheduler == "gridengine")
+    sched = batch.BY_NAME[plan.scheduler]
+    apart = sched.one_at_a_time(plan.machine)
     if apart and plan.steps:
         print(apart, file=out)
     for line in plan.machine.waiting(plan.waiting or ()):
@@ -254,27 +242,22 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
                   "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "dry_run": dry_run, "steps": [], "report": None}
     ids, made_by = [], {}           # tuning file -> the job that makes it
-    ge = plan.scheduler == "gridengine"
-    group = ["-g", plan.group] if ge and plan.group else []      # TSUBAME's qsub -g GROUP
+    group = sched.group_args(plan.group)
     tunes = plan.tunes or []
     waiting: Dict[str, List[str]] = {}       # Grid Engine: a held tune job -> the jobs it makes for
     try:
         _submit_steps(plan, tunes, submission, ids, made_by, waiting, dry_run, group, out)
     finally:
         for jid, theirs in waiting.items():
-            gridengine.release(jid, theirs)
+            sched.release(jid, theirs)
 
-    dep = (("hold_jid:" + ",".join(ids)) if ge else ("afterany:" + ":".join(ids))) if ids else None
     if dry_run:
-        dep_text = ("-hold_jid <step ids> " if ge else "--dependency=afterany:<step ids> ") \
-            if plan.steps else ""
-        print(f"Would submit the report: (cd {plan.jobs_dir} && {'qsub' if ge else 'sbatch'} "
-              f"{dep_text}{plan.report.script.name})", file=out)
-        rid = None
+        print(f"Would submit the report: (cd {plan.jobs_dir} && "
+              f"{sched.would_submit_after_all(plan.report.script.name, bool(plan.steps))})",
+              file=out)
+        rid = dep = None
     else:
-        rid = (gridengine.qsub(plan.report.script, cwd=plan.jobs_dir, hold=ids, extra=group)
-               if ge else
-               sbatch(plan.report.script, cwd=plan.jobs_dir, dependency=dep))
+        rid, dep = sched.submit_after_all(plan.report.script, plan.jobs_dir, ids, group)
         print(f"Submitted the report as job {rid}" + (f" (after {', '.join(ids)})" if ids else ""),
               file=out)
     submission["report"] = {"job_id": rid, "script": str(plan.report.script), "dependency": dep}
@@ -283,5 +266,5 @@ def submit_study(plan: StudyPlan, dry_run: bool = False, out=None) -> dict:
         with open(log, "a") as f:
             f.write(json.dumps(submission, sort_keys=True) + "\n")
     print(f"Scripts in {plan.jobs_dir}" + ("" if dry_run else "; job output there as " +
-                                           ("NAME.oJOBID" if ge else "%x-%j.out")), file=out)
+                                           sched.output), file=out)
     return submission
