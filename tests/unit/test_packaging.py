@@ -19,26 +19,33 @@ def _copy_source(dst):
                     ignore=shutil.ignore_patterns("__pycache__", "*.so", ".*.so.*"))
 
 
-@pytest.mark.slow
-def test_a_wheel_installed_in_a_fresh_venv_renders_a_job_script(tmp_path):
+def _wheel_in_a_fresh_venv(tmp_path):
+    """The wheel built from a copy of the source (this interpreter's setuptools, offline) and
+    installed without dependencies into a fresh venv: (the build's output, the wheel, the venv,
+    its python, an empty working directory outside the checkout)."""
     src, wheels, env_dir, work = (tmp_path / d for d in ("src", "wheels", "venv", "elsewhere"))
     for d in (src, work):
         d.mkdir()
     _copy_source(src)
-    # Built with this interpreter's setuptools, offline; installed without dependencies: rendering
-    # needs only the standard library.
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                             "-q", "-w", str(wheels), str(src)], capture_output=True, text=True,
                            timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
-    # every folder of the package is a package: setuptools has nothing to warn about
-    assert "absent from the" not in build.stdout + build.stderr, build.stderr[-3000:]
     wheel = next(wheels.glob("hpcdl-*.whl"))
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
     inst = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
                           capture_output=True, text=True, timeout=300)
     assert inst.returncode == 0, inst.stderr[-3000:]
+    return build.stdout + build.stderr, wheel, env_dir, py, work
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_in_a_fresh_venv_renders_a_job_script(tmp_path):
+    # rendering needs only the standard library: nothing beside the wheel is installed
+    built, _, env_dir, py, work = _wheel_in_a_fresh_venv(tmp_path)
+    # every folder of the package is a package: setuptools has nothing to warn about
+    assert "absent from the" not in built, built[-3000:]
     res = subprocess.run([str(py), "-m", "hpcdl.launch.jobscript", "--nodes", "2", "--time", "01:00:00",
                           "--", "--workload", "cnn"], capture_output=True, text=True, timeout=120,
                          cwd=work, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
@@ -62,25 +69,12 @@ def test_a_wheel_installed_beside_an_existing_stack_lists_every_command_and_trai
     """`pip install --no-deps` of the wheel into an environment whose TensorFlow and Horovod come
     from elsewhere (here, this venv's, as a cluster module's would): every command is there, and
     one rank trains from the installed copy with the working directory outside the checkout."""
-    src, wheels, env_dir, work = (tmp_path / d for d in ("src", "wheels", "venv", "elsewhere"))
-    for d in (src, work):
-        d.mkdir()
-    _copy_source(src)
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                            "-q", "-w", str(wheels), str(src)], capture_output=True, text=True,
-                           timeout=300)
-    assert build.returncode == 0, build.stderr[-3000:]
-    wheel = next(wheels.glob("hpcdl-*.whl"))
+    _, wheel, env_dir, py, work = _wheel_in_a_fresh_venv(tmp_path)
     import zipfile
     names = zipfile.ZipFile(wheel).namelist()
     for pkg in sorted({p.parent for p in (ROOT / "hpcdl").rglob("*.py")}):
         rel = pkg.relative_to(ROOT).as_posix()
         assert f"{rel}/__init__.py" in names, f"{rel} is not in the wheel"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    py = env_dir / "bin" / "python"
-    inst = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
-                          capture_output=True, text=True, timeout=300)
-    assert inst.returncode == 0, inst.stderr[-3000:]
     # the stack's packages seen through a .pth line, after the venv's own: the wheel's hpcdl wins
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, timeout=60).stdout.strip()
