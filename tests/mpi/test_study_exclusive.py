@@ -43,9 +43,9 @@ def _start(path, root):
                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
 
 
-def _descendants(pid: int):
-    """Every live process below ``pid`` (by parent links), and their sessions."""
-    parents = {}
+def _processes():
+    """{pid: (parent, session)} of every live (not zombie) process, from /proc."""
+    table = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
@@ -54,7 +54,13 @@ def _descendants(pid: int):
             except OSError:
                 continue
             if fields[0] != "Z":
-                parents[int(name)] = (int(fields[1]), int(fields[3]))
+                table[int(name)] = (int(fields[1]), int(fields[3]))
+    return table
+
+
+def _descendants(pid: int):
+    """Every live process below ``pid`` (by parent links), and their sessions."""
+    parents = _processes()
     out, todo = set(), [pid]
     while todo:
         p = todo.pop()
@@ -66,17 +72,7 @@ def _descendants(pid: int):
 
 
 def _alive_in(sessions):
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z" and int(fields[3]) in sessions:
-                found.append(int(name))
-    return found
+    return [pid for pid, (_, sid) in _processes().items() if sid in sessions]
 
 
 def _wait_for_ranks(proc, n=2, limit=120.0):
