@@ -17,9 +17,10 @@ import json
 import re
 import statistics
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from .allreduce import OMPI_ALLREDUCE
+from .loop_share import Misses
 from .provenance import cpu_of
 from .. import checks, costmodel
 from ..costmodel import OMPI_ALLREDUCE_NAMES
@@ -31,16 +32,16 @@ SCHEMA = "hpcdl.tuning/1"
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
-class Bench:
-    """The exchange a tuning file measured for a point, looked up by the study's path pattern."""
+class Bench(Misses):
+    """The exchange a tuning file measured for a point, looked up by the study's path pattern;
+    its misses say why points kept the model's exchange."""
 
     def __init__(self, pattern: str, root: Optional[Path] = None, machine: Optional[str] = None):
+        super().__init__()
         self.pattern = pattern
         self.machine = machine          # the records' (provenance.machine_setting), when one
         self.root = Path(root) if root is not None else Path(".")
         self._files: Dict[Path, Optional[dict]] = {}
-        self._misses: Dict[str, None] = {}      # in order, each once
-        self.rejected: List[str] = []     # left out by checks.input_problem's rule
 
     def path(self, nodes: int, network: str) -> Path:
         values = {"nodes": nodes, "ranks": nodes, "ranks_per_node": 1, "network": network}
@@ -62,23 +63,10 @@ class Bench:
                 doc = None
             why = doc is not None and checks.input_problem(doc, SCHEMA)
             if why:
-                self.rejected.append(f"{path}: {why}")
-                self._miss(f"{path}: {why}; left out")
+                self._reject(path, why)
                 doc = None
             self._files[path] = doc
         return self._files[path]
-
-    def _miss(self, why: str) -> None:
-        self._misses[why] = None
-
-    def misses(self) -> List[str]:
-        """Why points kept the model's exchange (each reason once)."""
-        return list(self._misses)
-
-    def notes(self) -> dict:
-        """What the report says of the file: the misses, and the files the input files' rule
-        left out (:func:`hpcdl.checks.input_problem`) where it left any."""
-        return {"misses": self.misses(), **({"rejected": self.rejected} if self.rejected else {})}
 
     def exchange(self, nodes: int, network: str, compression: str, setting: str,
                  wire: float) -> Optional[Tuple[float, str]]:
@@ -121,9 +109,7 @@ class Bench:
         made = doc.get("made_for") or {}
         other = checks.made_for_problem(made, [network])
         if other:
-            if f"{path}: {other}" not in self.rejected:
-                self.rejected.append(f"{path}: {other}")
-            self._miss(f"{path}: {other}; left out")
+            self._reject(path, other)
             return None
         if made.get("nodes") != nodes or made.get("ranks") != nodes:
             self._miss(f"{path}: made for {made.get('nodes')} node(s) and {made.get('ranks')} "

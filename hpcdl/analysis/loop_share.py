@@ -28,7 +28,32 @@ from .. import checks, costmodel
 SCHEMA = "hpcdl.loop-cpu/1"
 
 
-class MachineFile:
+class Misses:
+    """Why an allocation's file was not taken (each reason once, in order), and which files the
+    input files' rule left out (:func:`hpcdl.checks.input_problem`): what a report says of it."""
+
+    def __init__(self):
+        self._misses: Dict[str, None] = {}
+        self.rejected: List[str] = []
+
+    def _miss(self, why: str) -> None:
+        self._misses[why] = None
+
+    def _reject(self, path, why: str) -> None:
+        """Leave the file at ``path`` out for ``why``, said once among the misses too."""
+        if f"{path}: {why}" not in self.rejected:
+            self.rejected.append(f"{path}: {why}")
+        self._miss(f"{path}: {why}; left out")
+
+    def misses(self) -> List[str]:
+        return list(self._misses)
+
+    def notes(self) -> dict:
+        """The misses, and the files the input files' rule left out where it left any."""
+        return {"misses": self.misses(), **({"rejected": self.rejected} if self.rejected else {})}
+
+
+class MachineFile(Misses):
     """A short benchmark's JSON file of ``schema``, made for one machine (processor and machine
     settings, ``made_for.machine``): ``doc`` only where the records ran on that machine, else
     None and a miss that says why. A subclass names its ``schema`` and ``kind`` (the words a miss
@@ -38,9 +63,8 @@ class MachineFile:
     kind: str
 
     def __init__(self, path: str, machine: Optional[str]):
+        super().__init__()
         self.path = path
-        self._misses: Dict[str, None] = {}
-        self.rejected: List[str] = []     # left out by checks.input_problem's rule
         self.doc: Optional[dict] = None
         try:
             doc = json.loads(Path(path).read_text())
@@ -64,22 +88,9 @@ class MachineFile:
         # machine string names every other setting)
         why = checks.input_problem(doc, self.schema)
         if why:
-            self.rejected.append(f"{path}: {why}")
-            self._miss(f"{path}: {why}; left out")
+            self._reject(path, why)
             return
         self.doc = doc
-
-    def _miss(self, why: str) -> None:
-        self._misses[why] = None
-
-    def misses(self) -> List[str]:
-        """Why the file was not used, or not for every axis (each reason once)."""
-        return list(self._misses)
-
-    def notes(self) -> dict:
-        """What the report says of the file: the misses, and the files the input files' rule
-        left out (:func:`hpcdl.checks.input_problem`) where it left any."""
-        return {"misses": self.misses(), **({"rejected": self.rejected} if self.rejected else {})}
 
     @property
     def source(self) -> str:
