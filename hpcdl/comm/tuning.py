@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Mapping, MutableMapping, Optional, Tuple
 
-from .. import checks, cluster, machine
+from .. import checks, cluster, machine, records
 from ..errors import UserError
 
 SCHEMA = "hpcdl.tuning/1"
@@ -184,13 +184,8 @@ def mismatch(section: dict, nodes: int, ranks: int, node: Optional[dict] = None)
 
 
 def write(path, doc: dict) -> None:
-    """Write ``doc`` atomically (a reader sees the old file or the new one)."""
+    """Write ``doc`` atomically (a reader sees the old file or the new one; a full disk leaves
+    the old one and no temporary file)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, p)
-    except BaseException:
-        tmp.unlink(missing_ok=True)       # a full disk leaves no temporary file behind
-        raise
+    records.write_atomic(p, json.dumps(doc, indent=1, sort_keys=True) + "\n")

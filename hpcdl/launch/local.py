@@ -153,9 +153,7 @@ def _wait_session_gone(sid: int, limit: float) -> None:
 
 def _kill_group(proc: subprocess.Popen) -> None:
     for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
+        if not _signal_group(proc.pid, sig):
             return
         try:
             proc.wait(timeout=wait)
@@ -168,7 +166,7 @@ def end_session(proc: subprocess.Popen, grace: float = 5.0) -> None:
     """End the job started in ``proc``'s session: SIGTERM to mpirun's group (it forwards the end
     to its ranks), then, after ``grace`` seconds, SIGKILL to every process of the session still
     there. Returns once none is left (or after ``DRAIN_S``)."""
-    _kill_group_once(proc.pid, signal.SIGTERM)
+    _signal_group(proc.pid, signal.SIGTERM)
     end = time.monotonic() + grace
     while _session_members(proc.pid) and time.monotonic() < end:
         proc.poll()
@@ -182,8 +180,10 @@ def end_session(proc: subprocess.Popen, grace: float = 5.0) -> None:
     _wait_session_gone(proc.pid, DRAIN_S)
 
 
-def _kill_group_once(pgid: int, sig) -> None:
+def _signal_group(pgid: int, sig) -> bool:
+    """Send ``sig`` to process group ``pgid``; False where the group is gone."""
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:
-        pass
+        return False
+    return True

@@ -21,7 +21,7 @@ from typing import Dict, Iterator, Optional
 from ..errors import UserError
 
 NAME = ".hpcdl-lock"
-_held: Dict[str, list] = {}       # root -> [fd, depth]: the same process may take it again
+_held: Dict[str, int] = {}        # root -> how deep this process holds it (it may again)
 
 
 def _holder_text(fd: int) -> str:
@@ -44,11 +44,11 @@ def hold(root, command: str, wait: Optional[float] = None) -> Iterator[None]:
     root = Path(root)
     key = str(root.resolve())
     if key in _held:
-        _held[key][1] += 1
+        _held[key] += 1
         try:
             yield
         finally:
-            _held[key][1] -= 1
+            _held[key] -= 1
         return
     root.mkdir(parents=True, exist_ok=True)
     path = root / NAME
@@ -66,7 +66,7 @@ def hold(root, command: str, wait: Optional[float] = None) -> Iterator[None]:
               "since": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
-        _held[key] = [fd, 1]
+        _held[key] = 1
         try:
             yield
         finally:
