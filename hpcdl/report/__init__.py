@@ -8,7 +8,8 @@ so a report can be made anywhere the results folder is copied to. The sections a
 """
 from __future__ import annotations
 
+from .reading import _resolve as runs_file      # a results folder's runs.jsonl, or the file given
 from .table import Table
 from .writing import _command, rendered_with, write_report
 
-__all__ = ["Table", "rendered_with", "write_report", "_command"]
+__all__ = ["Table", "rendered_with", "runs_file", "write_report", "_command"]

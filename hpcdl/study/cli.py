@@ -203,7 +203,7 @@ def report_main(opts) -> int:
         raise UserError(f"--fit {opts.fit}: no such file (make one with 'hpcdl bench fit')")
     if opts.exchange_bench:
         _check_exchange_files(opts.exchange_bench)
-    runs = src if src.suffix == ".jsonl" else src / "runs.jsonl"
+    runs = report.runs_file(src)           # the file write_report reads
     held = (rootlock.hold(runs.parent.parent, f"hpcdl study report {opts.source}", opts.wait)
             if runs.name == "runs.jsonl" and os.access(runs.parent.parent, os.W_OK)
             else contextlib.nullcontext())
