@@ -53,6 +53,14 @@ def check(res):
     return res
 
 
+def one_process_env(**extra) -> dict:
+    """This environment without MPI's and Slurm's (one process, whatever launched the tests),
+    with ``extra`` set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM_"))}
+    env.update(extra)
+    return env
+
+
 def read_records(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

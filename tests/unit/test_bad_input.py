@@ -15,6 +15,7 @@ import pytest
 
 from hpcdl.errors import UserError
 from hpcdl.launch import local
+from hpcdl_testing import one_process_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -362,7 +363,7 @@ CASES = [
 
 def _one_process_env() -> dict:
     """This environment without MPI's and Slurm's: one process, whatever launched the tests."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM_"))}
+    return one_process_env()
 
 
 @pytest.mark.parametrize("argv, env, expect", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -466,9 +467,7 @@ def test_a_results_file_that_becomes_unwritable_during_the_run_loses_no_record(t
     """(TF) The file is locked once training has begun: the record goes to a fallback file in
     the working directory, named on stderr, and the exit status says it is not where asked."""
     results = _file(tmp_path, "runs.jsonl")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    for key in [k for k in env if k.startswith(("OMPI_", "PMI", "SLURM_"))]:
-        del env[key]
+    env = one_process_env(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.Popen([sys.executable, "-m", "hpcdl", "train", "--workload", "expmlp",
                              "--steps", "300", "--results", str(results)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -491,9 +490,7 @@ def test_a_results_file_that_becomes_unwritable_during_the_run_loses_no_record(t
 
 
 def _hpcdl(tmp, *argv, timeout=170):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    for key in [k for k in env if k.startswith(("OMPI_", "PMI", "SLURM_"))]:
-        del env[key]
+    env = one_process_env(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.run([sys.executable, "-m", "hpcdl", *argv], capture_output=True, text=True,
                           env=env, cwd=tmp, timeout=timeout)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl import records
-from hpcdl_testing import ROOT
+from hpcdl_testing import ROOT, one_process_env
 
 FIRST = (ROOT / "results" / "local-expmlp-strong" / "runs.jsonl").read_text().splitlines()[0] + "\n"
 
@@ -48,13 +48,6 @@ def _fill(d: Path) -> Path:
     return filler
 
 
-def _clean_env():
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    for key in [k for k in env if k.startswith(("OMPI_", "PMI", "SLURM_"))]:
-        del env[key]
-    return env
-
-
 def test_a_full_disk_leaves_no_fragment_and_the_printed_recovery_counts_the_record(disk, tmp_path):
     """(TF) The results file's last block has room for part of a record, the disk none: the
     run exits 3 and leaves the file as it was; once space is freed, the printed `cat` puts the
@@ -67,7 +60,8 @@ def test_a_full_disk_leaves_no_fragment_and_the_printed_recovery_counts_the_reco
     work.mkdir()
     proc = subprocess.run([sys.executable, "-m", "hpcdl", "train", "--workload", "expmlp",
                            "--steps", "20", "--results", str(runs)], capture_output=True,
-                          text=True, cwd=work, env=_clean_env(), timeout=300)
+                          text=True, cwd=work, env=one_process_env(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
+                          timeout=300)
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert runs.read_bytes() == before, "the failed append left a fragment"
     advice = proc.stderr.split("append it there with '", 1)[1].split("'", 1)[0]
