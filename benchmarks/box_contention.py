@@ -19,7 +19,7 @@ per k and round, each node's median probe over the round's center (the median of
 nodes' probes, as a record's ranks are centred), and the machine setting it measured. ``hpcdl
 study report --spread-bench PATH`` (or a study's ``calibrate = { spread = ... }``) predicts a
 held-out point's slowest rank from the spread measured at the largest node count <= its own
-(:mod:`hpcdl.analysis.host_spread`).
+(:mod:`hpcdl.model.host_spread`).
 
 The runs are plain ``srun`` steps beside each other (the box's licence would queue them one after
 another), so on the box the script refuses to start while a job is queued or running there.
@@ -56,7 +56,8 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 
 from hpcdl import box, records, study
-from hpcdl.analysis import host_spread, provenance
+from hpcdl.analysis import provenance
+from hpcdl.model import host_spread
 from hpcdl.bench.boxcheck import job_env
 
 

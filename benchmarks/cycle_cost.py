@@ -29,7 +29,7 @@ from pathlib import Path
 
 from hpcdl import box, records
 from hpcdl.errors import UserError
-from hpcdl.analysis.measured import measured
+from hpcdl.model.measured import measured
 from hpcdl.launch import local
 
 

@@ -21,7 +21,7 @@ and node count, the share the median rank's and the busiest rank's loop took fro
 the box and processor it measured (the machine setting the records of that box carry). ``hpcdl
 study report --loop-bench PATH`` then scales a held-out Horovod point's compute by how much more
 of the node the loop takes at its node count than at the calibration's
-(:mod:`hpcdl.analysis.loop_share`).
+(:mod:`hpcdl.model.loop_share`).
 """
 import argparse
 import json
@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 from hpcdl import box, records
-from hpcdl.analysis import loop_share, provenance
+from hpcdl.analysis import provenance
+from hpcdl.model import loop_share
 from hpcdl.bench.allocation import window as _window
 from hpcdl.bench.boxcheck import job_env, srun_json
 

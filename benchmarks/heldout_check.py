@@ -34,9 +34,9 @@ from statistics import mean, median, pstdev
 from typing import NamedTuple, Optional
 
 from hpcdl import machine, records
-from hpcdl.analysis import baselines
-from hpcdl.analysis.floor import SQRT_2_PI
-from hpcdl.analysis.measured import probe_slack
+from hpcdl.model import baselines
+from hpcdl.model.floor import SQRT_2_PI
+from hpcdl.model.measured import probe_slack
 
 PARTS = ("compute", "exchange", "step")
 
@@ -217,7 +217,7 @@ class Held(NamedTuple):
     measured: float           # the measured step over the calibrated point's
     predicted: float          # the model's prediction of that ratio
     point: dict               # the report's point
-    floor: Optional[float]    # the floor the study's report printed (:mod:`hpcdl.analysis.floor`)
+    floor: Optional[float]    # the floor the study's report printed (:mod:`hpcdl.model.floor`)
     order: int                # the order it was read in
 
 

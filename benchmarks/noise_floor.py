@@ -2,7 +2,7 @@
 
 For every box study in ``results/`` and every point (axis, nodes) with at least two repeats, each
 repeat's step time, compute (the slowest rank's median probe) and exchange (timed alone) are
-compared with the median of the point's *other* repeats, as :mod:`hpcdl.analysis.measured` reads
+compared with the median of the point's *other* repeats, as :mod:`hpcdl.model.measured` reads
 them. A model that knew every point's true figure would still differ from one run by about this
 much; a target of "every point within X%" is out of reach where the repeats themselves spread
 further. Also printed: the 1-node compute of each study in the order its jobs ran, i.e. how far
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from hpcdl import checks
 from hpcdl.analysis.reading import axis_name, record_axis
-from hpcdl.analysis.measured import measured
+from hpcdl.model.measured import measured
 
 PARTS = (("step", 0.10), ("compute", 0.15), ("exchange", 0.15))
 

@@ -2,7 +2,7 @@
 """Do the remedies a weak-scaling report predicts deliver their gain? Predicted beside measured.
 
 For the largest point of each uncompressed axis of a study calibrated on its smallest node counts,
-:func:`hpcdl.analysis.transfer.remedies` gives the efficiency the part-by-part model predicts with
+:func:`hpcdl.model.transfer.remedies` gives the efficiency the part-by-part model predicts with
 each remedy (fp16 gradients; twice the batch per rank) and the gain over the efficiency it
 predicts as run. The measured gain comes from the same study's fp16 axis (same box, same commit)
 and from a second study of the same workload with the remedy applied (twice the batch).
@@ -12,8 +12,8 @@ and from a second study of the same workload with the remedy applied (twice the 
         > results/remedy-check.txt
 
 With ``--loop-bench FILE`` the model's compute beyond the calibration follows the share of a node
-Horovod's loop takes (:mod:`hpcdl.analysis.loop_share`), and with ``--spread-bench FILE`` its
-slowest rank is drawn from the nodes' spread (:mod:`hpcdl.analysis.host_spread`), as the report's
+Horovod's loop takes (:mod:`hpcdl.model.loop_share`), and with ``--spread-bench FILE`` its
+slowest rank is drawn from the nodes' spread (:mod:`hpcdl.model.host_spread`), as the report's
 are with the same flags.
 """
 import argparse
@@ -22,9 +22,10 @@ from pathlib import Path
 
 
 from hpcdl import records
-from hpcdl.analysis import declared_nodes_max, predict, provenance
-from hpcdl.analysis.host_spread import HostSpread
-from hpcdl.analysis.loop_share import LoopShare
+from hpcdl.analysis import provenance
+from hpcdl.model import Inputs, predict
+from hpcdl.model.host_spread import HostSpread
+from hpcdl.model.loop_share import LoopShare
 from hpcdl.analysis.reading import row_key as _row_key
 
 
@@ -50,7 +51,7 @@ def main(argv=None) -> int:
     machine = machines.pop() if len(machines) == 1 else None
     loop = LoopShare(a.loop_bench, machine) if a.loop_bench else None
     spread = HostSpread(a.spread_bench, machine) if a.spread_bench else None
-    res = predict.of_records(recs, _row_key, declared_nodes_max(recs) or 2, "weak", others, loop=loop,
+    res = predict.of_records(recs, _row_key, Inputs.declared(recs).nodes_max or 2, "weak", others, loop=loop,
                           spread=spread)
     print(f"# python -m benchmarks.remedy_check {a.study} {' '.join(map(str, a.remedied))}"
           + (f" --loop-bench {a.loop_bench}" if a.loop_bench else "")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 from hpcdl import machine, records
-from hpcdl.analysis.measured import measured
+from hpcdl.model.measured import measured
 
 
 def _steps(folder: Path) -> dict:

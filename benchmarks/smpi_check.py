@@ -3,7 +3,7 @@
 
 SMPI runs a real MPI program on a simulated platform (Degomme et al., IEEE TPDS 28(8), 2017),
 each allreduce algorithm forced by name. The forecast's exchange is
-:func:`hpcdl.analysis.allreduce.exchange_time`: a fixed cost per call plus the algorithm's
+:func:`hpcdl.model.allreduce.exchange_time`: a fixed cost per call plus the algorithm's
 messages on the slowest rank's path, each at what one more ring step of its size adds, measured
 by rings of 2, 4 and 8 ranks at that exact size (:func:`marginal`): within one leaf switch, or
 over two leaves for a message whose pair spans a leaf
@@ -30,7 +30,7 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from hpcdl.analysis.allreduce import exchange_time
+from hpcdl.model.allreduce import exchange_time
 from hpcdl.costmodel import step_spans
 
 PROGRAM = r"""

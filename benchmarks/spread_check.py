@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from statistics import mean
 
@@ -31,8 +32,9 @@ def _heldout(folder: Path, spread: str) -> tuple:
     with tempfile.TemporaryDirectory() as tmp:
         # none: a file that is not there, so that a spread file the study itself declares is
         # not taken either (the report then draws from the calibration runs' spread)
-        flags = {**rendered_with(folder),
-                 "spread_bench": str(Path(tmp) / "none.json") if spread == NONE else spread}
+        flags = rendered_with(folder)
+        flags["given"] = replace(flags["given"], spread=str(Path(tmp) / "none.json")
+                                 if spread == NONE else spread)
         write_report(folder, out_dir=tmp, plots=False, **flags)
         doc = json.loads((Path(tmp) / "report.json").read_text())
     pred = doc.get("prediction") or {}

@@ -17,7 +17,7 @@ reduced (s/B). Each algorithm costs ``a*alpha + b*beta + c*gamma`` (:func:`coeff
 With compression, ``n`` still counts float32 bytes: a fitted beta is the effective time per
 float32 byte. :data:`FORMULAS` is the text of each, for reports and tables.
 
-The step built on these, and its forecast, is :mod:`hpcdl.analysis.predict`.
+The step built on these, and its forecast, is :mod:`hpcdl.model.predict`.
 :data:`PRESETS` holds the named networks a forecast is drawn on. numpy only.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 # Open MPI's tuned allreduce algorithms by their number (coll_tuned_allreduce_algorithm): the
-# name the exchange model knows each by (:mod:`hpcdl.analysis.allreduce`), and the name tables
+# name the exchange model knows each by (:mod:`hpcdl.model.allreduce`), and the name tables
 # and records print; 0 leaves the choice to the library
 OMPI_ALGORITHMS = {1: ("linear", "basic linear"), 2: ("nonoverlapping", "nonoverlapping"),
                    3: ("recursive doubling", "recursive doubling"), 4: ("ring", "ring"),

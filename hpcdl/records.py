@@ -25,7 +25,9 @@ from .machine import SECTIONS as MACHINE_SECTIONS
 from .stack import package_version
 from .errors import UserError
 
-SCHEMA = "hpcdl.run/1"
+# /2: the study's model inputs are JSON (declared.model, hpcdl.model.inputs.Inputs), where /1
+# joined them into one string (declared.calibration, still read)
+SCHEMA = "hpcdl.run/2"
 SCRIPT_BACKEND = "script"         # the backend a record of the user's own command names
 SCALINGS = ("strong", "weak")     # what a study declares its points to be (declared.scaling)
 # what a record may carry beside its common keys

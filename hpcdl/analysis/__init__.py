@@ -5,14 +5,12 @@ e = (1/S - 1/p)/(1 - 1/p) with p = N/N0, for throughput X (samples or images per
 ranks together); ideal strong and weak scaling both have S = N/N0. Every figure outside its
 meaningful range, or not resolved by the spread of the repeats, carries a flag naming why.
 
-The one model, its check on held-out points and its forecast are :mod:`.predict` and
-:mod:`.forecast`. numpy only: a report is made without TensorFlow, Horovod or mpi4py.
+The one model, its check on held-out points and its forecast are :mod:`hpcdl.model`; the
+analysis calls it. numpy only: a report is made without TensorFlow, Horovod or mpi4py.
 """
 from __future__ import annotations
 
 from . import provenance
-from .declared import (declared_bench, declared_calibration, declared_forecast, declared_loop,
-                       declared_nodes_max, declared_spread)
 from .reading import Digest
 from .published import PUBLISHED, PUBLISHED_INPUTS, PUBLISHED_SETUP, published_comparison
 from .scaling import (Row, add_scaling, axes, efficiency, flag_rows, group_records,
@@ -23,7 +21,6 @@ from ..records import SCALINGS
 
 # re-exported: the package's names as its users import them
 __all__ = ["Digest", "PUBLISHED", "PUBLISHED_INPUTS", "PUBLISHED_SETUP", "SCALINGS", "Row", "StudyAnalysis",
-           "add_scaling", "analyse", "axes", "declared_bench", "declared_calibration",
-           "declared_forecast", "declared_loop", "declared_nodes_max", "declared_spread", "declared_scaling",
+           "add_scaling", "analyse", "axes", "declared_scaling",
            "efficiency", "flag_rows", "group_records", "karp_flatt", "load_fit", "pooled",
            "provenance", "published_comparison", "rows_of", "speedup", "systems_of"]

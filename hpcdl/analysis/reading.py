@@ -24,7 +24,9 @@ from collections import Counter, OrderedDict
 from array import array
 from typing import Dict, Iterable, NamedTuple, Optional, Tuple
 
-from . import budget, convergence, measured, provenance
+from . import budget, convergence, provenance
+from ..model import measured
+from ..model.inputs import Inputs
 from .. import machine
 from ..costmodel import OMPI_ALLREDUCE_NAMES
 from ..records import lookup as _get, ok_train
@@ -306,7 +308,7 @@ class Digest:
         self.systems = Systems()
         self.about = Runs()
         self.scalings: set = set()
-        self.calibration: Optional[str] = None   # the first declared calibration with any part
+        self.model: Optional[Inputs] = None     # the first record's model inputs, where declared
         self._shared: Dict[tuple, tuple] = {}
 
     def _slot(self, table: dict, key: tuple, make):
@@ -328,10 +330,8 @@ class Digest:
         scaling = _get(rec, "declared", "scaling")
         if scaling is not None:
             self.scalings.add(scaling)
-        if self.calibration is None:
-            cal = str(_get(rec, "declared", "calibration") or "")
-            if cal and cal != "runs":
-                self.calibration = cal
+        if self.model is None:
+            self.model = Inputs.of_record(rec)
         run = run_of(rec)
         if run is not None:
             self._slot(self.runs, run_key(rec), Repeats).add(run)
@@ -355,8 +355,7 @@ class Digest:
         self.origin.merge(other.origin)
         self.about.merge(other.about)
         self.scalings |= other.scalings
-        self.calibration = self.calibration if self.calibration is not None else \
-            other.calibration
+        self.model = self.model if self.model is not None else other.model
         for mine, theirs, make in ((self.runs, other.runs, Repeats),
                                    (self.budget, other.budget, budget.Point),
                                    (self.points, other.points, measured.Runs)):

@@ -4,15 +4,16 @@ check and forecast (:mod:`.predict`), the published comparison and what the reco
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, List, Optional, Sequence
 
-from . import budget, predict
-from .declared import (declared_bench, declared_forecast, declared_loop, declared_nodes_max,
-                       declared_spread)
-from .exchange_bench import Bench
-from .host_spread import HostSpread
-from .loop_share import LoopShare
+from . import budget
+from .. import checks
+from ..model import predict
+from ..model.inputs import Inputs
+from ..model.exchange_bench import Bench
+from ..model.host_spread import HostSpread
+from ..model.loop_share import LoopShare
 from .provenance import Provenance
 from .published import PUBLISHED_INPUTS, PUBLISHED_SETUP, published_comparison
 from .reading import Digest
@@ -77,47 +78,37 @@ def declared_scaling(recs: Iterable[dict], given: Optional[str] = None):
                      "study): give --scaling strong or --scaling weak")
 
 
-def analyse(recs: "Iterable[dict] | Digest", name: str, fit_doc: Optional[dict] = None,
-            fit_label: Optional[str] = None, scaling: Optional[str] = None,
-            algorithm: Optional[str] = None, allow_mixed: bool = False,
-            exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
-            spread_bench: Optional[str] = None,
-            forecast: Optional[Sequence[int]] = None) -> StudyAnalysis:
+def analyse(recs: "Iterable[dict] | Digest", name: str, given: Optional[Inputs] = None,
+            scaling: Optional[str] = None, allow_mixed: bool = False) -> StudyAnalysis:
     """The analysis of one study's records, or of what :class:`.reading.Digest` kept of them
     as they were read (raises ValueError on what cannot be analysed, and
     :class:`provenance.MixedRecords` on records of different code, software, study files,
-    processors or machine settings unless ``allow_mixed``). ``exchange_bench``, ``loop_bench`` and
-    ``spread_bench``: see :func:`_predicted`; ``forecast``: the node counts the part-by-part
-    model forecasts (else the study's ``[model] forecast``, else :data:`.forecast.FORECAST`)."""
+    processors or machine settings unless ``allow_mixed``). ``given``: the model's inputs the
+    user gave, each over the one the study declares (:class:`hpcdl.model.inputs.Inputs`)."""
     recs = recs if isinstance(recs, Digest) else Digest.of(recs)
     origin = recs.origin.result(allow_mixed)
     rows = rows_of(recs.runs)
     if not rows:
         raise ValueError("no record has metrics.throughput")
     kind, source = declared_scaling(recs, scaling)
+    inputs = (given or Inputs()).over(Inputs.declared(recs))
     # a bench fit (declared or given) calibrates the exchange: alone, with the study's every
     # point for the rest; beside a declared calibration subset, with the subset's points
-    nodes_max = declared_nodes_max(recs)
-    fit_for = _fit_for(fit_doc, fit_label)
+    nodes_max = inputs.nodes_max
     cores = recs.cores
     flag_rows(rows, cores)
     # an axis whose records time no step (a script seen only from outside) has no model, nor
     # one whose step is no allreduce (the asynchronous parameter server, a pipeline)
     timed = [a for a in axes(rows)
              if any(math.isfinite(r.step_time) and r.modelled for r in rows if r.axis == a)]
-    pattern, loop = exchange_bench or declared_bench(recs), loop_bench or declared_loop(recs)
-    spread = spread_bench or declared_spread(recs)
-    if forecast is None:
-        forecast = declared_forecast(recs) or predict.FORECAST
-    ahead = _predicted(recs, origin, nodes_max, kind, fit_for, pattern, loop, spread, forecast)
+    ahead = _predicted(recs, origin, kind, inputs)
     _heldout_from(ahead, rows)
     for r in rows:
         r.fitted = r.nodes <= nodes_max if nodes_max else r.fitted
     spent = budget.of_points(recs.budget, rows)
     return StudyAnalysis(
         study=name, workload=recs.workload, scaling=kind,
-        scaling_source=source, calibration=_calibration_text(fit_label if fit_doc else None,
-                                                             nodes_max, pattern, loop, spread),
+        scaling_source=source, calibration=_calibration_text(inputs),
         records=recs.records, rows=rows, cores=cores,
         why_no_model="" if ahead else _no_model(rows, timed),
         published=published_comparison(),
@@ -138,42 +129,43 @@ def _no_model(rows: Sequence[Row], timed: Sequence[str]) -> str:
             "or all ranks on one node: measure both")
 
 
-def _predicted(recs: Digest, origin, nodes_max: int, kind: str, fit_for, pattern: Optional[str],
-               loop_bench: Optional[str], spread_bench: Optional[str] = None,
-               forecast: Sequence[int] = predict.FORECAST) -> dict:
+def _predicted(recs: Digest, origin, kind: str, inputs: Inputs) -> dict:
     """:func:`predict.of_points` of the records: the held-out exchange from the tuning files
-    ``pattern`` names (a path pattern; else the study's declared one, if any), a Horovod axis's
-    compute beyond its calibration after the loop file ``loop_bench`` (:mod:`.loop_share`; used
-    only when every record ran on the machine it measured), every axis's slowest rank there
-    drawn from the spread file ``spread_bench`` (:mod:`.host_spread`, likewise)."""
+    ``inputs.exchange`` names (a path pattern), a Horovod axis's compute beyond its calibration
+    after the loop file (:mod:`hpcdl.model.loop_share`; used only when every record ran on the
+    machine it measured), every axis's slowest rank there drawn from the spread file
+    (:mod:`hpcdl.model.host_spread`, likewise)."""
     machines = {key[2] for key in origin.groups}
     machine = machines.pop() if len(machines) == 1 else None
-    loop = LoopShare(loop_bench, machine) if loop_bench else None
-    spread = HostSpread(spread_bench, machine) if spread_bench else None
-    if not nodes_max and not forecast:
+    if not inputs.nodes_max and not inputs.counts:
         return {}
-    bench = Bench(pattern, machine=machine) if pattern else None
-    out = predict.of_points(recs.points, nodes_max, kind, exchange_fit=fit_for, bench=bench,
-                            loop=loop, spread=spread, forecast=forecast)
+    fit_for = _fit_for(checks.fit_file(inputs.fit) if inputs.fit else None, inputs.fit)
+    files = predict.Files(
+        bench=Bench(inputs.exchange, machine=machine) if inputs.exchange else None,
+        loop=LoopShare(inputs.loop, machine) if inputs.loop else None,
+        spread=HostSpread(inputs.spread, machine) if inputs.spread else None)
+    out = predict.of_points(recs.points, inputs.nodes_max, kind, exchange_fit=fit_for,
+                            files=files, forecast=inputs.counts)
     if out and out["held_out"]:
-        out["input_costs"] = predict.input_costs(out, recs.points, nodes_max, kind, fit_for,
-                                                 bench, loop, spread)
+        out["input_costs"] = predict.input_costs(out, recs.points, inputs.nodes_max, kind,
+                                                 fit_for, files)
     return out
 
 
-def _calibration_text(fit_label: Optional[str], nodes_max: int,
-                      bench: Optional[str] = None, loop: Optional[str] = None,
-                      spread: Optional[str] = None) -> str:
+def _calibration_text(inputs: Inputs) -> str:
+    """How the model is calibrated, in one line (StudyAnalysis.calibration)."""
+    nodes_max, fit_label = inputs.nodes_max, inputs.fit
     whose = "their" if nodes_max else "the forecast's"     # held-out points, or none
-    if spread:
-        return (_calibration_text(fit_label, nodes_max, bench, loop)
-                + f"; {whose} slowest rank from the nodes' spread in {spread}")
-    if loop:
-        return (_calibration_text(fit_label, nodes_max, bench)
-                + f"; {whose} compute after the share of a node Horovod's loop takes in {loop}")
-    if bench and nodes_max:
+    if inputs.spread:
+        return (_calibration_text(replace(inputs, spread=None))
+                + f"; {whose} slowest rank from the nodes' spread in {inputs.spread}")
+    if inputs.loop:
+        return (_calibration_text(replace(inputs, loop=None))
+                + f"; {whose} compute after the share of a node Horovod's loop takes in "
+                f"{inputs.loop}")
+    if inputs.exchange and nodes_max:
         return (f"runs with at most {nodes_max} node(s); the other points are predicted, their "
-                f"exchange from the tuning files {bench} where those measured it"
+                f"exchange from the tuning files {inputs.exchange} where those measured it"
                 + (f", else from fit:{fit_label}" if fit_label else ""))
     if fit_label and nodes_max:
         return (f"runs with at most {nodes_max} node(s), the exchange from fit:{fit_label}; the "
@@ -201,7 +193,7 @@ def _fit_for(fit_doc: Optional[dict], label: Optional[str]):
     def entry(backend: str, compression: str) -> Optional[dict]:
         fit = load_fit(fit_doc, backend, compression)
         if fit is not None and label:
-            fit["_source"] = f"{fit['_source']} from {label}"
+            fit["source"] = f"{fit['source']} from {label}"
         return fit
     return entry
 
@@ -213,6 +205,6 @@ def load_fit(doc: dict, backend: str = "horovod", compression: str = "none") -> 
     for key in (f"{backend}+{compression}", backend, f"{backend}+none"):
         if key in entries:
             out = dict(entries[key])
-            out["_source"] = f"bench fit ({key}, {doc.get('ranks', '?')} ranks)"
+            out["source"] = f"bench fit ({key}, {doc.get('ranks', '?')} ranks)"
             return out
     return None

@@ -12,7 +12,7 @@ node count the forecast draws on (the calibration's and the largest you can get)
   center (seconds of one pass) is kept beside it for reading; the model does not take it: each
   node count is measured by its own job minutes apart, and a pass drifts more than that between
   jobs on a shared host (docs/decisions.md).
-- **Horovod's loop** (a loop file, ``hpcdl.loop-cpu/1``, :mod:`hpcdl.analysis.loop_share`):
+- **Horovod's loop** (a loop file, ``hpcdl.loop-cpu/1``, :mod:`hpcdl.model.loop_share`):
   Horovod started as training starts it, then ``--seconds`` with the main thread asleep and
   ``--seconds`` with it computing (pure Python, one thread); from each thread's CPU time
   (``/proc/self/task``), the share of the rank's CPU its other threads took from the compute.
@@ -37,8 +37,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 from .. import cluster, machine, records, stack
 from ..errors import UserError
 
-LOOP_SCHEMA = "hpcdl.loop-cpu/1"        # as hpcdl.analysis.loop_share reads it
-SPREAD_SCHEMA = "hpcdl.host-spread/1"   # as hpcdl.analysis.host_spread reads it
+LOOP_SCHEMA = "hpcdl.loop-cpu/1"        # as hpcdl.model.loop_share reads it
+SPREAD_SCHEMA = "hpcdl.host-spread/1"   # as hpcdl.model.host_spread reads it
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -208,7 +208,7 @@ def main(opts) -> int:
 
 def _deviations(probes: List[List[float]]) -> List[float]:
     """Each node's median pass over the center, the median of every node's passes together (a
-    record's ranks are centred alike: hpcdl.analysis.measured.centred)."""
+    record's ranks are centred alike: hpcdl.model.measured.centred)."""
     center = statistics.median(v for p in probes for v in p)
     return [statistics.median(p) / center for p in probes]
 

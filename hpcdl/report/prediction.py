@@ -8,19 +8,19 @@ from typing import Callable, List, Optional
 
 from .table import _f, _ms, Table
 from .. import analysis, costmodel
-from ..analysis import forecast as _forecast_rules, predict as _predict_rules
+from ..model import forecast as _forecast_rules, parts as _parts_rules
 
 
 def _beyond() -> str:
     """How much of the calibration's hidden exchange a point beyond it takes
-    (:data:`hpcdl.analysis.predict.BEYOND`), as the sentences say it: 'half the ...'."""
-    share = _predict_rules.BEYOND
+    (:data:`hpcdl.model.parts.BEYOND`), as the sentences say it: 'half the ...'."""
+    share = _parts_rules.BEYOND
     return {0.5: "half", 1.0: "all of", 0.0: "none of"}.get(share, f"{share:.0%} of")
 
 
 def _no_effect() -> str:
     """The share of every step under which a network shows no effect
-    (:data:`hpcdl.analysis.forecast.NETWORK_EFFECT`), as a percentage."""
+    (:data:`hpcdl.model.forecast.NETWORK_EFFECT`), as a percentage."""
     return f"{_forecast_rules.NETWORK_EFFECT * 100:.0f}%"
 
 
@@ -119,7 +119,7 @@ def _noise_words(noise) -> str:
 
 def _floor_words(pred, mae, half) -> str:
     """Whether half the one-β baseline's error is closer than these repeats can check: below the
-    error a model without bias would show (:mod:`hpcdl.analysis.floor`), or, without folds of
+    error a model without bias would show (:mod:`hpcdl.model.floor`), or, without folds of
     repeats to refit on, within half the repeats' own spread."""
     if half is None or mae is None or mae <= half:
         return ""
@@ -134,7 +134,7 @@ def _floor_words(pred, mae, half) -> str:
                  f"±{_f(low['one_parameter_moves'], pct=True)}, a held-out point's repeats by "
                  f"±{_f(low['measured_moves'], pct=True)}. A "
                  "model without any bias, calibrated on all of them, would show a mean error of "
-                 f"about {_f(low['floor'], pct=True)} here (`hpcdl.analysis.floor`)")
+                 f"about {_f(low['floor'], pct=True)} here (`hpcdl.model.floor`)")
         if half <= low["floor"]:
             return words + (f"; half the one-β baseline's error ({_f(half, pct=True)}) is below "
                             "that: these repeats cannot show a model that close (more repeats "
@@ -243,12 +243,12 @@ def _prediction_markdown(pred, by_name) -> List[str]:
     h = pred["heldout"]
     lines = (["## Prediction of the points not calibrated on (MODEL, checked against "
               "measurement)", "", f"Calibrated on the runs with at most {pred['nodes_max']} "
-              "node(s) of each axis (`hpcdl.analysis.predict`), every larger point predicted part "
+              "node(s) of each axis (`hpcdl.model.predict`), every larger point predicted part "
               "by part."] if pred.get("held_out", True) else
              ["## The model, calibrated on every point (MODEL; no point held out)", "",
               "The study declares no calibration subset (`[model] calibrate = {nodes_max = N}` "
               "holds the larger points out to check the model on), so every point calibrates "
-              "the part-by-part model (`hpcdl.analysis.predict`) and none checks it; the band "
+              "the part-by-part model (`hpcdl.model.predict`) and none checks it; the band "
               "comes from leaving repeats out."])
     lines = [lines[0], lines[1], lines[2] + " Compute: the "
              "1-node compute per sample, times 1 + k beyond one rank, k measured at the largest "
@@ -417,7 +417,7 @@ def _exchange_input(pred) -> str:
 
 
 def _cost_words(pred) -> List[str]:
-    """What leaving each input out did to the held-out points (:func:`hpcdl.analysis.predict.
+    """What leaving each input out did to the held-out points (:func:`hpcdl.model.predict.
     input_costs`), or why it is not measured."""
     costs = pred.get("input_costs")
     if not costs:

@@ -9,63 +9,70 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Dict, List, Optional
 
 from . import sections
 from .plots import draw_plots  # matplotlib is imported only when plots are drawn
 from .table import stable
 from .. import analysis, checks, records
 from ..errors import UserError
+from ..model.inputs import Inputs
 from .reading import _read, _resolve
 from .summary import summary
 
 
-def write_report(src, out_dir=None, fit_path=None, study_name: Optional[str] = None,
-                 algorithm: Optional[str] = None,
-                 plots: bool = True, scaling: Optional[str] = None,
-                 allow_mixed: bool = False, workers: Optional[int] = None,
-                 exchange_bench: Optional[str] = None, loop_bench: Optional[str] = None,
-                 spread_bench: Optional[str] = None,
-                 forecast: Optional[Sequence[int]] = None) -> Dict:
+@dataclass(frozen=True)
+class Reading:
+    """How the records are read: which study of a file that holds several, the scaling kind
+    where the records declare none, whether records of different origins may be pooled, and
+    how many processes read them (:func:`.reading._workers`)."""
+
+    study: Optional[str] = None
+    scaling: Optional[str] = None
+    allow_mixed: bool = False
+    workers: Optional[int] = None
+
+
+def write_report(src, out_dir=None, given: Optional[Inputs] = None,
+                 how: Reading = Reading(), plots: bool = True) -> Dict:
     """Analyse the records in ``src`` and render the report; return {'report', 'json', 'files'}.
-    ``workers``: processes that read the records (see :func:`_workers`); ``exchange_bench``: the
-    tuning files (a path pattern) whose exchange the held-out points take; ``loop_bench``: the
-    loop file whose shares the held-out points' compute follows; ``spread_bench``: the spread
-    file their slowest rank is drawn from."""
+    ``given``: the model's inputs the user named, each over the study's declared one (the tuning
+    files whose exchange the held-out points take, the loop and spread files, a bench fit, the
+    forecast's node counts)."""
+    given = given or Inputs()
     runs = _resolve(src)
     if not runs.exists():
         raise UserError(f"{runs}: no such results file (run the study first: hpcdl study run)")
     try:
-        read, studies = _read(runs, study_name, workers)
+        read, studies = _read(runs, how.study, how.workers)
     except OSError as exc:
         raise UserError(f"{exc.filename or runs}: cannot be read ({exc.strerror or exc})") from None
     for note in read.notes():
         sys.stderr.write(f"hpcdl study report: {note}\n")
     recs = studies.pick()
     if recs is None:
-        raise UserError(f"{runs}: no train records{f' of study {study_name}' if study_name else ''}")
+        raise UserError(f"{runs}: no train records{f' of study {how.study}' if how.study else ''}")
     out = Path(out_dir) if out_dir else runs.parent
     checks.check_writable_dir(out, "the report's folder")
-    for flag, given, schema in (("--loop-bench", loop_bench, "hpcdl.loop-cpu/1"),
-                                ("--spread-bench", spread_bench, "hpcdl.host-spread/1")):
-        if given:                  # named on the command line: a wrong file is refused
-            checks.schema_file(given, schema, flag, "hpcdl bench allocation")
-    fit_path = fit_path or analysis.declared_calibration(recs)[0]
-    fit_doc = checks.fit_file(fit_path) if fit_path else None
+    for flag, named, schema in (("--loop-bench", given.loop, "hpcdl.loop-cpu/1"),
+                                ("--spread-bench", given.spread, "hpcdl.host-spread/1")):
+        if named:                  # named on the command line: a wrong file is refused
+            checks.schema_file(named, schema, flag, "hpcdl bench allocation")
     try:
-        res = analysis.analyse(recs, recs.study or runs.parent.name, fit_doc,
-                               str(fit_path) if fit_path else None, scaling, algorithm,
-                               allow_mixed, exchange_bench, loop_bench, spread_bench, forecast)
+        res = analysis.analyse(recs, recs.study or runs.parent.name, given, how.scaling,
+                               how.allow_mixed)
     except ValueError as exc:
         raise UserError(f"{runs}: {exc}") from None
+    fit = given.over(Inputs.declared(recs)).fit
     sources = [ax["model"]["exchange_source"] for ax in (res.prediction or {}).get("axes", [])]
-    if fit_doc and not any(src.startswith("bench fit") for src in sources):
-        raise UserError(f"fit {fit_path}: no entry for the study's axes ({', '.join(res.axes)}); "
+    if fit and not any(src.startswith("bench fit") for src in sources):
+        fit_doc = checks.fit_file(fit)
+        raise UserError(f"fit {fit}: no entry for the study's axes ({', '.join(res.axes)}); "
                         f"it has {', '.join(fit_doc.get('backends') or {}) or 'none'}")
     try:
         return _write(res, recs, read, runs, out, plots, _command(
-            recs.about, runs, res.provenance.mixed, exchange_bench, loop_bench, spread_bench,
-            forecast))
+            recs.about, runs, res.provenance.mixed, given))
     except OSError as exc:     # a file of the report that cannot be written, named
         raise UserError(f"{exc.filename or out}: cannot be written ({exc.strerror or exc}); "
                         f"the report in {out} is incomplete") from None
@@ -112,19 +119,19 @@ def _write_json(path: Path, doc: dict) -> None:
     records.write_atomic(path, json.dumps(plain, indent=1, sort_keys=True))
 
 
-def _command(about, runs, mixed: bool = False, bench: Optional[str] = None,
-             loop: Optional[str] = None, spread: Optional[str] = None,
-             forecast: Optional[Sequence[int]] = None) -> str:
+def _command(about, runs, mixed: bool = False, given: Inputs = Inputs()) -> str:
     """The commands that regenerate this report: the study's runs (when a study made them: on
     this machine, through a scheduler, or on a machine set up as the records' were) into the
     results root the records are in, named explicitly (points already recorded there are
-    skipped; another root measures afresh), then the report itself. ``about``: what
-    :class:`analysis.reading.Runs` gathered of the records."""
+    skipped; another root measures afresh), then the report itself with the inputs the user
+    gave. ``about``: what :class:`analysis.reading.Runs` gathered of the records."""
+    forecast = given.forecast
     study_file = about.study_file
     report = (f"hpcdl study report {_shown(runs.parent)}" + (" --allow-mixed" if mixed else "")
-              + (f" --exchange-bench '{bench}'" if bench else "")
-              + (f" --loop-bench {loop}" if loop else "")
-              + (f" --spread-bench {spread}" if spread else "")
+              + (f" --fit {given.fit}" if given.fit else "")
+              + (f" --exchange-bench '{given.exchange}'" if given.exchange else "")
+              + (f" --loop-bench {given.loop}" if given.loop else "")
+              + (f" --spread-bench {given.spread}" if given.spread else "")
               + ("" if forecast is None else
                  f" --forecast {','.join(map(str, forecast)) if forecast else 'none'}"))
     if not study_file:
@@ -148,14 +155,13 @@ def rendered_with(folder) -> dict:
     if "hpcdl study report" not in head:
         raise UserError(f"{folder}/report.md does not start with the command that made it")
     words = shlex.split(head.split("hpcdl study report", 1)[1].removesuffix("-->"))
-    out = {"allow_mixed": "--allow-mixed" in words}
-    for flag, key in (("--exchange-bench", "exchange_bench"), ("--loop-bench", "loop_bench"),
-                      ("--spread-bench", "spread_bench")):
-        out[key] = words[words.index(flag) + 1] if flag in words else None
+    named = {key: words[words.index(flag) + 1] if flag in words else None
+             for flag, key in (("--fit", "fit"), ("--exchange-bench", "exchange"),
+                               ("--loop-bench", "loop"), ("--spread-bench", "spread"))}
     if "--forecast" in words:
         given = words[words.index("--forecast") + 1]
-        out["forecast"] = () if given == "none" else tuple(int(x) for x in given.split(","))
-    return out
+        named["forecast"] = () if given == "none" else tuple(int(x) for x in given.split(","))
+    return {"given": Inputs(**named), "how": Reading(allow_mixed="--allow-mixed" in words)}
 
 
 def _shown(path) -> str:

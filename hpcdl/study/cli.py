@@ -163,7 +163,7 @@ def run_main(opts) -> int:
         rc = study_local.run_study(st, force=opts.force, limit=opts.limit, timeout=opts.timeout,
                                    stream=opts.stream, allocation=shlex.split(opts.allocation))
         if rc == 0 and opts.report:
-            written = report.write_report(st.results_dir, study_name=st.name)
+            written = report.write_report(st.results_dir, how=report.Reading(st.name))
             print(f"Report: {written['report']}")
     return rc
 
@@ -196,6 +196,9 @@ def report_main(opts) -> int:
     if opts.spread_bench and not Path(opts.spread_bench).is_file():
         raise UserError(f"--spread-bench {opts.spread_bench}: no such file (make one with "
                         "'hpcdl bench allocation' on the allocation)")
+    if opts.algorithm is not None:
+        raise UserError("--algorithm is gone: the model takes each point's allreduce from its "
+                        "records (the MPI library's choice, or the tuning file's)")
     if opts.max_ranks is not None:
         raise UserError("--max-ranks is gone with the whole-step extrapolation: the forecast's "
                         "node counts are --forecast (default 16,64,256)")
@@ -208,15 +211,11 @@ def report_main(opts) -> int:
             if runs.name == "runs.jsonl" and os.access(runs.parent.parent, os.W_OK)
             else contextlib.nullcontext())
     with held:
-        written = report.write_report(src, out_dir=opts.out, fit_path=opts.fit, study_name=name,
-                                      algorithm=opts.algorithm,
-                                      plots=not opts.no_plots,
-                                      scaling=opts.scaling, allow_mixed=opts.allow_mixed,
-                                      workers=opts.workers, exchange_bench=opts.exchange_bench,
-                                      loop_bench=opts.loop_bench,
-                                      spread_bench=opts.spread_bench,
-                                      forecast=None if opts.forecast is None
-                                      else _node_counts(opts.forecast))
+        given = report.Inputs(fit=opts.fit, exchange=opts.exchange_bench, loop=opts.loop_bench,
+                              spread=opts.spread_bench, forecast=None if opts.forecast is None
+                              else _node_counts(opts.forecast))
+        written = report.write_report(src, opts.out, given, report.Reading(
+            name, opts.scaling, opts.allow_mixed, opts.workers), plots=not opts.no_plots)
     for kind, path in written.items():
         if kind != "files":
             print(f"{kind}: {path}")

@@ -164,18 +164,15 @@ class Study:
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
-    def declared(self) -> Dict[str, str]:
+    def declared(self) -> Dict[str, Any]:
         """What every record of this study carries, so that the report guesses nothing."""
         spread, loop = self.allocation_files
+        # the model's inputs as hpcdl.model.inputs.Inputs reads them (given fields only)
+        model = {"nodes_max": self.calibrate_nodes_max, "fit": self.fit,
+                 "exchange": self.exchange_files, "loop": loop, "spread": spread,
+                 "forecast": list(self.forecast)}
         out = {"scaling": self.scaling, "study_file": str(self.path), "study_sha256": self.sha256,
-               "calibration": ";".join(
-                   ([f"runs:nodes<={self.calibrate_nodes_max}"] if self.calibrate_nodes_max else [])
-                   + ([f"fit:{self.fit}"] if self.fit else [])
-                   + ([f"bench:{self.exchange_files}"] if self.exchange_files else [])
-                   + ([f"loop:{loop}"] if loop else [])
-                   + ([f"spread:{spread}"] if spread else [])
-                   + ([f"forecast:{','.join(map(str, self.forecast))}"] if self.forecast else []))
-               or "runs"}
+               "model": {k: v for k, v in model.items() if v}}
         if self.target:
             out["target"] = self.target
         return out

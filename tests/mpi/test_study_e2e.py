@@ -61,7 +61,7 @@ def test_two_point_study_resumes_and_reports(tmp_path):
     assert all(r["study"] == "e2e" and r["replicas_identical"] for r in recs)
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     assert all(r["declared"] == {"scaling": "strong", "study_file": str(path), "study_sha256": sha,
-                                 "calibration": "runs"} for r in recs)
+                                 "model": {}} for r in recs)
 
     # A finished study runs nothing.
     out = hpcdl("study", "run", str(path), "--results-root", str(root))

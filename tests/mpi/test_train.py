@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcdl.analysis.measured import probe_slack
+from hpcdl import records
+from hpcdl.model.measured import probe_slack
 from hpcdl_testing import ROOT, TF_SERIES, check, mpirun, read_records
 
 
@@ -84,7 +85,7 @@ def test_record_carries_parameters_curve_throughput_and_manifest(single, tmp_pat
     res, _, _ = single
     path = re.search(r"^Record appended to (.+)$", res.stdout, re.M).group(1)
     rec = read_records(path)[-1]
-    assert rec["schema"] == "hpcdl.run/1" and rec["kind"] == "train"
+    assert rec["schema"] == records.SCHEMA == "hpcdl.run/2" and rec["kind"] == "train"
     assert rec["params"]["workload"] == "expmlp" and rec["params"]["steps"] == STEPS
     assert rec["params"]["lr"] == pytest.approx(LR)          # batch 400 on one rank: the same
     m = rec["metrics"]

@@ -603,7 +603,7 @@ def test_a_point_recorded_again_is_named_and_not_pooled_as_more_repeats(tmp_path
     (baseline / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     report.write_report(baseline, plots=False)
     for workers in (1, 3):
-        report.write_report(d, plots=False, workers=workers)
+        report.write_report(d, how=report.Reading(workers=workers), plots=False)
         doc = json.loads((d / "report.json").read_text())
         assert doc["records"] == len(recs)
         assert len(doc["left_out"]["repeated_points"]) == 50

@@ -1,7 +1,8 @@
-"""The part-by-part prediction of held-out points (hpcdl.analysis.predict): the MPI library's
+"""The part-by-part prediction of held-out points (hpcdl.model.predict): the MPI library's
 allreduce decision, the bytes on each link, the expected slowest rank, the calibration from the
 smallest node counts recovering a study made by known parts, the two baselines, the conformal
 band and its coverage, the prediction across link rates, and the remedies' gains."""
+import json
 import math
 import random
 import re
@@ -10,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from hpcdl import analysis, costmodel
-from hpcdl.analysis import allreduce, baselines, host_spread, loop_share, measured, predict, reading
-from hpcdl.analysis.host_spread import HostSpread
-from hpcdl.analysis.loop_share import LoopShare
+from hpcdl import study as study_model
+from hpcdl.model import Inputs
+from hpcdl.analysis import reading
+from hpcdl.model import allreduce, baselines, host_spread, loop_share, measured, parts, predict
+from hpcdl.model.host_spread import HostSpread
+from hpcdl.model.loop_share import LoopShare
 from hpcdl.report import prediction
 
 MB = 4_617_088          # box-cnn-weak's gradient bytes
@@ -80,10 +84,10 @@ def test_beyond_a_power_of_two_the_ranks_fold_in_and_out_one_way_as_open_mpi_sen
 
 
 def test_expected_maximum_of_draws():
-    assert predict.expected_max([1.0, 2.0], 1) == pytest.approx(1.5)
-    assert predict.expected_max([1.0, 2.0], 2) == pytest.approx(1.75)
-    assert predict.expected_max([1.0, 2.0, 3.0], 50) == pytest.approx(3.0, abs=1e-6)
-    assert predict.expected_max([], 4) == 1.0
+    assert parts.expected_max([1.0, 2.0], 1) == pytest.approx(1.5)
+    assert parts.expected_max([1.0, 2.0], 2) == pytest.approx(1.75)
+    assert parts.expected_max([1.0, 2.0, 3.0], 50) == pytest.approx(3.0, abs=1e-6)
+    assert parts.expected_max([], 4) == 1.0
 
 
 def test_conformal_quantile_needs_enough_residuals_for_its_level():
@@ -113,11 +117,11 @@ def truth(p, b=128, per_sample=3.2e-3, k=0.05, duplex=0.9, window=0.1, fixed=2e-
         both, one = costmodel.link_parts(algo, wire, p)
         ex = (both * (1 + duplex) + one) / (rate / 8 * allreduce.FRAMING)
         ex *= (ex_factor or {}).get(p, 1.0)
-    step_c = center * predict.expected_max(spread, p)
+    step_c = center * parts.expected_max(spread, p)
     # the exchange hides behind compute at 2 nodes, the calibration, and beyond it the share of
     # that the model takes there (made by the model's own parts)
     w = 0.0 if backend == "ps" else window
-    hidden = min(ex, w * step_c) * (1.0 if p <= 2 else predict.BEYOND)
+    hidden = min(ex, w * step_c) * (1.0 if p <= 2 else parts.BEYOND)
     return center, ex, step_c + fixed + ex - hidden
 
 
@@ -341,7 +345,7 @@ def test_a_window_over_the_whole_compute_is_held_at_all_of_it():
 
 
 def test_a_bench_fit_beside_the_calibration_subset_gives_the_exchange_of_every_point():
-    fit = {"alpha_s": 1e-3, "beta_s_per_byte": 4e-8, "model": "ring", "_source": "bench fit (horovod)"}
+    fit = {"alpha_s": 1e-3, "beta_s_per_byte": 4e-8, "model": "ring", "source": "bench fit (horovod)"}
     res = predict.of_records(study(), reading.row_key, 2, "weak",
                           exchange_fit=lambda backend, compression: dict(fit))
     ax = res["axes"][0]
@@ -359,30 +363,60 @@ def test_a_bench_fit_beside_the_calibration_subset_gives_the_exchange_of_every_p
 
 
 def test_the_declared_calibration_names_the_fit_and_the_subset_alone_or_together():
-    def recs(cal):
-        return [{"declared": {"calibration": cal}}]
-    assert analysis.declared_calibration(recs("runs")) == (None, 0)
-    assert analysis.declared_calibration(recs("runs:nodes<=2")) == (None, 2)
-    assert analysis.declared_calibration(recs("fit:r/fit.json")) == ("r/fit.json", 0)
-    assert analysis.declared_calibration(recs("runs:nodes<=4;fit:a;b.json")) == ("a;b.json", 4)
-    assert analysis.declared_calibration([{}]) == (None, 0)
+    def declared(cal):
+        got = Inputs.declared([{"declared": {"calibration": cal}}])
+        return got.fit, got.nodes_max
+    assert declared("runs") == (None, 0)
+    assert declared("runs:nodes<=2") == (None, 2)
+    assert declared("fit:r/fit.json") == ("r/fit.json", 0)
+    assert declared("runs:nodes<=4;fit:a;b.json") == ("a;b.json", 4)
+    assert Inputs.declared([{}]) == Inputs()
 
 
-def test_a_study_declaring_both_is_analysed_with_the_fit_for_the_exchange_only():
+def test_the_studys_model_inputs_are_json_in_the_record_and_read_back_whole(tmp_path):
+    fit = tmp_path / "f;1.json"          # a path may hold ";"
+    fit.write_text(json.dumps({"schema": "hpcdl.fit/1", "ranks": 2, "backends": {
+        "horovod": {"alpha_s": 1e-3, "beta_s_per_byte": 4e-8, "model": "ring"}}}))
+    path = tmp_path / "s.toml"
+    path.write_text('[study]\nname = "s"\nscaling = "weak"\n[workload]\nname = "cnn"\n'
+                    'batch_size = 8\n[layout]\nnodes = [1, 2, 4]\n[model]\ncalibrate = '
+                    '{nodes_max = 2, exchange = "t-{nodes}n.json"}\nforecast = [16, 64]\n'
+                    f'fit = "{fit}"\n')
+    declared = study_model.load(path).declared
+    # a forecast study measures its allocation's loop and spread files itself
+    loop, spread = "results/s/allocation/loop-cpu.json", "results/s/allocation/spread.json"
+    assert declared["model"] == {"nodes_max": 2, "exchange": "t-{nodes}n.json", "loop": loop,
+                                 "spread": spread, "fit": str(fit), "forecast": [16, 64]}
+    got = Inputs.declared([{"declared": json.loads(json.dumps(declared))}])
+    assert got == Inputs(nodes_max=2, fit=str(fit), exchange="t-{nodes}n.json", loop=loop,
+                         spread=spread, forecast=(16, 64))
+    # a record made before the JSON form reads the same
+    assert Inputs.declared([{"declared": {"calibration": f"runs:nodes<=2;fit:{fit};bench:"
+                                          f"t-{{nodes}}n.json;loop:{loop};spread:{spread};"
+                                          "forecast:16,64"}}]) == got
+    # the user's inputs go over the declared ones, field by field
+    assert Inputs(loop="l.json", forecast=()).over(got) == Inputs(
+        nodes_max=2, fit=str(fit), exchange="t-{nodes}n.json", loop="l.json", spread=spread,
+        forecast=())
+
+
+def test_a_study_declaring_both_is_analysed_with_the_fit_for_the_exchange_only(tmp_path):
     recs = study()
     for r in recs:
-        r["declared"]["calibration"] = "runs:nodes<=2;fit:f.json"
+        r["declared"]["calibration"] = f"runs:nodes<=2;fit:{tmp_path / 'f.json'}"
     doc = {"schema": "hpcdl.fit/1", "ranks": 2, "backends": {
         "horovod": {"alpha_s": 1e-3, "beta_s_per_byte": 4e-8, "model": "ring"}}}
-    res = analysis.analyse(recs, "s", doc, "f.json")
-    assert res.calibration.startswith("runs with at most 2 node(s), the exchange from fit:f.json")
+    (tmp_path / "f.json").write_text(json.dumps(doc))
+    res = analysis.analyse(recs, "s")
+    assert res.calibration.startswith(
+        f"runs with at most 2 node(s), the exchange from fit:{tmp_path / 'f.json'}")
     ax = res.prediction["axes"][0]
-    assert ax["model"]["exchange_source"] == "bench fit (horovod, 2 ranks) from f.json"
+    assert ax["model"]["exchange_source"] == f"bench fit (horovod, 2 ranks) from {tmp_path}/f.json"
     assert {r.fitted for r in res.rows} == {True, False}
     line = "\n".join(prediction._prediction_markdown(res.prediction, {
         "prediction-vs-measured": prediction._prediction_table(res.prediction),
         "prediction-remedies": prediction._remedy_table(res.prediction)}))
-    assert "exchange from the bench fit (horovod, 2 ranks) from f.json" in line
+    assert f"exchange from the bench fit (horovod, 2 ranks) from {tmp_path}/f.json" in line
 
 
 def _tuning_file(path, nodes, candidates, nbytes=MB):
@@ -471,7 +505,7 @@ def test_what_each_input_is_worth_is_measured_by_leaving_it_out(tmp_path):
     bench = predict.Bench(str(tmp_path / "e-{nodes}n-{network}.json"))
     done = predict.of_records(recs, reading.row_key, 2, "weak", bench=bench, forecast=())
     costs = predict.input_costs(done, predict._points(recs, reading.row_key), 2, "weak", None,
-                                bench, None, None)
+                                predict.Files(bench))
     by = {c["input"]: c for c in costs}
     # the held-out 4 and 8 nodes; no loop or spread file given, so none is left out
     assert set(by) == {"all", "exchange"} and by["all"]["points"] == by["exchange"]["points"] == 2
@@ -541,9 +575,9 @@ def test_the_processor_is_read_back_from_a_machine_setting():
 
 def test_a_declared_exchange_bench_is_read_beside_the_subset(tmp_path):
     recs = [{"declared": {"calibration": "runs:nodes<=2;bench:results/t-{nodes}n.json"}}]
-    assert analysis.declared_calibration(recs) == (None, 2)
-    assert analysis.declared_bench(recs) == "results/t-{nodes}n.json"
-    assert analysis.declared_bench([{"declared": {"calibration": "runs:nodes<=2"}}]) is None
+    assert Inputs.declared(recs).nodes_max == 2
+    assert Inputs.declared(recs).exchange == "results/t-{nodes}n.json"
+    assert Inputs.declared([{"declared": {"calibration": "runs:nodes<=2"}}]).exchange is None
     extra = {4: 1.2, 8: 1.2}
     recs = study(ex_factor=extra)
     pattern = str(tmp_path / "t-{nodes}n.json")
@@ -642,7 +676,7 @@ def test_a_target_below_the_floor_is_said_to_be_beyond_what_these_repeats_can_sh
     res["heldout"].update(mae_naive=0.05)        # a model no better than "efficiency stays"
     assert "The model does **not** beat the naive baseline." in words()
     res["floor"]["floor"] = 0.02                 # the repeats could show it: no excuse made
-    assert "would show a mean error of about 2.0% here (`hpcdl.analysis.floor`)." in words()
+    assert "would show a mean error of about 2.0% here (`hpcdl.model.floor`)." in words()
     assert "is below that" not in words()
     res["heldout"].update(mae_model=0.02)        # the target met: nothing said of the floor
     assert "would show a mean error" not in words()
@@ -724,10 +758,9 @@ def test_a_declared_loop_file_is_read_beside_the_bench_and_the_subset(tmp_path):
     recs = study(loop=LOOP)
     path = _loop_file(tmp_path / "loop.json", {"1": LOOP}, machine=machine_setting(recs[0]))
     declared = f"runs:nodes<=2;bench:results/t-{{nodes}}n.json;loop:{path}"
-    assert analysis.declared_calibration([{"declared": {"calibration": declared}}]) == (None, 2)
-    assert analysis.declared_bench([{"declared": {"calibration": declared}}]) == \
-        "results/t-{nodes}n.json"
-    assert analysis.declared_loop([{"declared": {"calibration": declared}}]) == path
+    got = Inputs.declared([{"declared": {"calibration": declared}}])
+    assert (got.nodes_max, got.fit, got.exchange, got.loop) == (
+        2, None, "results/t-{nodes}n.json", path)
     for r in recs:
         r["declared"]["calibration"] = f"runs:nodes<=2;loop:{path}"
     res = analysis.analyse(recs, "s")
@@ -772,24 +805,24 @@ def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(t
                 continue
             k = 8 if p >= 8 else 4       # beyond the largest node count measured: its spread
             assert pt["predicted"]["compute"] == pytest.approx(
-                base["predicted"]["compute"] * predict.expected_max(files[k], p), rel=1e-12)
+                base["predicted"]["compute"] * parts.expected_max(files[k], p), rel=1e-12)
             # an allreduce waits for the slowest rank; the parameter server takes the others'
             # pushes meanwhile, so its step pays the ranks' center (beyond the calibration half
             # the exchange the calibration's window hid still hides, and that grows with compute)
             grown = pt["predicted"]["compute"] - base["predicted"]["compute"]
             w, e = ax["model"]["window"], pt["predicted"]["exchange"]
-            more_hidden = predict.BEYOND * (min(e, w * pt["predicted"]["compute"])
+            more_hidden = parts.BEYOND * (min(e, w * pt["predicted"]["compute"])
                                             - min(e, w * base["predicted"]["compute"]))
             paid = 0.0 if ax["backend"] == "ps" else grown - more_hidden
             assert pt["predicted"]["step"] == pytest.approx(base["predicted"]["step"] + paid,
                                                             rel=1e-12)
             assert (paid > 0) == (ax["backend"] != "ps")
-    assert predict.expected_max(files[8], 16) > predict.expected_max(files[8], 8) > 1.03
+    assert parts.expected_max(files[8], 16) > parts.expected_max(files[8], 8) > 1.03
     assert res["spread_bench"]["axes"] == [a["axis"] for a in res["axes"]]
     words = "\n".join(prediction._spread_words(res))
     assert "on 2 axis(es)" in words and "spread.json (2 round(s), links 200mbit" in words
     # each round's own factor is shown, so that a round far from the others is seen
-    rounds = [predict.expected_max(run, 8) for run in SPREAD["8"]]
+    rounds = [parts.expected_max(run, 8) for run in SPREAD["8"]]
     assert res["spread_bench"]["rounds"]["8"] == pytest.approx(rounds)
     assert f"×{rounds[0]:.3f}/{rounds[1]:.3f} at 8 nodes" in words
     # a file without the flag was made by independent nodes (as every file was before it)
@@ -878,15 +911,15 @@ def test_a_declared_spread_file_is_read_beside_the_loop_file(tmp_path):
     recs = study()
     path = _spread_file(tmp_path / "spread.json", machine=machine_setting(recs[0]))
     declared = f"runs:nodes<=2;loop:x.json;spread:{path}"
-    assert analysis.declared_spread([{"declared": {"calibration": declared}}]) == path
-    assert analysis.declared_loop([{"declared": {"calibration": declared}}]) == "x.json"
+    got = Inputs.declared([{"declared": {"calibration": declared}}])
+    assert (got.spread, got.loop) == (path, "x.json")
     for r in recs:
         r["declared"]["calibration"] = f"runs:nodes<=2;spread:{path}"
     res = analysis.analyse(recs, "s")
     assert res.calibration.endswith(f"their slowest rank from the nodes' spread in {path}")
     at8 = next(pt for pt in res.prediction["axes"][0]["points"] if pt["nodes"] == 8)
     assert at8["error"]["compute"] == pytest.approx(
-        predict.expected_max([d for run in SPREAD["8"] for d in run], 8) - 1, rel=1e-9)
+        parts.expected_max([d for run in SPREAD["8"] for d in run], 8) - 1, rel=1e-9)
 
 
 # --- a bias at one node count: the sign test ------------------------------------------------------
@@ -1034,7 +1067,7 @@ def test_the_forecast_is_the_held_out_model_carried_to_the_planned_node_counts()
     (f,) = res["forecast"]
     window = res["axes"][0]["model"]["window"]
     # the upper edge above the step with none hidden, the point half the hidden below that
-    none = [r["step_s"] + predict.BEYOND * min(r["exchange_s"], window * r["compute_s"])
+    none = [r["step_s"] + parts.BEYOND * min(r["exchange_s"], window * r["compute_s"])
             for r in f["here"]]
     widths = [r["band_s"][1] / n - 1 for r, n in zip(f["here"], none)]
     assert widths == sorted(widths) and widths[0] < widths[-1]
@@ -1106,16 +1139,16 @@ def test_a_study_names_its_forecast_and_the_report_command_overrides_it(tmp_path
     res = analysis.analyse(_records.read(path), "s")
     assert [r["nodes"] for r in res.prediction["forecast"][0]["here"]] == [12, 48]
     written = report.write_report(path.parent, out_dir=tmp_path / "o", plots=False,
-                                  forecast=(100,))
+                                  given=report.Inputs(forecast=(100,)))
     head = written["report"].read_text().splitlines()[0]
     assert "--forecast 100" in head
-    assert report.rendered_with(tmp_path / "o")["forecast"] == (100,)
+    assert report.rendered_with(tmp_path / "o")["given"].forecast == (100,)
     toml = tmp_path / "st.toml"
     toml.write_text('[study]\nname = "x"\nscaling = "weak"\n[workload]\nname = "expmlp"\nbatch_size = 8\n'
                     '[layout]\nranks = [1, 2]\n[model]\nforecast = [64, 16]\n')
     st = _load(toml)
     assert st.forecast == [16, 64]
-    assert st.declared["calibration"].endswith(";forecast:16,64")       # after its files
+    assert st.declared["model"]["forecast"] == [16, 64]
     for bad, why in (("[1]", "node counts of 2 or more"), ("[64, 16, 64]", "each node count once"),
                      ("[]", "leave the key out")):
         toml.write_text(re.sub(r"forecast = \[.*\]", f"forecast = {bad}", toml.read_text()))
@@ -1133,7 +1166,7 @@ def test_the_allreduce_the_model_predicts_fastest_is_advised_where_the_library_r
     c, _, _ = truth(5)
     both, one = costmodel.link_parts("ring", MB, 5)
     ring = (both * 1.9 + one) / (RATE / 8 * allreduce.FRAMING)
-    hidden = predict.BEYOND * min(ring, 0.1 * c)        # half the calibration's window's share
+    hidden = parts.BEYOND * min(ring, 0.1 * c)        # half the calibration's window's share
     assert fix["model_efficiency"] == pytest.approx(truth(1)[2] / (c + 2e-3 + ring - hidden))
     assert fix["model_gain"] > 1.3 and fix["measured_gain"] is None
     pinned = _run(study(nodes=(1, 2, 5), pin=4))

@@ -114,7 +114,7 @@ def test_report_uses_a_bench_fit_when_given(results, tmp_path):
     fit = tmp_path / "fit.json"
     fit.write_text(json.dumps({"schema": "hpcdl.fit/1", "ranks": 2, "backends": {
         "horovod": {"alpha_s": 7e-6, "beta_s_per_byte": 3e-10, "gamma_s_per_byte": 1e-10}}}))
-    report.write_report(d, fit_path=fit, plots=False)
+    report.write_report(d, given=report.Inputs(fit=str(fit)), plots=False)
     axes = json.loads((d / "report.json").read_text())["prediction"]["axes"]
     assert {a["axis"]: a["model"]["exchange_source"] for a in axes}["horovod/none"].startswith(
         "bench fit (horovod, 2 ranks)")
@@ -129,7 +129,7 @@ def test_report_errors_are_user_errors(tmp_path, results):
         fh.write(json.dumps(dict(recs[0], study="other")) + "\n")
     with pytest.raises(UserError, match="several studies"):
         report.write_report(d)
-    out = report.write_report(d, study_name="other", plots=False)
+    out = report.write_report(d, how=report.Reading(study="other"), plots=False)
     assert json.loads(out["json"].read_text())["records"] == 1
 
 

@@ -1,11 +1,11 @@
-"""The report's sentences read the model's rules from the model (hpcdl.analysis.predict.BEYOND,
-hpcdl.analysis.forecast.NETWORK_EFFECT, hpcdl.costmodel.LINE_SHARE): change a rule's number and
+"""The report's sentences read the model's rules from the model (hpcdl.model.parts.BEYOND,
+hpcdl.model.forecast.NETWORK_EFFECT, hpcdl.costmodel.LINE_SHARE): change a rule's number and
 the wording follows, so that no sentence states a rule the model no longer applies."""
 import os
 from pathlib import Path
 
 from hpcdl import costmodel, report
-from hpcdl.analysis import forecast, predict
+from hpcdl.model import forecast, parts
 from hpcdl_testing import ROOT
 
 STUDY = "box-cnn-250mbit"         # held-out points, a forecast with networks left out
@@ -31,7 +31,7 @@ def test_the_rules_as_committed_read_as_before(tmp_path):
 
 
 def test_the_words_follow_the_rules_numbers(tmp_path, monkeypatch):
-    monkeypatch.setattr(predict, "BEYOND", 0.25)
+    monkeypatch.setattr(parts, "BEYOND", 0.25)
     monkeypatch.setattr(forecast, "NETWORK_EFFECT", 0.02)
     monkeypatch.setattr(costmodel, "LINE_SHARE", 0.8)
     text = _render(tmp_path)

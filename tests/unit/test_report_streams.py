@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpcdl import analysis, checks, records, report
-from hpcdl.analysis import predict
+from hpcdl.model import parts, predict
 from hpcdl.analysis.reading import Digest
 from hpcdl_testing import ROOT
 
@@ -75,9 +75,10 @@ def test_several_readers_make_the_report_one_reader_makes(tmp_path, workers, aga
     # study's last record)
     n = len([line for line in BOX.read_text().splitlines() if line.strip()])
     runs = _file(tmp_path, again)
-    one = report.write_report(runs.parent, out_dir=tmp_path / "one", plots=False, workers=1)
+    one = report.write_report(runs.parent, out_dir=tmp_path / "one", plots=False,
+                             how=report.Reading(workers=1))
     more = report.write_report(runs.parent, out_dir=tmp_path / "more", plots=False,
-                               workers=workers)
+                               how=report.Reading(workers=workers))
     names = sorted(p.name for p in one["files"])
     assert names == sorted(p.name for p in more["files"])
     for name in names:
@@ -123,10 +124,10 @@ def test_a_record_the_fast_reader_cannot_shape_is_read_whole():
 
 
 def test_repeats_beyond_ten_are_left_out_ten_folds_at_a_time():
-    assert predict.folds(range(4)) == {0: 0, 1: 1, 2: 2, 3: 3}
-    many = predict.folds(range(25))
-    assert sorted(set(many.values())) == list(range(predict.FOLDS))
-    assert max(list(many.values()).count(f) for f in range(predict.FOLDS)) == 3
+    assert parts.folds(range(4)) == {0: 0, 1: 1, 2: 2, 3: 3}
+    many = parts.folds(range(25))
+    assert sorted(set(many.values())) == list(range(parts.FOLDS))
+    assert max(list(many.values()).count(f) for f in range(parts.FOLDS)) == 3
 
 
 def test_a_study_of_many_repeats_is_reported_with_a_band_from_every_calibration_run(tmp_path):
@@ -145,7 +146,7 @@ def test_a_study_of_many_repeats_is_reported_with_a_band_from_every_calibration_
     res = analysis.analyse(records.iter_records(runs), "many")
     cal = [r for r in res.rows if r.nodes <= 2 and r.ranks > 1]
     assert res.prediction["band_residuals"] == sum(r.runs for r in cal)
-    assert all(r.runs == 8 * repeats for r in res.rows) and 8 * repeats > predict.FOLDS
+    assert all(r.runs == 8 * repeats for r in res.rows) and 8 * repeats > parts.FOLDS
 
 
 

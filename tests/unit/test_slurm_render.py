@@ -424,8 +424,8 @@ def test_a_study_with_a_forecast_measures_each_layout_its_files_lack_in_chained_
     assert spread.endswith("golden-4node/allocation/spread.json") and loop.endswith("loop-cpu.json")
     exchange = st.exchange_files
     assert exchange.endswith("golden-4node/allocation/exchange-{nodes}n.json")
-    assert st.declared["calibration"] == \
-        f"bench:{exchange};loop:{loop};spread:{spread};forecast:16,64"
+    assert st.declared["model"] == {"exchange": exchange, "loop": loop, "spread": spread,
+                                    "forecast": [16, 64]}
     assert st.allocation_missing(st.points()) == [(2, 1), (4, 1)]
     plan = submit.plan_study(st, SOFTWARE, allocation=["--seconds", "5"])
     assert [t.point_id for t in plan.tunes] == ["tune-exchange-4n", "allocation-2n1r",

@@ -226,29 +226,30 @@ def test_bad_box_axes_and_calibration_are_named(tmp_path):
         with pytest.raises(study.StudyError, match=msg):
             study.load(_box_study(tmp_path, axes, model))
     st = study.load(_box_study(tmp_path, 'backend = ["ps"]', "[model]\ncalibrate = { nodes_max = 2 }"))
-    assert st.calibrate_nodes_max == 2 and st.declared["calibration"] == "runs:nodes<=2"
+    assert st.calibrate_nodes_max == 2 and st.declared["model"] == {"nodes_max": 2}
     # a bench fit beside the subset: the exchange from the fit, the rest from the runs
     fit = tmp_path / "f.json"
     fit.write_text('{"schema": "hpcdl.fit/1", "backends": {}}')
     st = study.load(_box_study(tmp_path, 'backend = ["ps"]', f'[model]\nfit = "{fit}"\n'
                                                             "calibrate = { nodes_max = 2 }"))
-    assert st.declared["calibration"] == f"runs:nodes<=2;fit:{fit}"
+    assert st.declared["model"] == {"nodes_max": 2, "fit": str(fit)}
     # the held-out points' exchange from 'hpcdl tune' at each node count: one file per count
     tuned = 'calibrate = { nodes_max = 2, exchange = "results/tuning/box-{nodes}n-{network}.json" }'
     st = study.load(_box_study(tmp_path, 'backend = ["ps"]', f"[model]\n{tuned}"))
-    assert st.declared["calibration"] == (
-        "runs:nodes<=2;bench:results/tuning/box-{nodes}n-{network}.json")
+    assert st.declared["model"] == {
+        "nodes_max": 2, "exchange": "results/tuning/box-{nodes}n-{network}.json"}
     # and their compute after a loop file's shares
     looped = tuned[:-2] + ', loop = "results/tuning/box-loop-cpu.json" }'
     st = study.load(_box_study(tmp_path, 'backend = ["ps"]', f"[model]\n{looped}"))
-    assert st.declared["calibration"] == ("runs:nodes<=2;bench:results/tuning/box-{nodes}n-"
-                                          "{network}.json;loop:results/tuning/box-loop-cpu.json")
+    assert st.declared["model"] == {
+        "nodes_max": 2, "exchange": "results/tuning/box-{nodes}n-{network}.json",
+        "loop": "results/tuning/box-loop-cpu.json"}
     # and their slowest rank drawn from a spread file
     spread = looped[:-2] + ', spread = "results/tuning/box-spread.json" }'
     st = study.load(_box_study(tmp_path, 'backend = ["ps"]', f"[model]\n{spread}"))
     assert st.calibrate_spread == "results/tuning/box-spread.json"
-    assert st.declared["calibration"].endswith(
-        "loop:results/tuning/box-loop-cpu.json;spread:results/tuning/box-spread.json")
+    assert st.declared["model"]["loop"] == "results/tuning/box-loop-cpu.json"
+    assert st.declared["model"]["spread"] == "results/tuning/box-spread.json"
     for path, msg in [("t-{size}.json", "{size} is not a placeholder"),
                       ("t.json", "needs {nodes} or {ranks}")]:
         with pytest.raises(study.StudyError, match=f"model.calibrate.exchange: {msg}"):

@@ -21,7 +21,7 @@ from typing import Dict, Optional, Tuple
 
 from .allreduce import OMPI_ALLREDUCE
 from .loop_share import Misses
-from .provenance import cpu_of
+from ..machine import cpu_of
 from .. import checks, costmodel
 from ..costmodel import OMPI_ALLREDUCE_NAMES
 

@@ -3,7 +3,7 @@
 
 A synchronous step waits for its slowest rank, so a held-out point's compute is the ranks'
 center times the expected maximum over its p ranks of their spread around it
-(:func:`.predict.expected_max`). Two ranks of the calibration runs show less of that spread than
+(:func:`.parts.expected_max`). Two ranks of the calibration runs show less of that spread than
 a larger allocation's nodes do (docs/decisions.md), so the benchmark runs the workload's compute
 on k nodes at once, each alone, and records each node's median probe over the round's center
 exactly as a record's ranks are centred (:func:`.measured.centred`). A held-out point at p nodes

@@ -1,10 +1,10 @@
 """The forecast: what N nodes will give, from the part-by-part model (:mod:`.predict`) calibrated
 on the study's smallest node counts, on this allocation's network and on named ones.
 
-Per node count: compute (the slowest of N ranks, :meth:`.predict.PartModel.compute`), the
+Per node count: compute (the slowest of N ranks, :meth:`.parts.PartModel.compute`), the
 exchange of the allreduce algorithm that runs there (the MPI library's decision at N ranks and
 that many bytes, or the algorithm the runs pinned), the fixed cost, and, beyond the calibration,
-half the exchange hidden there (:data:`.predict.BEYOND`; the band spans none to all). On a named
+half the exchange hidden there (:data:`.parts.BEYOND`; the band spans none to all). On a named
 network the exchange is :func:`.allreduce.exchange_time` at the network's α + bytes·β; compute
 and fixed cost stay as measured. A network whose exchange stays under :data:`NETWORK_EFFECT`
 of every step is left out: its column would only repeat the compute's ratio.
@@ -21,9 +21,10 @@ from typing import Dict, List, Optional, Sequence
 
 from .. import costmodel
 from .allreduce import OMPI_ALLREDUCE, exchange_time, ompi_allreduce
+from .axis import Calibrated
+from .inputs import FORECAST  # noqa: F401  (node counts forecast where none are named)
 from .measured import summary as _summary
 
-FORECAST = (16, 64, 256)     # node counts forecast where a study names none
 NETWORK_EFFECT = 0.01        # a network whose exchange is under 1% of every step shows no effect
 
 
@@ -98,18 +99,18 @@ def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=No
             "band_s": band(high, low, q, p, model.p_cal), "exchange_from": source}
 
 
-def of_axis(ax: dict, kind: str, nodes: Sequence[int], q: Optional[float],
+def of_axis(ax: Calibrated, kind: str, nodes: Sequence[int], q: Optional[float],
             here: bool = True) -> dict:
-    """The forecast of one axis of :func:`.predict.of_points` (its ``_model`` and ``_by_p``)
+    """The forecast of one calibrated axis of :func:`.predict.of_points`
     at ``nodes``, on this allocation (``here``: its ranks ran on several nodes; ranks sharing
     one machine's memory say nothing of its network) and on the named networks."""
-    model = ax["_model"]
-    sums = {p: {**_summary(r), "backend": ax["backend"]} for p, r in ax["_by_p"].items()}
+    model = ax.model
+    sums = {p: {**_summary(r), "backend": ax.backend} for p, r in ax.by_p.items()}
     s = sums[max(sums)]
     b1 = s["batch"] if kind == "weak" else s["batch"] * s["ranks"]
     fixed_algo = pinned(sums)
     here = [_row(model, kind, p, b1, s, algorithm_at(s, fixed_algo, p), q,
-                 anchors=ax.get("_anchors"))
+                 anchors=ax.anchors)
             for p in nodes] if here else []
     networks, flat, slowest = [], [], None
     for key, net in costmodel.PRESETS.items():
@@ -131,7 +132,7 @@ def of_axis(ax: dict, kind: str, nodes: Sequence[int], q: Optional[float],
         networks.append({"network": "any", "label": f"{net.name} or faster (exchange under "
                          f"{NETWORK_EFFECT * 100:.0f}% of the step)", "alpha_s": net.alpha,
                          "beta_s_per_byte": net.beta, "rows": rows})
-    return {"axis": ax["axis"], "scaling": kind, "batch": b1, "gradient_bytes": s["wire"],
+    return {"axis": ax.axis, "scaling": kind, "batch": b1, "gradient_bytes": s["wire"],
             "calibrated_nodes": model.p_cal, "here": here, "networks": networks,
             "left_out": flat, "exchange_here": model.exchange_source}
 

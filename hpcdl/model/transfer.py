@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
+from .axis import AxisRuns, Calibrated
 from .baselines import relative_error as _err
 from .measured import summary as _summary
 
@@ -22,7 +23,7 @@ def parts(axis: str) -> Tuple[str, str, str]:
     return base, rate, space + rest
 
 
-def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> List[dict]:
+def remedies(out_axes: List[Calibrated], kind: str, others: Sequence[AxisRuns] = ()) -> List[dict]:
     """For the largest point of each axis (weak scaling): the efficiency the model predicts
     with each remedy beside the one it predicts as run, so the predicted gain, and the measured
     gain where the remedy was run. For an uncompressed axis: fp16 gradients (half the bytes;
@@ -36,12 +37,12 @@ def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> Li
     if kind != "weak":
         return []
     out = []
-    names = {a["axis"]: a for a in out_axes}
+    names = {a.axis: a for a in out_axes}
     for ax in out_axes:
-        base, rate, rest = parts(ax["axis"])
-        model, by_p = ax["_model"], ax["_by_p"]
+        base, rate, rest = parts(ax.axis)
+        model, by_p = ax.model, ax.by_p
         p = max(by_p)
-        if ax["backend"] == "ps" or p <= 1 or 1 not in by_p:
+        if ax.backend == "ps" or p <= 1 or 1 not in by_p:
             continue
         s1, sp = _summary(by_p[1]), _summary(by_p[p])
 
@@ -54,11 +55,11 @@ def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> Li
 
         def add(name, e, twin, same_batch=sp["batch"]):
             meas = None
-            if twin is not None and p in twin["_by_p"] and 1 in twin["_by_p"]:
-                r1, rp = _summary(twin["_by_p"][1]), _summary(twin["_by_p"][p])
+            if twin is not None and p in twin.by_p and 1 in twin.by_p:
+                r1, rp = _summary(twin.by_p[1]), _summary(twin.by_p[p])
                 if rp["batch"] == same_batch:
                     meas = r1["step"] / rp["step"]
-            out.append({"axis": ax["axis"], "nodes": p, "remedy": name,
+            out.append({"axis": ax.axis, "nodes": p, "remedy": name,
                         "model_efficiency": e, "model_efficiency_as_run": e0,
                         "model_gain": None if e is None or not e0 else e / e0,
                         "measured_efficiency": meas, "measured_efficiency_as_run": measured0,
@@ -67,14 +68,14 @@ def remedies(out_axes: List[dict], kind: str, others: Sequence[dict] = ()) -> Li
             for name, bmul, wmul in REMEDIES:
                 twin = (names.get(base.replace("/none", "/fp16") + (f"@{rate}" if rate else "")
                                   + rest) if wmul != 1 else
-                        next((a for a in others if a["axis"] == ax["axis"]), None))
+                        next((a for a in others if a.axis == ax.axis), None))
                 add(name, efficiency(sp["batch"] * bmul, sp["wire"] * wmul), twin,
                     sp["batch"] * bmul)
         tuned_alg = None
         if rest.endswith(DEFAULT):
-            tuned = names.get(ax["axis"][:-len(DEFAULT)] + TUNED)
-            if tuned is not None and p in tuned["_by_p"]:
-                tuned_alg = _summary(tuned["_by_p"][p])["algorithm"]
+            tuned = names.get(ax.axis[:-len(DEFAULT)] + TUNED)
+            if tuned is not None and p in tuned.by_p:
+                tuned_alg = _summary(tuned.by_p[p])["algorithm"]
                 add(f"the tuned settings' allreduce ({tuned_alg})",
                     efficiency(sp["batch"], sp["wire"], tuned_alg), tuned)
         best = _best_algorithm(ax, sp, efficiency, e0)
@@ -94,37 +95,37 @@ PINS = {"ring": 4, "segmented ring": 5, "rabenseifner": 6, "recursive doubling":
 GAIN = 0.01      # an algorithm is advised where the model gives it at least 1% more efficiency
 
 
-def _best_algorithm(ax: dict, sp: dict, efficiency, e0) -> Optional[str]:
+def _best_algorithm(ax: Calibrated, sp: dict, efficiency, e0) -> Optional[str]:
     """The allreduce the model predicts fastest at the axis's largest point, where the MPI
     library's runs (Horovod over MPI, the mpi backend) ran another and it gains more than
     :data:`GAIN`; else None."""
-    if ax["backend"] not in ("horovod", "mpi") or sp["algorithm"] not in PINS or not e0:
+    if ax.backend not in ("horovod", "mpi") or sp["algorithm"] not in PINS or not e0:
         return None
     effs = {a: efficiency(sp["batch"], sp["wire"], a) or 0.0 for a in PINS}
     best = max(effs, key=effs.get)
     return best if best != sp["algorithm"] and effs[best] > e0 * (1 + GAIN) else None
 
 
-def cross_rate(out_axes: List[dict], nodes_max: int) -> List[dict]:
+def cross_rate(out_axes: List[Calibrated], nodes_max: int) -> List[dict]:
     """Each axis's model, calibrated at its link rate, predicting the held-out points of the
     same configuration (and settings) at another rate, given only that rate."""
     out = []
     for a in out_axes:
         for b in out_axes:
-            base_a, rate_a, rest_a = parts(a["axis"])
-            base_b, rate_b, rest_b = parts(b["axis"])
+            base_a, rate_a, rest_a = parts(a.axis)
+            base_b, rate_b, rest_b = parts(b.axis)
             if (a is b or (base_a, rest_a) != (base_b, rest_b) or not rate_a or not rate_b
                     or rate_a == rate_b):
                 continue
-            if a["_model"].fit is not None:
+            if a.model.fit is not None:
                 continue        # a bench fit is of one allocation's links: it has no rate to move
-            for p, runs in sorted(b["_by_p"].items()):
+            for p, runs in sorted(b.by_p.items()):
                 if p <= nodes_max:
                     continue
                 s = _summary(runs)
-                pred = a["_model"].step(p, s["batch"], s["algorithm"], s["wire"], s["rate"])
-                ex = a["_model"].exchange(p, s["algorithm"], s["wire"], s["rate"])
-                out.append({"calibrated": a["axis"], "predicted": b["axis"], "nodes": p,
+                pred = a.model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"])
+                ex = a.model.exchange(p, s["algorithm"], s["wire"], s["rate"])
+                out.append({"calibrated": a.axis, "predicted": b.axis, "nodes": p,
                             "measured_step": s["step"], "model_step": pred,
                             "error": _err(pred, s["step"]),
                             "measured_exchange": s["exchange"], "model_exchange": ex,

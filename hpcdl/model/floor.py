@@ -2,7 +2,7 @@
 would still show at the held-out points, from the two noises it cannot escape.
 
 - **The calibration's noise.** The model (and the one-β baseline) is fitted again on each fold
-  of repeats alone (each repeat, up to :data:`.predict.FOLDS` of them) and predicts every
+  of repeats alone (each repeat, up to :data:`.parts.FOLDS` of them) and predicts every
   held-out point; how far those predictions lie apart, over √(folds), is how far the prediction
   from all repeats pooled moves with the repeats it happened to get.
 - **The held-out measurement's noise.** How far a point's repeats lie apart, over √(repeats), is
@@ -17,12 +17,14 @@ calibration rather than on the pooled medians alone. numpy only."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from .baselines import one_parameter
+from .axis import Calibrated
 from .measured import Runs, summary
+from .parts import calibrate, folds
 
 SQRT_2_PI = math.sqrt(2.0 / math.pi)     # E|X| / σ of a normal X of mean 0
 
@@ -31,15 +33,14 @@ def _sd(values: List[float]) -> Optional[float]:
     return float(np.std(values, ddof=1)) if len(values) > 1 else None
 
 
-def of_axes(axes: List[dict], nodes_max: int, folds: Callable, fit: Callable) -> dict:
-    """``axes``: :func:`.predict.of_points`'s axes while they still hold ``_by_p`` (each node
-    count's runs), ``_model`` and ``_bench`` (a benchmark's exchange by node count, which the
-    folds share); ``folds(repeats)`` deals repeats into folds, ``fit(cal, backend, bench_fit,
-    loop_shares, spreads, crowd)`` calibrates a model. Empty when no axis has two folds of
+def of_axes(axes: List[Calibrated], nodes_max: int) -> dict:
+    """``axes``: :func:`.predict.of_points`'s calibrated axes (each node count's runs, the
+    model, a benchmark's exchange by node count, which the folds share), each calibrated again
+    on every fold of its repeats (:func:`.parts.folds`). Empty when no axis has two folds of
     repeats at its calibration points."""
     rows, mae_model, mae_one = [], {}, {}
     for ax in axes:
-        by_p: Dict[int, Runs] = ax["_by_p"]
+        by_p: Dict[int, Runs] = ax.by_p
         cal = {p: v for p, v in by_p.items() if p <= nodes_max}
         fold = folds({rep for v in cal.values() for rep in v.repeat})
         held = {p: summary(v) for p, v in by_p.items() if p > nodes_max}
@@ -48,13 +49,13 @@ def of_axes(axes: List[dict], nodes_max: int, folds: Callable, fit: Callable) ->
             kept = {p: v.take(lambda rep: fold[rep] == k) for p, v in cal.items()}
             if any(not len(v) for v in kept.values()):
                 continue
-            model = fit(kept, ax["backend"], ax["_model"].fit, ax["_model"].loop,
-                        ax["_model"].spreads, ax["_model"].crowd)
+            model = calibrate(kept, ax.backend, ax.model.fit, ax.model.loop,
+                              ax.model.spreads, ax.model.crowd)
             cal_rows = [summary(v) for _, v in sorted(kept.items())]
             for p, s in held.items():
                 m = model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"],
-                               ax.get("_bench", {}).get(p))
-                o = one_parameter(cal_rows, p, s["batch"], s["wire"], ax["backend"])
+                               ax.bench.get(p))
+                o = one_parameter(cal_rows, p, s["batch"], s["wire"], ax.backend)
                 if m is None or not s["step"]:
                     continue
                 preds[p][0].append(m)
@@ -69,7 +70,7 @@ def of_axes(axes: List[dict], nodes_max: int, folds: Callable, fit: Callable) ->
             meas = held[p]["step"]
             cal_term = (sd_cal / meas) ** 2 / len(m)
             meas_term = (sd_meas / meas) ** 2 / len(steps)
-            rows.append({"axis": ax["axis"], "nodes": p, "folds": len(m),
+            rows.append({"axis": ax.axis, "nodes": p, "folds": len(m),
                          "model_moves": sd_cal / meas, "one_parameter_moves": sd_one / meas,
                          "measured_moves": sd_meas / meas,
                          "floor": SQRT_2_PI * math.sqrt(cal_term + meas_term)})

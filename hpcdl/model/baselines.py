@@ -124,10 +124,10 @@ def bias_by_nodes(held: List[dict]) -> List[dict]:
     return out
 
 
-def noise(out_axes: List[dict]) -> dict:
+def noise(out_axes: list) -> dict:
     """The measurement's own error: how far the repeats of one point lie apart (median and
     largest over the points with at least two repeats)."""
-    sp = sorted(pt["repeat_spread"] for ax in out_axes for pt in ax["points"]
+    sp = sorted(pt["repeat_spread"] for ax in out_axes for pt in ax.points
                 if pt["repeat_spread"] is not None)
     return {"points": len(sp), "median": float(np.median(sp)) if sp else None,
             "max": sp[-1] if sp else None}
