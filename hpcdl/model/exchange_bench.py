@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from .allreduce import OMPI_ALLREDUCE
-from .loop_share import Misses
+from .files import Misses
 from ..machine import cpu_of
 from .. import checks, costmodel
 from ..costmodel import OMPI_ALLREDUCE_NAMES

@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence, TypeVar
 
 import numpy as np
 
-from .loop_share import MachineFile
+from .files import MachineFile
 from .measured import centred
 
 SCHEMA = "hpcdl.host-spread/1"
