@@ -32,6 +32,7 @@ from array import array
 from typing import Dict, Iterable, List, Optional
 
 from ..records import lookup as _get
+from .units import seconds
 
 RATIO = 1.15          # a rank this much slower than the others' median in a phase ...
 LOST_SHARE = 0.05     # ... that costs the others at least this share of the step is named
@@ -126,7 +127,7 @@ def stragglers(rec: dict, ratio: float = RATIO, lost_share: float = LOST_SHARE,
 
 def describe(s: dict) -> str:
     return (f"rank {s['rank']} on {s['host']}: {s['phase']} {s['ratio']:.2f}× the other ranks' "
-            f"median; they wait {s['lost_s'] * 1e3:.3g} ms per step ({s['lost_share'] * 100:.0f}%)")
+            f"median; they wait {seconds(s['lost_s'])} per step ({s['lost_share'] * 100:.0f}%)")
 
 
 PHASES = ("P", "input", "step", "book", "compute", "exchange", "wait", "busy_med", "busy_max")

@@ -10,6 +10,7 @@ from typing import Iterable, List, Optional, Sequence
 import numpy as np
 
 from .reading import NONE, Digest, Repeats, axis_name
+from .units import seconds
 from .. import costmodel
 
 
@@ -206,7 +207,7 @@ def _flags(r: Row, base: Row, cores: Optional[int]) -> List[str]:
     if _rel(r) > SPREAD_LIMIT:
         out.append(f"throughput spread ±{_rel(r) * 100:.0f}% across timed iterations and repeats")
     if r.compute_s is not None and r.compute_s >= r.step_time:
-        out.append(f"probed compute ({r.compute_s * 1e3:.3g} ms) ≥ step ({r.step_time * 1e3:.3g} ms): "
+        out.append(f"probed compute ({seconds(r.compute_s)}) ≥ step ({seconds(r.step_time)}): "
                    "the split of this step is not determined")
     if r is base:
         return out
@@ -237,6 +238,6 @@ def _kf_cause(r: Row, base: Row, cores: Optional[int], noisy: bool) -> str:
         return cause + f"; {r.ranks_per_node} ranks share {cores} cores"
     if r.step_time > 0 and base.step_time > 0 and r.batch_size < base.batch_size:
         return cause + (f"; the per-rank batch fell from {base.batch_size} to {r.batch_size} while "
-                        f"the step went from {base.step_time * 1e3:.3g} to {r.step_time * 1e3:.3g} ms: "
+                        f"the step went from {seconds(base.step_time)} to {seconds(r.step_time)}: "
                         "per-step costs that do not shrink with the batch dominate")
     return cause + "; per-step exchange and overhead exceed the compute saved"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional
 
+from ..analysis.units import seconds
 from .table import _f, _ms, Table
 from .. import analysis, costmodel
 from ..model import forecast as _forecast_rules, parts as _parts_rules
@@ -25,14 +26,10 @@ def _no_effect() -> str:
 
 
 def _model_markdown(res, by_name) -> List[str]:
-    head = (["## Communication model", "",
-             "One model: the part-by-part model of the next section, calibrated on this study's "
-             "runs" + (" and checked on the points it was not calibrated on" if
-                       res.prediction.get("held_out") else "")
-             + ", then carried to the forecast."] if res.prediction else
-            ["## Communication model", "", f"None: {res.why_no_model}."])
-    return head + ["", "Horovod's published run, with the same exchange formula:", ""] + \
-        _published_markdown(by_name["model-vs-published"])[2:]
+    head = ([] if res.prediction else
+            ["## Communication model", "", f"None: {res.why_no_model}.", ""])
+    return head + ["A whole-step α-β-γ BASELINE (not the model) beside Horovod's published "
+                   "efficiency at 512 GPUs: `model-vs-published.csv`.", ""]
 
 
 def _prediction_table(pred) -> Table:
@@ -63,7 +60,7 @@ def _prediction_table(pred) -> Table:
                    _ms(m["exchange"]), _ms(p["exchange"]), _f(e["exchange"], pct=True),
                    "tune" if pt.get("exchange_from") else "model",
                    _ms(m["step"]), _ms(p["step"]), _f(e["step"], pct=True),
-                   f"{band[0] * 1e3:.4g}–{band[1] * 1e3:.4g}" if band else "-",
+                   f"{_ms(band[0])}–{_ms(band[1])}" if band else "-",
                    {True: "yes", False: "**no**"}.get(pt.get("inside"), "-"),
                    _f(pt["naive_error"], pct=True), _f(pt["one_parameter_error"], pct=True)],
                   {"axis": ax["axis"], "nodes": pt["nodes"], "fitted": pt["fitted"],
@@ -154,11 +151,9 @@ def _bench_words(pred) -> List[str]:
     if not bench:
         return []
     held = [pt for ax in pred["axes"] for pt in ax["points"] if pt.get("exchange_from")]
-    out = [f"Exchange of the held-out points (\"tune\" above): the median `hpcdl tune` measured "
-           f"for the setting and compression the point ran, from `{bench['pattern']}` at the "
-           "point's node count (the workload's own gradient tensors through the path a training "
-           "step calls; a launch of the ranks and seconds of timing, not a training run), for "
-           f"{len(held)} of the held-out points; the others keep the link model's."]
+    out = [f"Exchange of the held-out points (\"tune\" above): what `hpcdl tune` measured at "
+           f"the point's node count (`{bench['pattern']}`), for {len(held)} of them; the others "
+           "keep the link model's."]
     errs = [abs(pt["model_exchange_error"]) for pt in held
             if pt.get("model_exchange_error") is not None]
     if errs:
@@ -181,62 +176,67 @@ def _file_words(entry: Optional[dict], words: Callable[[dict], str]) -> List[str
 def _loop_words(pred) -> List[str]:
     """Where the held-out Horovod points' compute followed a loop file's shares."""
     return _file_words(pred.get("loop_bench"), lambda loop: (
-        f"Compute beyond the calibration, on {len(loop['axes'])} Horovod axis(es): also × "
-        "(1 − s(calibrated p)) / (1 − s(p)), s the median rank's share of its CPU that "
-        "Horovod's loop took from its compute at p nodes and the axis's cycle time, measured "
-        f"by a short benchmark on the allocation: {loop['source']}; between the node counts it "
-        "measured, s is interpolated in log p, beyond the largest held at its value."))
+        f"Compute beyond the calibration, on {len(loop['axes'])} Horovod axis(es), also follows "
+        f"the share of a node Horovod's loop takes at p nodes: {loop['source']}."))
 
 
 def _spread_words(pred) -> List[str]:
-    """Where the held-out points' slowest rank was drawn from a spread file."""
+    """Where the held-out points' slowest rank was drawn from a spread file: what it measured,
+    each round's own factor (a round far from the others shows), the crowd."""
     return _file_words(pred.get("spread_bench"), lambda spread: (
-        f"The slowest rank beyond the calibration, on {len(spread['axes'])} axis(es): the "
-        "expected maximum over p ranks drawn from how far the allocation's nodes lay apart "
-        + ("computing the workload in one short training of k ranks, one per node, exchanging "
-           "as the study's runs do" if spread.get("coupled") else
-           "computing the workload at once (each node alone, nothing exchanged)")
-        + ", measured by a short benchmark on it at the largest node count k <= p: "
-        f"{spread['source']}. The model pools the rounds; each round alone would give "
-        + "; ".join(f"×{'/'.join(f'{f:.3f}' for f in fs)} at {k} nodes"
-                    for k, fs in sorted((spread.get("rounds") or {}).items(),
-                                        key=lambda kv: int(kv[0])))
-        + "." + (" Compute beyond the calibration is also × crowd(p) / crowd(calibrated p) "
-                 "(at least 1), "
-                 "crowd how much longer the allocation's first node computed while k nodes "
-                 "computed at once than alone (same benchmark, same rounds; at the largest "
-                 "k <= p, one node alone 1): " + "; ".join(
-                     f"×{v:.3f} at {k} nodes" for k, v in sorted(
-                         (spread.get("crowd") or {}).items(), key=lambda kv: int(kv[0])))
-                 + "." if spread.get("crowd") else "")))
+        f"The slowest rank beyond the calibration, on {len(spread['axes'])} axis(es), is drawn "
+        "from how far the allocation's nodes lay apart computing "
+        + ("in one short training of k ranks, one per node, exchanging" if spread.get("coupled")
+           else "at once, each node alone, nothing exchanged")
+        + f": {spread['source']}; each round alone: " + "; ".join(
+            f"×{'/'.join(f'{f:.3f}' for f in fs)} at {k} nodes"
+            for k, fs in sorted((spread.get("rounds") or {}).items(), key=lambda kv: int(kv[0])))
+        + ("; crowd (the first node's compute while k compute): " + ", ".join(
+            f"×{v:.3f} at {k} nodes" for k, v in sorted((spread.get("crowd") or {}).items(),
+                                                         key=lambda kv: int(kv[0])))
+           if spread.get("crowd") else "") + "."))
 
 
-def _axis_words(ax) -> str:
-    """One axis's calibrated parts, in words."""
-    m = ax["model"]
-    loop = sorted((int(n), v) for n, v in (m.get("loop_shares") or {}).items())
-    return (f"- **{ax['axis']}**: compute {m['per_sample_s'] * 1e6:.1f} µs/sample at one "
-            f"rank, ×{1 + m['k']:.2f} beyond one rank"
-            + (", the loop's share " + "/".join(f"{v * 100:.0f}" for _, v in loop) + "% at "
-               + "/".join(str(n) for n, _ in loop) + " nodes" if loop else "")
-            + (f"; spread from {m['rank_draws']} rank medians" if m["rank_draws"] else
-               "; no spread of its own (no calibration run with more than one rank's probes)")
-            + "".join(f", at {n} nodes ×{v['max_factor']:.3f} from {v['draws']} node medians "
-                      f"at {n} nodes" for n, v in (m.get("host_spread") or {}).items())
-            + ("; crowd " + ", ".join(f"×{v['factor']:.3f} at {n} nodes"
-                                      for n, v in m["crowd"].items()) if m.get("crowd") else "")
-            + "; "
-            f"fixed {m['fixed_s'] * 1e3:.1f} ms; window {m['window'] * 100:.0f}%; "
-            + (f"exchange from the {m['exchange_source']}"
-               if m["exchange_source"].startswith("bench fit") else
-               "exchange: link bytes at the link's payload rate, "
-               + (f"+{m['duplex'] * 100:.0f}% of the other direction's where both "
-                  "ways share a connection" if m["duplex"] else
-                  f"+{m['per_exchange_s'] * 1e3:.1f} ms per exchange")
-               if m["rated"] else
-               f"{m['seconds_per_link_byte'] * 1e9:.3f} ns per link byte"
-               if m["seconds_per_link_byte"] is not None else "exchange not measured")
-            + ".")
+def _model_table(pred) -> Table:
+    """Each axis's calibrated parts (report.json's ``prediction.axes[].model``), one row each."""
+    t = Table("prediction-model", "The model of each axis, as calibrated",
+              ["axis", "compute per sample", "× beyond one rank", "loop share by nodes",
+               "spread draws", "spread file's slowest of p", "crowd", "fixed", "window",
+               "exchange"],
+              meta={"source": "report.json prediction.axes[].model"})
+    for ax in pred["axes"]:
+        m = ax["model"]
+        loop = sorted((int(n), v) for n, v in (m.get("loop_shares") or {}).items())
+        t.add([ax["axis"], seconds(m["per_sample_s"]), f"{1 + m['k']:.2f}",
+               ", ".join(f"{v * 100:.0f}% at {n}" for n, v in loop) or "-",
+               m["rank_draws"] or "none (no calibration run probed more than one rank)",
+               ", ".join(f"×{v['max_factor']:.3f} at {n}"
+                         for n, v in (m.get("host_spread") or {}).items()) or "-",
+               ", ".join(f"×{v['factor']:.3f} at {n}" for n, v in (m.get("crowd") or {}).items())
+               or "-", seconds(m["fixed_s"]), f"{m['window'] * 100:.0f}%", _exchange_words(m)],
+              {"axis": ax["axis"], **m})
+    return t
+
+
+def _exchange_words(m: dict) -> str:
+    """How an axis's model prices its exchange, in a few words."""
+    if m["exchange_source"].startswith("bench fit"):
+        return f"from the {m['exchange_source']}"
+    if m["rated"]:
+        return ("link bytes at the payload rate, "
+                + (f"+{m['duplex'] * 100:.0f}% of the other direction's" if m["duplex"] else
+                   f"+{seconds(m['per_exchange_s'])} per exchange"))
+    if m["seconds_per_link_byte"] is not None:
+        return f"{m['seconds_per_link_byte'] * 1e9:.3f} ns per link byte"
+    return "not measured"
+
+
+def _held_rows(pred):
+    """Which rows of the prediction table the Markdown shows: the held-out points (all where
+    none is held out)."""
+    if not pred.get("held_out", True):
+        return None
+    return lambda raw: not raw["fitted"]
 
 
 def _prediction_markdown(pred, by_name) -> List[str]:
@@ -246,35 +246,20 @@ def _prediction_markdown(pred, by_name) -> List[str]:
               "node(s) of each axis (`hpcdl.model.predict`), every larger point predicted part "
               "by part."] if pred.get("held_out", True) else
              ["## The model, calibrated on every point (MODEL; no point held out)", "",
-              "The study declares no calibration subset (`[model] calibrate = {nodes_max = N}` "
-              "holds the larger points out to check the model on), so every point calibrates "
-              "the part-by-part model (`hpcdl.model.predict`) and none checks it; the band "
-              "comes from leaving repeats out."])
-    lines = [lines[0], lines[1], lines[2] + " Compute: the "
-             "1-node compute per sample, times 1 + k beyond one rank, k measured at the largest "
-             "calibrated point (the exchange's background work, Horovod's cycle or MPI's "
-             "progress, takes a share of a node's CPU once a rank has peers), times the expected "
-             "maximum over p ranks of the ranks' median compute spread measured at the "
-             "calibration points (the step waits for its slowest rank, and pays that rank's "
-             "median compute). Exchange: the bytes on each link of the allreduce "
-             "algorithm the MPI library runs at that rank count and size (named per row; Open "
-             "MPI's fixed decision unless the run pinned one) at the link's payload rate (where "
-             "the machine sets it; elsewhere at the time per byte the calibration measured), plus "
-             "what the "
-             "calibration runs spent beyond that: where the algorithm sends and receives over "
-             "one connection at once (recursive halving and doubling, a ring of two), a share of "
-             "the other direction's bytes (on a shaped link each direction's data queues with "
-             "the other's acknowledgements), else a fixed time per exchange. Step: compute + "
-             "fixed + exchange − the part hidden behind the measured window of compute up to the "
-             f"calibrated node count, {_beyond()} that beyond it (docs/decisions.md says why), and none "
-             "for the parameter server, whose step pays the ranks' center compute rather than "
-             "the slowest's: it takes the other workers' pushes while the slowest computes). "
-             "Beside it, two baselines: "
-             "**naive** (efficiency stays at the largest calibrated point's) and **one-β** (the "
-             "1-node step plus one β, α = 0, from the largest calibrated point's excess).", "",
-             by_name["prediction-vs-measured"].markdown(), ""]
+              "No point is held out to check it (`[model] calibrate = {nodes_max = N}` holds "
+              "the larger points out)."])
+    held = pred.get("held_out", True)
+    lines = [lines[0], lines[1], lines[2] + " Compute, exchange and step each from the "
+             "calibration runs (how, and the band: docs/reading-a-report.md)" + (
+                 f"; beyond the calibration {_beyond()} the exchange hidden there is taken as "
+                 "hidden. Baselines: **naive** (efficiency stays at the largest calibrated "
+                 "point's) and **one-β** (the 1-node step plus one β)." if held else "."), "",
+             by_name["prediction-vs-measured"].markdown(
+                 _held_rows(pred), drop=(2, 16, 17) if pred.get("held_out", True) else (16, 17)),
+             "", "The calibration rows and the baselines' errors: `prediction-vs-measured.csv`."
+             if pred.get("held_out", True) else "", ""]
     lines += _bench_words(pred) + _loop_words(pred) + _spread_words(pred)
-    lines += [_axis_words(ax) for ax in pred["axes"]]
+    lines += ["The model of each axis, as calibrated: `prediction-model.csv`.", ""]
     if h["points"]:
         mae = h["mae_model"]
         half = h["mae_one_parameter"] / 2 if h["mae_one_parameter"] is not None else None
@@ -299,8 +284,8 @@ def _prediction_markdown(pred, by_name) -> List[str]:
         errs = [abs(c["error"]) for c in pred["cross_rate"] if c["error"] is not None]
         lines += ["", "Across link rates: each axis's model, calibrated at its rate, predicting "
                   "the same configuration's held-out points at the other rate, given only that "
-                  f"rate: {sum(e <= 0.15 for e in errs)} of {len(errs)} within 15%.", "",
-                  by_name["prediction-across-rates"].markdown()]
+                  f"rate: {sum(e <= 0.15 for e in errs)} of {len(errs)} within 15% "
+                  "(each point: `prediction-across-rates.csv`)."]
     if pred["remedies"]:
         lines += _remedies_markdown(pred, by_name)
     if "forecast" in by_name:
@@ -321,13 +306,8 @@ def _band_words(pred, h) -> str:
     dist = "; ".join(f"{c['inside']} of {c['points']} at {2 ** c['distance']:.3g}× the "
                      "calibrated nodes" for c in pred.get("coverage_by_distance") or [])
     return (f"Band: ±{_f(pred['band_halfwidth'], pct=True)} at the calibrated node count "
-            f"({pred['nominal'] * 100:.0f}%, {basis}: each multi-rank calibration run predicted "
-            "by the model calibrated without its repeat, all axes pooled), widened to "
-            "±q·√(1 + log2(N / calibrated nodes)) at N nodes: each doubling beyond the "
-            "calibration adds an error of the calibration's size. Beyond the calibrated node "
-            f"count the point takes {_beyond()} the exchange hidden at the calibration, the band's "
-            "lower edge all of it and its upper edge none. "
-            f"Nominal coverage {pred['nominal'] * 100:.0f}%, measured "
+            f"({pred['nominal'] * 100:.0f}%, {basis}), widened with the distance beyond it; "
+            f"nominal coverage {pred['nominal'] * 100:.0f}%, measured "
             f"{h['covered']} of {h['banded']} held-out points ({_f(h['coverage'], pct=True)})"
             + (f"; by distance: {dist}." if dist else "."))
 
@@ -358,21 +338,41 @@ def _forecast_markdown(pred, by_name) -> List[str]:
     f0 = pred["forecast"][0]
     left = sorted({n for f in pred["forecast"] for n in f["left_out"]})
     return ["", "### Forecast (MODEL)", "",
-            f"The model above, calibrated on at most {f0['calibrated_nodes']} node(s), at the "
-            "node counts planned: the slowest of N ranks' compute, the exchange of the "
-            "allreduce the MPI library runs at N ranks (on this allocation from "
-            f"{f0['exchange_here']}; on a named network its latency per message plus bytes "
-            f"at {costmodel.LINE_SHARE:.0%} of its line rate, over the algorithm's messages), the "
-            f"fixed cost as measured, and beyond the calibration {_beyond()} the exchange it hid "
-            "taken as hidden "
-            "(the band: from all of it to none). Efficiency against the model's one node.",
-            "", by_name["forecast"].markdown(), ""] + (
+            f"Calibrated on at most {f0['calibrated_nodes']} node(s): on this allocation the "
+            f"exchange from {f0['exchange_here']}; on a named network its latency per message "
+            f"plus bytes at {costmodel.LINE_SHARE:.0%} of its line rate; beyond the calibration "
+            f"{_beyond()} the exchange it hid taken as hidden. Each cell: efficiency, step "
+            "(its band, on this allocation); every figure and band in `forecast.csv` (how: docs/reading-a-report.md).",
+            ""] + _forecast_grid(pred) + [""] + (
         [(f"One column stands for {', '.join(left)}" if any(
             n["network"] == "any" for f in pred["forecast"] for n in f["networks"])
           else f"Left out: {', '.join(left)}")
-         + f": on each the exchange stays under {_no_effect()} of every step here, so a column of each would "
-         "only repeat the compute's ratio, not show a network effect.", ""] if left else []) \
-        + _input_words(pred)
+         + f": on each the exchange stays under {_no_effect()} of every step here.", ""]
+        if left else []) + _input_words(pred)
+
+
+def _forecast_grid(pred) -> List[str]:
+    """The forecast as one table: a row per axis and network, a column per node count."""
+    nodes = sorted({r["nodes"] for f in pred["forecast"]
+                    for r in f["here"] + [x for n in f["networks"] for x in n["rows"]]})
+    out = ["| axis | where | " + " | ".join(f"{p} nodes" for p in nodes) + " |",
+           "|---|---|" + "---:|" * len(nodes)]
+    for f in pred["forecast"]:
+        for label, rows in [("this allocation", f["here"])] + [
+                ("any named network" if n["network"] == "any" else n["label"], n["rows"])
+                for n in f["networks"]]:
+            by = {r["nodes"]: r for r in rows if r.get("step_s") is not None}
+            if not by:
+                continue
+            cells = []
+            for p in nodes:
+                r = by.get(p)
+                band = r and label == "this allocation" and r.get("band_s")
+                cells.append("-" if r is None else
+                             f"{_f(r['efficiency'], pct=True)} · {seconds(r['step_s'])}"
+                             + (f" ({seconds(band[0])}–{seconds(band[1])})" if band else ""))
+            out.append(f"| {f['axis']} | {label} | " + " | ".join(cells) + " |")
+    return out
 
 
 def _input_words(pred) -> List[str]:
@@ -389,8 +389,10 @@ def _input_words(pred) -> List[str]:
         moved = [(f["axis"], f["inputs"][key]) for f in pred["forecast"]
                  if (f.get("inputs") or {}).get(key) is not None]
         if moved:
-            said.append(f"{name} moved the step at {top} nodes by "
-                        + ", ".join(f"{e * 100:+.1f}% ({a})" for a, e in moved))
+            lo, hi = min(e for _, e in moved), max(e for _, e in moved)
+            said.append(f"{name} moved the step at {top} nodes by {lo * 100:+.1f}%"
+                        + (f" to {hi * 100:+.1f}%" if hi != lo else "")
+                        + f" ({len(moved)} axis(es); each in `report.json`)")
         else:
             bench = pred.get(f"{key}_bench") or {}
             why = ("not taken (" + "; ".join(bench["misses"]) + ")" if bench.get("misses") else
@@ -398,9 +400,11 @@ def _input_words(pred) -> List[str]:
             said.append(f"{name}: {why}: {instead}" if not bench or bench.get("misses")
                         else f"{name}: {why}")
     said.append(_exchange_input(pred))
-    return ["Inputs measured on the allocation (`hpcdl bench allocation` and `hpcdl tune --knobs "
-            "algorithm`, run by its own ranks at each node count it can get; a study with "
-            "`[model] forecast` runs them): " + "; ".join(said) + ".", ""] + _cost_words(pred)
+    if not any(pred.get(k) for k in ("loop_bench", "spread_bench", "exchange_bench")):
+        said = ["none (no loop, spread or exchange file): the forecast is the calibration's "
+                "alone; a study with `[model] forecast` measures them"]
+    return ["Inputs measured on the allocation: " + "; ".join(said) + ".", ""] + (
+        _cost_words(pred) if pred.get("held_out", True) else [])
 
 
 def _exchange_input(pred) -> str:
@@ -408,8 +412,10 @@ def _exchange_input(pred) -> str:
     starts = sorted({(f["axis"], r["exchange_from"]) for f in pred["forecast"]
                      for r in f["here"] if r.get("exchange_from")})
     if starts:
-        return ("the exchange on this allocation from each algorithm's time measured there, "
-                "the model's growth beyond: " + "; ".join(f"{src} ({a})" for a, src in starts))
+        files = sorted({src.split(" ", 1)[0] for _, src in starts})
+        return ("the exchange on this allocation from each algorithm's time measured there "
+                f"({', '.join(files)}), the model's growth beyond (each row's source: "
+                "`forecast.csv`)")
     bench = pred.get("exchange_bench") or {}
     why = ("not taken (" + "; ".join(bench["misses"]) + ")" if bench.get("misses") else "none")
     return (f"the exchange files (each algorithm's exchange on the allocation): {why}: the "
@@ -428,9 +434,8 @@ def _cost_words(pred) -> List[str]:
 
     def pct(x):
         return "-" if x is None else f"{x * 100:.1f}%"
-    return ["What each input is worth here: the held-out points predicted again without it "
-            "(mean absolute step error; the band half-width that would have held 90% of "
-            "them): " + "; ".join(f"{names[c['input']]} {pct(c['mae'])}, "
+    return ["What each input is worth here (held-out mean absolute step error; the band "
+            "half-width that would have held 90%): " + "; ".join(f"{names[c['input']]} {pct(c['mae'])}, "
                                   f"{pct(c['needed_halfwidth'])}" for c in costs)
             + f" ({costs[0]['points']} point(s)).", ""]
 
@@ -455,34 +460,10 @@ def _bias_words(by_nodes) -> List[str]:
 
 
 def _remedies_markdown(pred, by_name) -> List[str]:
-    tuned = any(r["remedy"].startswith("the tuned settings") for r in pred["remedies"])
     return ["", "**What to try** (MODEL, checked where run): at the largest point of each "
-            "uncompressed axis, the efficiency the model above predicts with fp16 gradients "
-            "(half the bytes on every link) and with twice the batch per rank (twice the "
-            "compute per exchange), and its gain over the efficiency it predicts as run. "
-            "Measured: fp16 by this study's fp16 axis; twice the batch by a study of the same "
-            "workload with that batch (`benchmarks/remedy_check.py` sets the two side by "
-            "side). For an axis the MPI library exchanges, also the allreduce algorithm the model "
-            "predicts fastest at that point where the library chose another: pin it with "
-            "`OMPI_MCA_coll_tuned_use_dynamic_rules=1` and `OMPI_MCA_coll_tuned_allreduce_"
-            "algorithm=N` in the study's `[run] env`, or let `hpcdl tune` find it."
-            + (" Where the study has a tuning axis, also at each default-settings axis's "
-               "largest point: the tuned points' allreduce algorithm, measured by those "
-               "points (the model has a term for the algorithm only, not for Horovod's cycle "
-               "time or fusion)." if tuned else ""),
-            "", by_name["prediction-remedies"].markdown()]
+            "uncompressed axis, the efficiency the model predicts with each remedy, against "
+            "the one it predicts as run; measured where the study ran it (how: "
+            "docs/reading-a-report.md).", "", by_name["prediction-remedies"].markdown(
+                drop=() if any(r.get("measured_efficiency") is not None for r in pred["remedies"])
+                else (7, 8, 9))]
 
-
-def _published_markdown(t) -> List[str]:
-    s = analysis.PUBLISHED_SETUP
-    net = costmodel.PRESETS[s["network"]]
-    inp = analysis.PUBLISHED_INPUTS
-    return ["### MODEL vs published: Horovod at 512 GPUs on 25 GbE RoCE", "",
-            "Sergeev & Del Balso (2018) report 90% scaling efficiency for ResNet-101 and 68% for "
-            "VGG-16 on 128 servers × 4 Pascal GPUs over 25 Gbit/s RoCE. The model gives the "
-            "efficiency with none of the exchange hidden, and the fraction that would have to "
-            "hide behind backprop to meet the published figure.", "",
-            f"- published inputs: {inp['published']};",
-            f"- assumed: {inp['assumed']} (α = {net.alpha * 1e6:.0f} µs, "
-            f"β = {net.beta * 1e9:.3f} ns/B, γ = {s['gamma'] * 1e9:.3f} ns/B);",
-            f"- derived: {inp['derived']}.", "", t.markdown(), ""]

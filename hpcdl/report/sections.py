@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
-from .prediction import (_cross_rate_table, _forecast_table, _model_markdown, _prediction_markdown,
-                         _prediction_table, _remedy_table)
+from .prediction import (_cross_rate_table, _forecast_table, _model_markdown, _model_table,
+                         _prediction_markdown, _prediction_table, _remedy_table)
 from .systems import COST_COLUMN, _systems_markdown, _systems_table, _timeline_table
-from .table import _axis_slug, _f, _ms, Table
+from .table import HOW, _axis_slug, _f, _ms, Table
 from .. import analysis, costmodel
 from ..analysis.budget import describe, LABELS, LOST_SHARE, PARTS, RATIO
 from ..analysis.reading import Runs
@@ -82,14 +82,12 @@ def scaling(ctx: Context) -> Part:
     res = ctx.res
     notes = _notes(res)
     tables = [_scaling_table(res, axis, notes) for axis in res.axes]
-    lines = []
-    for t in tables:
-        lines += [f"## {t.title}", "", t.markdown(), "", f"CSV: `{t.name}.csv`", ""]
+    lines = [f"## {res.scaling.capitalize()} scaling", ""] + _one_table(res.axes, tables) + [
+        "", ("CSV, one per axis: " if len(tables) > 1 else "CSV: ")
+        + ", ".join(f"`{t.name}.csv`" for t in tables) + ".", ""]
     if any(r.hidden_share is not None for r in res.rows):
-        lines += ["Exchange hidden: the share of the exchange (timed alone) that the step hid "
-                  "behind the backward pass, (compute + exchange − step) / exchange, a lower "
-                  "bound (the step also holds the update); only for Horovod's per-tensor "
-                  "allreduce, the one exchange that can overlap.", ""]
+        lines += ["Exchange hidden: the share of the exchange timed alone that the step hid "
+                  f"behind the backward pass, a lower bound ({HOW}).", ""]
     if notes:
         lines += ["**Notes** (what these figures cannot support):", ""]
         lines += [f"{i}. {n}" for i, n in enumerate(notes, 1)] + [""]
@@ -152,7 +150,7 @@ def prediction(ctx: Context) -> Part:
     pred = ctx.res.prediction
     if not pred:
         return Part()
-    tables = [_prediction_table(pred)]
+    tables = [_prediction_table(pred), _model_table(pred)]
     if pred["cross_rate"]:
         tables.append(_cross_rate_table(pred))
     if pred["remedies"]:
@@ -166,10 +164,8 @@ def prediction(ctx: Context) -> Part:
 @section()
 def runs(ctx: Context) -> Part:
     prov = ctx.res.provenance
-    pooled = (["What was pooled (the code in hpcdl/ and the TensorFlow, Horovod and MPI under it, "
-               "the study file and the machine's settings must be the same in every record; runs "
-               "sharing a machine must not overlap in time):",
-               ""] + prov.lines() + [""]) if prov else []
+    pooled = (["What was pooled (one code, software, study file and machine setting; no two "
+               "runs on one machine at once):", ""] + prov.lines() + [""]) if prov else []
     return Part([], ["## Runs", ""] + _manifest_summary(ctx.about, ctx.res.records) + [""] + pooled
                 + _settings_markdown(ctx.about))
 
@@ -325,6 +321,18 @@ def _scaling_table(res, axis, notes: List[str]) -> Table:
     return t
 
 
+def _one_table(axes: List[str], tables: List[Table]) -> List[str]:
+    """The axes' scaling tables as one Markdown table, an axis column first (where more than
+    one)."""
+    if len(tables) == 1:
+        return [tables[0].markdown()]
+    cols = ["axis"] + tables[0].columns
+    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" for _ in cols) + "|"]
+    for axis, t in zip(axes, tables):
+        out += [f"| {axis} | " + " | ".join(r) + " |" for r in t.rows]
+    return ["\n".join(out)]
+
+
 def _notes(res) -> List[str]:
     """The study-wide list of the rows' flags, each once; a row's notes are numbered in it."""
     out = []
@@ -338,10 +346,11 @@ def _notes(res) -> List[str]:
 def _published_table(published) -> Table:
     s = analysis.PUBLISHED_SETUP
     net = costmodel.PRESETS[s["network"]]
-    t = Table("model-vs-published", "MODEL vs Horovod's published efficiency at 512 GPUs",
-              ["network model", "gradients (MB, fp32)", "MODEL compute (s)", "MODEL exchange (s)",
-               "MODEL efficiency, no overlap", "published",
-               "window the model needs (share of compute)"],
+    t = Table("model-vs-published", "BASELINE (a whole-step α-β-γ estimate, not the model) vs "
+              "Horovod's published efficiency at 512 GPUs",
+              ["network model", "gradients (MB, fp32)", "BASELINE compute (s)",
+               "BASELINE exchange (s)", "BASELINE efficiency, no overlap", "published",
+               "window the baseline needs (share of compute)"],
               meta={"gpus": s["gpus"], "network": net.name, "alpha_s": net.alpha,
                     "beta_s_per_byte": net.beta, "gamma_s_per_byte": s["gamma"],
                     "batch_per_gpu": s["batch_per_gpu"], "fusion_bytes": s["fusion_bytes"],
@@ -377,6 +386,14 @@ def _some(items, k: int = 8) -> str:
         f"{len(items)} jobs: {', '.join(items[:k // 2])}, ..., {', '.join(items[-k // 2:])}")
 
 
+def _largest(res):
+    """Keeps the budget rows of each axis's largest point."""
+    top = {}
+    for b in res.budget:
+        top[b["axis"]] = max(top.get(b["axis"], (0, 0)), (b["ranks"], b["nodes"]))
+    return lambda raw: (raw["ranks"], raw["nodes"]) == top.get(raw["axis"])
+
+
 def _budget_markdown(res, by_name) -> List[str]:
     t = by_name.get("efficiency-budget")
     named = [(b, s) for b in res.budget for s in b["stragglers"]]
@@ -385,18 +402,9 @@ def _budget_markdown(res, by_name) -> List[str]:
     lines = ["## Where the efficiency goes", ""]
     if t is not None:
         lines += ["The measured efficiency loss 1 − E of each point against the smallest run of "
-                  "its axis, split by the ranks' own phase timings (per timed step: input, the "
-                  "step, the bookkeeping after it; at the probes: compute alone, the exchange "
-                  "alone, the wait for the slowest rank). The typical rank is the lower median over "
-                  "ranks (of two, the faster). Compute slowdown: the typical rank's compute "
-                  "beyond the baseline's (scaled by the per-rank batch); waiting for "
-                  "stragglers: the slowest rank's compute and input beyond the typical rank's; "
-                  "input: the typical rank's input beyond the baseline's; fixed: bookkeeping "
-                  "beyond the baseline's; exchange not hidden: the rest of the typical rank's "
-                  "step, bounded by the exchange timed alone. Unexplained is what these parts "
-                  "leave of the measured loss (the parts are medians of different steps; the "
-                  "loss comes from the throughput).", "", t.markdown(), "",
-                  f"CSV: `{t.name}.csv`", ""]
+                  "its axis, split by the ranks' own phase timings (how: "
+                  f"{HOW}); at each axis's largest point, every point in `{t.name}.csv`.", "",
+                  t.markdown(_largest(res)), "", ""]
         notes = sorted({(b.get("budget") or {}).get("note") for b in res.budget} - {None})
         lines += [f"- {n}." for n in notes] + ([""] if notes else [])
     lines += [f"**Stragglers** (a rank ≥ {RATIO:.2f}× the other ranks' median in compute or "

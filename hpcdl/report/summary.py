@@ -7,6 +7,7 @@ import math
 from typing import Dict, List, Optional
 
 from ..analysis.budget import LABELS
+from ..analysis.units import seconds
 
 TOP_PARTS = 3          # the largest losses named
 SHOWN_PART = 0.01      # a loss under 1% of the step is not named
@@ -34,51 +35,73 @@ def _losses(entry: Optional[dict]) -> str:
             ", ".join(f"{LABELS.get(k, k)} {v:.0%}" for v, k in named))
 
 
-def _seconds(s: float) -> str:
-    ms = s * 1000
-    return f"{ms:.2f} ms" if ms < 10 else f"{ms:.0f} ms" if ms < 1000 else f"{s:.2f} s"
-
-
-def _forecast(f: Optional[dict], by_node: bool) -> str:
-    """'Forecast (MODEL, calibrated on ≤ 2 nodes), efficiency: 16 nodes 45% (step 891 ms, 90%
-    band 0 ms to 2.24 s); ...' on this allocation, else on the first named network shown."""
+def _forecast_rows(f: Optional[dict], by_node: bool) -> List[str]:
+    """The forecast at the planned counts as a table (this allocation, else the first named
+    network it shows), with the step's band."""
     if not f:
-        return ""
-    rows, where = f.get("here") or [], ""
+        return []
+    rows, where = f.get("here") or [], "this allocation"
     if not rows and f.get("networks"):
         net = f["networks"][0]
-        rows, where = net["rows"], f" on {net['label']}"
+        rows, where = net["rows"], net["label"]
     shown = [r for r in rows if r.get("step_s")]
     if not shown:
-        return ""
-    parts = []
-    for r in shown:
-        band = r.get("band_s")
-        parts.append(f"{_layout(r['nodes'], r.get('ranks', r['nodes']), by_node)} "
-                     f"{r['efficiency']:.0%} (step {_seconds(r['step_s'])}"
-                     + (f", 90% band {_seconds(band[0])} to {_seconds(band[1])})" if band else ")"))
+        return []
     cal = f["calibrated_nodes"]
     calibrated = _layout(cal if by_node else 1, cal, by_node)    # '2 nodes', or '2 ranks'
-    return (f". Forecast{where} (MODEL, calibrated on ≤ {calibrated}), efficiency: "
-            + "; ".join(parts))
+    out = [f"- Forecast (MODEL, calibrated on ≤ {calibrated}; on {where}):", "",
+           "  | at | efficiency | step | 90% band of the step |", "  |---|---:|---:|---|"]
+    for r in shown:
+        band = r.get("band_s")
+        out.append(f"  | {_layout(r['nodes'], r.get('ranks', r['nodes']), by_node)} "
+                   f"| {r['efficiency']:.0%} | {seconds(r['step_s'])} | "
+                   + (f"{seconds(band[0])} – {seconds(band[1])}" if band else "-") + " |")
+    return out + [""]
+
+
+def _remedy(pred: dict, axis: str) -> List[str]:
+    """The remedy the model predicts gains the most at the axis's largest point, measured
+    beside it where the study ran it."""
+    best = max((r for r in pred.get("remedies") or []
+                if r["axis"] == axis and (r.get("model_gain") or 0) > 1.01),
+               key=lambda r: r["model_gain"], default=None)
+    if best is None:
+        return []
+    meas = best.get("measured_efficiency")
+    return [f"- Most useful remedy (MODEL): {best['remedy']}: efficiency "
+            f"{best['model_efficiency_as_run']:.0%} → {best['model_efficiency']:.0%} at "
+            f"{best['nodes']} nodes" + (f" (measured {meas:.0%})" if meas is not None else "")
+            + "."]
 
 
 def summary(res) -> List[str]:
-    """The lines that open the report (none for a study of one point per axis)."""
+    """The answer that opens the report (none for a study of one point per axis): the first
+    axis's measured speedup and efficiency at its largest point and where the rest went, the
+    forecast at the planned counts with bands, the most useful remedy; one line for the others."""
     by_axis: Dict[str, list] = {}
     for row in res.rows:
         by_axis.setdefault(row.axis, []).append(row)
     budgets = {(b["axis"], b["nodes"], b["ranks"]): b for b in res.budget or []}
-    forecasts = {f["axis"]: f for f in (res.prediction or {}).get("forecast") or []}
-    lines = []
+    pred = res.prediction or {}
+    forecasts = {f["axis"]: f for f in pred.get("forecast") or []}
+    lines, others = [], []
     for axis, rows in by_axis.items():
         top = max(rows, key=lambda r: (r.ranks, r.nodes))
         base = min(rows, key=lambda r: (r.ranks, r.nodes))
         if top is base or not math.isfinite(top.speedup):
             continue
-        lines.append(f"- `{axis}`: {_layout(top.nodes, top.ranks)} ran {top.speedup:.2f}× "
-                     f"as fast as {_layout(base.nodes, base.ranks, top.nodes > 1)}, efficiency "
-                     f"{top.efficiency:.0%}"
-                     + _losses(budgets.get((axis, top.nodes, top.ranks)))
-                     + _forecast(forecasts.get(axis), top.nodes > 1) + ".")
-    return ["**In short**", ""] + lines + [""] if lines else []
+        if lines:
+            others.append(f"`{axis}` {_layout(top.nodes, top.ranks)} {top.speedup:.2f}×, "
+                          f"{top.efficiency:.0%}")
+            continue
+        lines += [f"**Answer** for `{axis}`:", "",
+                  f"- Measured: {_layout(top.nodes, top.ranks)} ran {top.speedup:.2f}× as fast "
+                  f"as {_layout(base.nodes, base.ranks, top.nodes > 1)}, efficiency "
+                  f"{top.efficiency:.0%}" + _losses(budgets.get((axis, top.nodes, top.ranks)))
+                  + "."]
+        lines += _forecast_rows(forecasts.get(axis), top.nodes > 1) or [""]
+        lines += _remedy(pred, axis)
+    if others:
+        lines.append("- The other axes at their largest point (speedup, efficiency): "
+                     + "; ".join(others) + ".")
+    return lines + [""] if lines else []

@@ -7,6 +7,8 @@ import io
 import math
 from typing import List, Optional, Sequence
 
+HOW = "docs/reading-a-report.md"     # how each figure is made, section by section
+
 
 # --- formatting -----------------------------------------------------------------------------------
 
@@ -42,7 +44,12 @@ def stable(x):
 
 
 def _ms(x):
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.3f}"
+    """Seconds as milliseconds to four significant digits, never in e-notation."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    v = x * 1e3
+    return (f"{v:.0f}" if abs(v) >= 1000 else f"{v:.1f}" if abs(v) >= 100 else
+            f"{v:.2f}" if abs(v) >= 10 else f"{v:.3f}")
 
 
 class Table:
@@ -58,10 +65,14 @@ class Table:
         self.rows.append([str(c) for c in cells])
         self.raw.append(raw)
 
-    def markdown(self) -> str:
-        out = ["| " + " | ".join(self.columns) + " |",
-               "|" + "|".join("---:" for _ in self.columns) + "|"]
-        out += ["| " + " | ".join(r) + " |" for r in self.rows]
+    def markdown(self, keep=None, drop: Sequence[int] = ()) -> str:
+        """The table in Markdown; ``keep(raw row)``: only the rows it keeps, ``drop``: without
+        the columns at these places (the CSV has them all)."""
+        cols = [i for i in range(len(self.columns)) if i not in drop]
+        out = ["| " + " | ".join(self.columns[i] for i in cols) + " |",
+               "|" + "|".join("---:" for _ in cols) + "|"]
+        out += ["| " + " | ".join(r[i] for i in cols) + " |"
+                for r, raw in zip(self.rows, self.raw) if keep is None or keep(raw)]
         return "\n".join(out)
 
     def csv_text(self, command: str = "") -> str:

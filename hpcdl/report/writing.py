@@ -91,9 +91,11 @@ def _write(res, recs, read, runs: Path, out: Path, plots: bool, command: str) ->
         records.write_atomic(path, t.csv_text(command))
         files.append(path)
     files += pngs
-    records.write_atomic(report, f"<!-- command: {command} -->\n" + "\n".join(
-        _opening(res, runs) + _left_out(read) + lines
-        + ["Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""]))
+    text = "\n".join(_opening(res, runs) + _left_out(read) + lines + [
+        "Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""])
+    while "\n\n\n" in text:                 # one blank line between blocks, never more
+        text = text.replace("\n\n\n", "\n\n")
+    records.write_atomic(report, f"<!-- command: {command} -->\n" + text)
     _write_json(js, {**res.as_dict(), **extra, "left_out": _left_out_json(read)})
     files += [report, js]
     return {"report": report, "json": js, "files": files}
@@ -182,18 +184,11 @@ def _jsonable(x):
 
 
 def _opening(res, runs) -> List[str]:
-    """The title, the answer (:mod:`.summary`), then how the figures are made, folded."""
+    """The title, the answer (:mod:`.summary`), then what the figures are of."""
     return [f"# Scaling study `{res.study}`", ""] + _inputs_left_out(res) + summary(res) + [
-            "<details><summary>How these figures are made</summary>", "",
             f"{res.scaling.capitalize()} scaling ({res.scaling_source}) of `{res.workload}` "
-            f"from `{runs}` ({res.records} record(s), {len(res.rows)} configuration(s)). "
-            "Throughput is the total over all ranks, mean ± 1.96σ over the timed iterations of "
-            "every repeat; the step time is the median step of the slowest rank (median over "
-            "repeats). Speedup S = X(N)/X(N₀) and efficiency E = S/(N/N₀) against the smallest "
-            "run of each axis; Karp–Flatt e = (1/S − 1/p)/(1 − 1/p). Compute is the probed "
-            "forward and backward pass; the rest of the step is the exchange not hidden behind "
-            "it, the optimizer update and per-step overhead (at one rank nothing is exchanged).",
-            "", "</details>", ""] + _caution(res.provenance)
+            f"from `{runs}`: {res.records} record(s), {len(res.rows)} configuration(s); how "
+            "each figure is made: docs/reading-a-report.md.", ""] + _caution(res.provenance)
 
 
 def _inputs_left_out(res) -> List[str]:

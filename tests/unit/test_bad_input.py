@@ -430,7 +430,7 @@ def test_records_that_are_no_measurement_are_left_out_counted_and_named(tmp_path
     report.write_report(d, plots=False)
     md = (d / "report.md").read_text()
     assert json.loads((d / "report.json").read_text())["records"] == len(recs) - 8
-    assert f"from `{d / 'runs.jsonl'}` ({len(recs) - 8} record(s)" in md
+    assert f"from `{d / 'runs.jsonl'}`: {len(recs) - 8} record(s)" in md
     left = next(ln for ln in md.splitlines() if ln.startswith("**Left out of this report:**"))
     runs = d / "runs.jsonl"
     for words in ("1 torn or corrupt line(s)", "(line 13)", "1 line(s)", "(line 11)",

@@ -307,7 +307,7 @@ def test_the_report_says_whether_the_model_beats_the_baselines_and_what_its_band
         "prediction-vs-measured": prediction._prediction_table(res),
         "prediction-remedies": prediction._remedy_table(res)}))
     assert "The model's error is at most half the one-β baseline's." in lines
-    assert "Step within 10%: 2 of 2" in lines and "Nominal coverage 90%, measured" in lines
+    assert "Step within 10%: 2 of 2" in lines and "nominal coverage 90%, measured" in lines
     res["heldout"]["mae_model"] = res["heldout"]["mae_one_parameter"] * 1.5
     lines = "\n".join(prediction._prediction_markdown(res, {
         "prediction-vs-measured": prediction._prediction_table(res),
@@ -413,10 +413,8 @@ def test_a_study_declaring_both_is_analysed_with_the_fit_for_the_exchange_only(t
     ax = res.prediction["axes"][0]
     assert ax["model"]["exchange_source"] == f"bench fit (horovod, 2 ranks) from {tmp_path}/f.json"
     assert {r.fitted for r in res.rows} == {True, False}
-    line = "\n".join(prediction._prediction_markdown(res.prediction, {
-        "prediction-vs-measured": prediction._prediction_table(res.prediction),
-        "prediction-remedies": prediction._remedy_table(res.prediction)}))
-    assert f"exchange from the bench fit (horovod, 2 ranks) from {tmp_path}/f.json" in line
+    line = prediction._model_table(res.prediction).markdown()
+    assert f"from the bench fit (horovod, 2 ranks) from {tmp_path}/f.json" in line
 
 
 def _tuning_file(path, nodes, candidates, nbytes=MB):
@@ -462,7 +460,7 @@ def test_the_held_out_exchange_from_the_tune_files_at_each_node_count(tmp_path):
     # calibration points keep the runs' exchange
     assert all(pt["exchange_from"] is None for pt in ring["points"] if pt["fitted"])
     words = "\n".join(prediction._bench_words(res))
-    assert "for 1 of the held-out points" in words
+    assert "for 1 of them" in words
     assert "within 15% at 0 of 1" in words and "not taken:" in words
 
 
@@ -827,13 +825,14 @@ def test_the_slowest_rank_beyond_the_calibration_is_drawn_from_the_spread_file(t
     assert f"×{rounds[0]:.3f}/{rounds[1]:.3f} at 8 nodes" in words
     # a file without the flag was made by independent nodes (as every file was before it)
     assert "each node alone, nothing exchanged" in words and "one short training" not in words
-    assert "×1.0" in prediction._axis_words(res["axes"][0]) and "node medians at 8 nodes" in \
-        prediction._axis_words(res["axes"][0])
-    assert "spread from 6 rank medians" in prediction._axis_words(res["axes"][0])
+    model = prediction._model_table(res).rows[0]
+    assert any(c.startswith("×1.0") and c.endswith("at 8") for c in model) and 6 in [
+        res["axes"][0]["model"]["rank_draws"]]
+    assert "6" in model
     # the parameter server's records time rank 0's phases, no rank's probes: no spread of its own
     flat = {**res["axes"][1], "model": {**res["axes"][1]["model"], "rank_draws": 0}}
-    assert "no spread of its own" in prediction._axis_words(flat)
-    assert "0 rank medians" not in prediction._axis_words(flat)
+    flat_row = prediction._model_table({**res, "axes": [flat]}).rows[0]
+    assert "none (no calibration run probed more than one rank)" in flat_row and "0" not in flat_row
 
 
 def test_a_spread_files_crowd_lengthens_compute_beyond_the_calibration_by_its_ratio(tmp_path):
@@ -854,9 +853,9 @@ def test_a_spread_files_crowd_lengthens_compute_beyond_the_calibration_by_its_ra
         assert pt["predicted"]["compute"] == pytest.approx(
             base["predicted"]["compute"] * factor[pt["nodes"]], rel=1e-12), pt["nodes"]
     assert res["axes"][0]["model"]["crowd"]["8"]["factor"] == pytest.approx(1.11 / 1.02)
-    assert "crowd ×1.034 at 4 nodes, ×1.088 at 8 nodes" in prediction._axis_words(res["axes"][0])
+    assert "×1.034 at 4, ×1.088 at 8" in prediction._model_table(res).rows[0]
     assert "×1.110 at 8 nodes." in "\n".join(prediction._spread_words(res))
-    assert "crowd" not in prediction._axis_words(plain["axes"][0])
+    assert prediction._model_table(plain).rows[0][6] == "-"
     # one node alone is 1; a multi-node calibration the file did not measure takes no crowd
     assert host_spread.crowd_factor({4: 1.1}, 8, 1) == pytest.approx(1.1)
     assert host_spread.crowd_factor({4: 1.1}, 8, 2) == 1.0

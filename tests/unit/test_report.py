@@ -85,8 +85,9 @@ def test_report_files_exist_and_tables_match_the_records(results):
     assert float(rows[1]["step_time_s"]) == pytest.approx(1.25e-3 * 1.01)   # median of repeats
     md = (d / "report.md").read_text()
     assert f"{float(rows[1]['throughput_mean']):.1f} ± {float(rows[1]['throughput_ci95']):.1f}" in md
-    assert "One model: the part-by-part model" in md and "MODEL beside each" not in md
-    assert "ResNet-101" in md and "VGG-16" in md and "25 GbE RoCE" in md
+    assert "BASELINE (not the model)" in md and "MODEL beside each" not in md
+    published = (d / "model-vs-published.csv").read_text()
+    assert "ResNet-101" in published and "VGG-16" in published and "25 GbE RoCE" in published
     assert "nodeA" in md and "tensorflow 2.15.1" in md
     doc = json.loads((d / "report.json").read_text())
     assert doc["records"] == len(recs) and doc["scaling"] == "strong"

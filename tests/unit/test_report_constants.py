@@ -24,7 +24,7 @@ def _render(tmp_path) -> str:
 
 def test_the_rules_as_committed_read_as_before(tmp_path):
     text = _render(tmp_path)
-    assert "the point takes half the exchange hidden at the calibration" in text
+    assert "beyond the calibration half the exchange hidden there is taken as hidden" in text
     assert "half the calibration's hidden exchange beyond it" in text        # the CSV's meta
     assert "stays under 1% of every step here" in text
     assert "bytes at 90% of its line rate" in text
@@ -35,7 +35,7 @@ def test_the_words_follow_the_rules_numbers(tmp_path, monkeypatch):
     monkeypatch.setattr(forecast, "NETWORK_EFFECT", 0.02)
     monkeypatch.setattr(costmodel, "LINE_SHARE", 0.8)
     text = _render(tmp_path)
-    assert "the point takes 25% of the exchange hidden at the calibration" in text
+    assert "beyond the calibration 25% of the exchange hidden there is taken as hidden" in text
     assert "25% of the calibration's hidden exchange beyond it" in text
     assert "half the exchange hidden" not in text
     assert "stays under 2% of every step" in text and "under 1% of every step" not in text

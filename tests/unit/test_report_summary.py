@@ -1,6 +1,9 @@
-"""A report opens with its answer: each axis's largest point against its smallest, where the rest
-went, and the forecast with its band, before any table; the method follows, folded."""
+"""A report opens with its answer, read in its first 15 lines: the first axis's largest point
+against its smallest, where the rest went, the forecast with its band as a table, the most useful
+remedy; its figures are report.json's."""
+import json
 import os
+import re
 from pathlib import Path
 
 from hpcdl import report
@@ -18,20 +21,40 @@ def _render(study: str, tmp_path) -> str:
     return Path(written["report"]).read_text()
 
 
-def test_a_box_report_opens_with_speedup_losses_and_the_forecast_before_any_table(tmp_path):
+def _head(text: str, n: int = 15) -> str:
+    """The first ``n`` lines a person reads (after the command that heads the file)."""
+    return "\n".join(text.splitlines()[1:n + 1])
+
+
+def test_a_box_report_opens_with_speedup_losses_forecast_and_remedy_in_15_lines(tmp_path):
     text = _render("box-fc-cnn-450mbit", tmp_path)
-    head = text.split("\n## ", 1)[0]                      # everything before the first section
-    short = head.split("**In short**", 1)[1].split("<details>", 1)[0]
-    line = next(ln for ln in short.splitlines() if ln.startswith("- `horovod/none@450mbit`"))
-    assert "8 nodes ran 4.82× as fast as 1 node, efficiency 60%" in line
-    assert "of the 39% lost, exchange not hidden 27%" in line      # the budget's largest part
-    assert "Forecast (MODEL, calibrated on ≤ 2 nodes)" in line and "16 nodes" in line
-    assert "90% band" in line
-    # the method comes after the answer, folded
-    assert head.index("**In short**") < head.index("<details><summary>How these figures are made")
-    assert "Throughput is the total over all ranks" in head.split("<details>", 1)[1]
+    doc = json.loads((tmp_path / "report.json").read_text())
+    head = _head(text)
+    assert "\n## " not in head                         # the answer comes before any section
+    axis = doc["rows"][0]["axis"]
+    top = max((r for r in doc["rows"] if r["axis"] == axis), key=lambda r: r["nodes"])
+    assert f"**Answer** for `{axis}`" in head
+    assert (f"- Measured: {top['nodes']} nodes ran {top['speedup']:.2f}× as fast as 1 node, "
+            f"efficiency {top['efficiency']:.0%}") in head
+    assert "of the 39% lost, exchange not hidden 27%" in head      # the budget's largest part
+    assert "Forecast (MODEL, calibrated on ≤ 2 nodes; on this allocation)" in head
+    assert "| at | efficiency | step | 90% band of the step |" in head
+    forecast = next(f for f in doc["prediction"]["forecast"] if f["axis"] == axis)
+    for r in forecast["here"]:
+        assert f"| {r['nodes']} nodes | {r['efficiency']:.0%} | " in head
+    remedies = [r for r in doc["prediction"]["remedies"] if r["axis"] == axis]
+    best = max(remedies, key=lambda r: r["model_gain"])
+    assert f"- Most useful remedy (MODEL): {best['remedy']}" in head
+    # numbers carry units and no e-notation anywhere in the Markdown
+    assert not re.search(r"\d\.\d+e[+-]\d", text)
 
 
 def test_a_one_machine_report_speaks_of_ranks(tmp_path):
     text = _render("local-mnist-weak", tmp_path)
-    assert "- `horovod/none lr:linear`: 4 ranks ran 0.68× as fast as 1 rank, efficiency 17%" in text
+    assert "- Measured: 4 ranks ran 0.68× as fast as 1 rank, efficiency 17%" in _head(text)
+
+
+def test_times_read_with_their_unit_and_three_digits():
+    from hpcdl.analysis.units import seconds
+    assert [seconds(x) for x in (0, 5.3e-4, 0.891, 1.0, 14.25, 1.425e4, None)] == [
+        "0 s", "530 µs", "891 ms", "1.00 s", "14.2 s", "14250 s", "-"]
