@@ -10,7 +10,8 @@ import pytest
 from hpcdl import cli
 from hpcdl_testing import ROOT
 
-PAGES = [ROOT / "README.md", ROOT / "results" / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+PAGES = ([ROOT / "README.md"] + sorted((ROOT / "results").glob("*.md"))
+         + sorted((ROOT / "docs").glob("*.md")))
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 README_LINES = 150
 
