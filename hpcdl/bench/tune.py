@@ -84,6 +84,7 @@ from .. import cluster, costmodel
 from ..costmodel import HOROVOD_DEFAULTS, wire_bytes
 from ..comm import tuning
 from ..errors import UserError
+from ..launch.local import time_left
 
 END_MARGIN = 60.0    # s before the job's end that no launch may run into: the file is written
 
@@ -433,10 +434,10 @@ def main(opts) -> int:
                 backends=list(FLAT) if "backend" in knobs else [])
     started = time.monotonic()
     se.out = opts.out
-    end = cluster.job_deadline()
-    if end is not None:    # the job's end, less a margin to write the file and leave
-        se.hard = started + (end - time.time()) - END_MARGIN
-        print(f"# the job ends in {end - time.time():.0f} s: no launch starts that would end "
+    left = time_left()       # the enclosing job's, whichever scheduler runs it
+    if left is not None:     # the job's end, less a margin to write the file and leave
+        se.hard = started + left - END_MARGIN
+        print(f"# the job ends in {left:.0f} s: no launch starts that would end "
               f"within {END_MARGIN:.0f} s of it", flush=True)
     se.deadline = min(started + opts.budget, se.hard or math.inf)
     try:

@@ -1,8 +1,9 @@
 """Either scheduler: which one a study's jobs go to, each behind one interface (:class:`Slurm`,
 :class:`GridEngine`, registered once in :data:`BY_NAME`: what its scripts ask for, submit after
-a job, submit after them all, release, and the words of a dry run), and their states asked of the
-one that runs each (:mod:`hpcdl.launch.scheduler` for Slurm, :mod:`hpcdl.launch.gridengine`). A
-job is a (scheduler, job id) pair, as a study's submission log records it. Standard library only.
+a job, submit after them all, release, the words of a dry run, its jobs' states, waiting for
+them, cancelling them, the time the enclosing job has left); with mpirun, the third way a study's
+points run (:data:`hpcdl.launch.local.MPIRUN`, for ``study run``), in :data:`LAUNCHERS`. A job
+is a (scheduler, job id) pair, as a study's submission log records it. Standard library only.
 """
 from __future__ import annotations
 
@@ -10,15 +11,14 @@ import shutil
 import time
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from . import gridengine, scheduler
+from . import gridengine, local, scheduler
 from .. import cluster
 from ..errors import UserError
 
-__all__ = ["SCHEDULERS", "BY_NAME", "Slurm", "GridEngine", "choose", "gridengine_request",
-           "job_states", "wait_for_jobs"]
+__all__ = ["SCHEDULERS", "BY_NAME", "LAUNCHERS", "Slurm", "GridEngine", "choose",
+           "gridengine_request", "job_states", "wait_for_jobs"]
 
 SCHEDULERS = ("slurm", "gridengine")
-_MODULES = (("slurm", scheduler), ("gridengine", gridengine))
 
 
 def choose(want: Optional[str]) -> str:
@@ -52,6 +52,19 @@ class Slurm:
     """sbatch and its dependencies; a machine's licence keeps a study's jobs apart."""
 
     name, suffix, output = "slurm", "sbatch", "%x-%j.out"
+    tools = "squeue and sacct -c"        # where its jobs' states come from
+
+    def states(self, ids: Sequence[str]) -> dict:
+        return scheduler.job_states(ids)
+
+    def wait(self, ids: Sequence[str], timeout: float, poll: float, cancel: bool) -> dict:
+        return scheduler.wait_for_jobs(ids, timeout, poll=poll, cancel=cancel)
+
+    def cancel(self, ids: Sequence[str]) -> None:
+        if ids:
+            scheduler.run_command([scheduler.need_command("scancel"), *ids])
+
+    time_left = staticmethod(local.time_left)
 
     def request(self, study, settings: dict, where) -> Optional[dict]:
         """What a study's scripts ask for beyond their Job: nothing more on Slurm."""
@@ -102,6 +115,18 @@ class GridEngine:
     """qsub and -hold_jid; a consumable keeps a study's jobs apart, and TSUBAME's group pays."""
 
     name, suffix, output = "gridengine", "qsub", "NAME.oJOBID"
+    tools = "qstat and Grid Engine's accounting"
+
+    def states(self, ids: Sequence[str]) -> dict:
+        return gridengine.job_states(ids)
+
+    def wait(self, ids: Sequence[str], timeout: float, poll: float, cancel: bool) -> dict:
+        return gridengine.wait_for_jobs(ids, timeout, poll=poll, cancel=cancel)
+
+    def cancel(self, ids: Sequence[str]) -> None:
+        gridengine.qdel(ids)
+
+    time_left = staticmethod(local.time_left)
 
     def request(self, study, settings: dict, where) -> Optional[dict]:
         """The parallel environment, queue, consumable and group (:func:`gridengine_request`);
@@ -149,6 +174,8 @@ class GridEngine:
 
 
 BY_NAME = {s.name: s for s in (Slurm(), GridEngine())}
+# every way a study's points run: through a scheduler (study submit), or now (study run)
+LAUNCHERS = {**BY_NAME, local.MPIRUN.name: local.MPIRUN}
 
 
 def _dependency(after: Optional[str], needs: bool) -> Tuple[str, List[str]]:
@@ -162,11 +189,11 @@ def job_states(jobs: Iterable[tuple]) -> dict:
     the pair. Jobs neither knows are absent."""
     jobs = list(jobs)
     out = {}
-    for sched, mod in _MODULES:
-        ids = [j for s, j in jobs if s == sched]
+    for name, sched in BY_NAME.items():
+        ids = [j for s, j in jobs if s == name]
         if ids:
-            got = mod.job_states(ids)
-            out.update({(sched, j): got[j] for j in ids if j in got})
+            got = sched.states(ids)
+            out.update({(name, j): got[j] for j in ids if j in got})
     return out
 
 
@@ -177,10 +204,9 @@ def wait_for_jobs(jobs: Iterable[tuple], timeout: float, poll: float = 1.0,
     jobs = list(jobs)
     deadline = time.monotonic() + timeout
     states = {}
-    for sched, mod in _MODULES:
-        ids = [j for s, j in jobs if s == sched]
+    for name, sched in BY_NAME.items():
+        ids = [j for s, j in jobs if s == name]
         if ids:
-            got = mod.wait_for_jobs(ids, max(0.0, deadline - time.monotonic()), poll=poll,
-                                    cancel=cancel)
-            states.update({(sched, j): st for j, st in got.items()})
+            got = sched.wait(ids, max(0.0, deadline - time.monotonic()), poll, cancel)
+            states.update({(name, j): st for j, st in got.items()})
     return states

@@ -187,3 +187,33 @@ def _signal_group(pgid: int, sig) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def time_left(env: Optional[Mapping[str, str]] = None) -> Optional[float]:
+    """Seconds until the enclosing job's end (its scheduler's, :func:`hpcdl.cluster.job_deadline`),
+    None outside a job that has one."""
+    end = cluster.job_deadline(env)
+    return None if end is None else max(0.0, end - time.time())
+
+
+class Mpirun:
+    """The third way a study's points run, beside Slurm and Grid Engine (:mod:`.batch`): now,
+    on this machine's hosts, one after another (``study run``). Render is the mpirun command
+    line; submit runs it under a timeout and waits for its end, its status the exit status;
+    cancel ends its whole session, mpirun and every rank; the time left is the enclosing job's."""
+
+    name = "mpirun"
+    tools = "the exit status of each mpirun"
+
+    def render(self, ranks: int, words: Sequence[str], extra: Sequence[str] = ()) -> List[str]:
+        return mpirun_command(ranks, words, extra=extra)
+
+    def submit(self, argv: Sequence[str], timeout: float, env: Optional[Mapping[str, str]] = None,
+               stream: bool = False, log=None) -> Result:
+        return run(argv, timeout=timeout, env=env, stream=stream, log=log)
+
+    cancel = staticmethod(end_session)
+    time_left = staticmethod(time_left)
+
+
+MPIRUN = Mpirun()

@@ -60,7 +60,7 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
         spec = command.spec_for(study, point) if point.script else None
         words = (command.with_threads(spec.argv) if spec
                  else local.hpcdl_command(point.command(runs)))
-        argv = local.mpirun_command(point.ranks, words, extra=study.mpirun_args)
+        argv = local.MPIRUN.render(point.ranks, words, study.mpirun_args)
         elapsed = time.monotonic() - t_start
         eta = f", ETA {_fmt(done_time / (k - 1) * (len(todo) - k + 1))}" if k > 1 else ""
         out(f"[{k}/{len(todo)}] {point.id}: {point.ranks} rank(s), batch {point.batch_size}/rank "
@@ -72,7 +72,7 @@ def run_study(study, *, force: bool = False, limit: Optional[int] = None,
         if spec:
             res = _run_command(spec, argv, env, limit_s, stream, out)
         else:
-            res = local.run(argv, timeout=limit_s, env=env, stream=stream)
+            res = local.MPIRUN.submit(argv, limit_s, env, stream=stream)
         done_time += time.monotonic() - t0
         if res.timed_out:
             failed.append(point.id)
@@ -127,7 +127,7 @@ def _measure_allocation(study, extra: Sequence[str], timeout: Optional[float], d
     for nodes, rpn in missing:
         words = local.hpcdl_command(["bench", "allocation", "--study", str(study.path),
                                      "--spread", spread, "--loop", loop, *extra])
-        argv = local.mpirun_command(nodes * rpn, words, extra=study.mpirun_args)
+        argv = local.MPIRUN.render(nodes * rpn, words, study.mpirun_args)
         res = _prep(f"{nodes * rpn} rank(s): the forecast's spread and loop share", argv,
                     timeout or study.timeout, dry_run, out, env)
         if res is None:
@@ -168,7 +168,7 @@ def _prep(what: str, argv, timeout: float, dry_run: bool, out: Callable[[str], N
     if dry_run:
         out("  " + " ".join(_quote(a) for a in argv))
         return None
-    res = local.run(argv, timeout=timeout, env=env)
+    res = local.MPIRUN.submit(argv, timeout, env)
     if res.returncode != 0 or res.timed_out:
         out(f"  FAILED: {'timed out' if res.timed_out else f'exit {res.returncode}'}")
         _tail(res, out)
@@ -181,7 +181,7 @@ def _run_command(spec, argv, env, limit_s, stream, out):
     the point's log, then write the point's record and say what it holds."""
     command.prepare(spec)
     env = {**env, **spec.env}
-    res = local.run(argv, timeout=limit_s, env=env, log=spec.log)
+    res = local.MPIRUN.submit(argv, limit_s, env, log=spec.log)
     rec = command.finish(spec, res.returncode, res.elapsed, res.timed_out)
     for line in command.summary(rec):
         out("  " + line)

@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import checks, machine, study as _study
 from . import lock as rootlock
 from ..errors import UserError
-from ..launch import status, study_local, submit
+from ..launch import batch, status, study_local, submit
 
 
 def register(subparsers, name: str, help_text: str) -> None:
@@ -332,8 +332,7 @@ def status_main(opts) -> int:
         return rc
     used = {r["scheduler"] for r in rows if r["scheduler"]}
     print(f"# {results_dir}: states from " + " and ".join(
-        {"slurm": "squeue and sacct -c", "gridengine": "qstat and Grid Engine's accounting"}[u]
-        for u in sorted(used)))
+        batch.BY_NAME[u].tools for u in sorted(used)))
     print(f"{'point':<24} {'job':>8}  {'state':<13} {'exit':>6} {'tries':>5}  recorded  reason")
     for r in rows:
         print(f"{r['point']:<24} {r['job_id'] or '-':>8}  {r['state']:<13} {r['exit_code'] or '-':>6} "
