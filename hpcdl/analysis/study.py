@@ -145,7 +145,7 @@ def _predicted(recs: Digest, origin, kind: str, inputs: Inputs) -> dict:
         loop=LoopShare(inputs.loop, machine) if inputs.loop else None,
         spread=HostSpread(inputs.spread, machine) if inputs.spread else None)
     out = predict.of_points(recs.points, inputs.nodes_max, kind, exchange_fit=fit_for,
-                            files=files, forecast=inputs.counts)
+                            files=files, forecast=inputs.counts, networks=inputs.networks)
     if out and out["held_out"]:
         out["input_costs"] = predict.input_costs(out, recs.points, inputs.nodes_max, kind,
                                                  fit_for, files)

@@ -100,7 +100,7 @@ def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=No
 
 
 def of_axis(ax: Calibrated, kind: str, nodes: Sequence[int], q: Optional[float],
-            here: bool = True) -> dict:
+            here: bool = True, named: Optional[Sequence[str]] = None) -> dict:
     """The forecast of one calibrated axis of :func:`.predict.of_points`
     at ``nodes``, on this allocation (``here``: its ranks ran on several nodes; ranks sharing
     one machine's memory say nothing of its network) and on the named networks."""
@@ -113,7 +113,8 @@ def of_axis(ax: Calibrated, kind: str, nodes: Sequence[int], q: Optional[float],
                  anchors=ax.anchors)
             for p in nodes] if here else []
     networks, flat, slowest = [], [], None
-    for key, net in costmodel.PRESETS.items():
+    for key in named if named is not None else costmodel.PRESETS:
+        net = costmodel.PRESETS[key]
         rows = []
         for p in nodes:
             algo = algorithm_at(s, fixed_algo, p)

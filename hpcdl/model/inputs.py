@@ -23,6 +23,7 @@ class Inputs:
     loop: Optional[str] = None               # a loop file (hpcdl bench allocation)
     spread: Optional[str] = None             # a spread file (hpcdl bench allocation)
     forecast: Optional[Tuple[int, ...]] = None   # node counts to forecast; () for none
+    networks: Optional[Tuple[str, ...]] = None   # named networks (costmodel.PRESETS), else all
 
     def over(self, base: "Inputs") -> "Inputs":
         """``base`` with every field given here put over it."""
@@ -45,6 +46,8 @@ class Inputs:
         doc = {k: v for k, v in (doc or {}).items() if k in known}
         if "forecast" in doc:
             doc["forecast"] = tuple(int(x) for x in doc["forecast"])
+        if "networks" in doc:
+            doc["networks"] = tuple(str(x) for x in doc["networks"])
         return cls(**{**doc, "nodes_max": int(doc.get("nodes_max") or 0)})
 
     @classmethod

@@ -160,7 +160,8 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
               remedied: Optional[Dict[tuple, Runs]] = None,
               exchange_fit: Optional[Callable[[str, str], Optional[dict]]] = None,
               files: Files = Files(),
-              forecast: Sequence[int] = _forecast.FORECAST) -> dict:
+              forecast: Sequence[int] = _forecast.FORECAST,
+              networks: Optional[Sequence[str]] = None) -> dict:
     """Per axis, the model's and the baselines' predictions of every point; the errors at the
     held-out points, the band and its coverage; the remedies' predicted gains, measured where
     the study (fp16) or ``remedied`` (the runs of the same workload with a remedy applied, e.g.
@@ -173,7 +174,8 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     which a Horovod axis's compute follows beyond its calibration; ``spread``, how far the
     allocation's nodes lie apart computing at once (:mod:`.host_spread`), which every axis's
     slowest rank beyond its calibration is drawn from. ``forecast``: the node counts to
-    forecast (:mod:`.forecast`). ``nodes_max`` 0: no calibration subset declared, so every
+    forecast (:mod:`.forecast`), on ``networks`` (keys of :data:`hpcdl.costmodel.PRESETS`;
+    None: all). ``nodes_max`` 0: no calibration subset declared, so every
     point calibrates the model, none is held out, and it only forecasts. Points are keyed by
     rank count: one rank per node, or every rank on one node (a workstation). Empty when the
     records carry no probes."""
@@ -215,7 +217,7 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     others: Dict[str, Dict[int, Runs]] = {}
     for key, runs in (remedied or {}).items():
         others.setdefault(key[0], {})[key[2]] = runs
-    ahead = ([_forecast.of_axis(ax, kind, sorted(forecast), q, not one_node)
+    ahead = ([_forecast.of_axis(ax, kind, sorted(forecast), q, not one_node, networks)
               for ax in out_axes] if forecast else [])
     for ax, f in zip(out_axes, ahead):
         f["inputs"] = _input_effects(ax, f)

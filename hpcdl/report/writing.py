@@ -127,7 +127,7 @@ def _command(about, runs, mixed: bool = False, given: Inputs = Inputs()) -> str:
     results root the records are in, named explicitly (points already recorded there are
     skipped; another root measures afresh), then the report itself with the inputs the user
     gave. ``about``: what :class:`analysis.reading.Runs` gathered of the records."""
-    forecast = given.forecast
+    forecast, networks = given.forecast, given.networks
     study_file = about.study_file
     report = (f"hpcdl study report {_shown(runs.parent)}" + (" --allow-mixed" if mixed else "")
               + (f" --fit {given.fit}" if given.fit else "")
@@ -135,7 +135,8 @@ def _command(about, runs, mixed: bool = False, given: Inputs = Inputs()) -> str:
               + (f" --loop-bench {given.loop}" if given.loop else "")
               + (f" --spread-bench {given.spread}" if given.spread else "")
               + ("" if forecast is None else
-                 f" --forecast {','.join(map(str, forecast)) if forecast else 'none'}"))
+                 f" --forecast {','.join(map(str, forecast)) if forecast else 'none'}")
+              + ("" if networks is None else f" --networks {','.join(networks) or 'none'}"))
     if not study_file:
         return report
     root = f"--results-root {_shown(runs.parent.parent)}"
@@ -163,6 +164,9 @@ def rendered_with(folder) -> dict:
     if "--forecast" in words:
         given = words[words.index("--forecast") + 1]
         named["forecast"] = () if given == "none" else tuple(int(x) for x in given.split(","))
+    if "--networks" in words:
+        given = words[words.index("--networks") + 1]
+        named["networks"] = () if given == "none" else tuple(given.split(","))
     return {"given": Inputs(**named), "how": Reading(allow_mixed="--allow-mixed" in words)}
 
 

@@ -118,6 +118,9 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
                         "else 16,64,256; 'none' for none)")
     p.add_argument("--algorithm", choices=("ring", "ps"), default=None,
                    help="exchange algorithm of the model (default: ps for the ps backend, else ring)")
+    p.add_argument("--networks", default=None, metavar="NAME,NAME,...",
+                   help="the named networks the forecast is drawn on (default: the study's "
+                        "[model] networks, else all of hpcdl's; 'none' for none)")
     p.add_argument("--max-ranks", default=None, help=argparse.SUPPRESS)     # gone: --forecast
     p.add_argument("--scaling", choices=("strong", "weak"), default=None,
                    help="for records made outside a study, which declare no scaling kind")
@@ -213,7 +216,8 @@ def report_main(opts) -> int:
     with held:
         given = report.Inputs(fit=opts.fit, exchange=opts.exchange_bench, loop=opts.loop_bench,
                               spread=opts.spread_bench, forecast=None if opts.forecast is None
-                              else _node_counts(opts.forecast))
+                              else _node_counts(opts.forecast),
+                              networks=_networks(opts.networks))
         written = report.write_report(src, opts.out, given, report.Reading(
             name, opts.scaling, opts.allow_mixed, opts.workers), plots=not opts.no_plots)
     for kind, path in written.items():
@@ -355,6 +359,19 @@ def _check_exchange_files(pattern: str) -> None:
 
 def _recorded(value) -> str:
     return "-" if value is None else "yes" if value else "no"
+
+
+def _networks(text):
+    """--networks' named networks (none for 'none'; None where not given), each one hpcdl knows."""
+    if text is None:
+        return None
+    from ..costmodel import PRESETS as _PRESETS      # numpy: only when a report is made
+    names = tuple(n.strip() for n in text.split(",") if n.strip() and n.strip() != "none")
+    unknown = [n for n in names if n not in _PRESETS]
+    if unknown:
+        raise UserError(f"--networks {text}: {', '.join(unknown)} unknown; choose from "
+                        + ", ".join(_PRESETS) + " or 'none'")
+    return names
 
 
 def _node_counts(text: str):

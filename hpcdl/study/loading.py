@@ -101,6 +101,9 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                                   f"to predict; set it below {top}, or leave it out (the model "
                                   "is then calibrated on every point and forecasts)")
     forecast = v._forecast_key(model)
+    from ..costmodel import PRESETS       # numpy, so not at a login node's import
+    named = (v.str_list(model, "model.networks", list(PRESETS), default=None)
+             if "networks" in model else [])
     root = Path(results_root) if results_root is not None else Path(
         cluster.setting("HPCDL_RESULTS_ROOT") or "results")
     return Study(name=name, path=path, scaling=scaling, workload=workload, params=params,
@@ -110,7 +113,7 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  mpirun_args=mpirun_args, description=description, results_dir=root / name,
                  fit=fit, calibrate_nodes_max=calibrate[0], calibrate_exchange=calibrate[1],
                  calibrate_loop=calibrate[2], calibrate_spread=calibrate[3],
-                 forecast=forecast, target=target, command=command,
+                 forecast=forecast, forecast_networks=named, target=target, command=command,
                  scrape=scrape, timeline=timeline, variants=variants, tunings=tunings,
                  tuning_file=tuning_file, raw=raw)
 

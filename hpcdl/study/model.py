@@ -154,6 +154,7 @@ class Study:
     calibrate_spread: str = ""       # [model] calibrate.spread: a spread file (hpcdl bench
                                      # allocation) their slowest rank is drawn from
     forecast: List[int] = field(default_factory=list)   # [model] forecast: node counts planned
+    forecast_networks: List[str] = field(default_factory=list)   # [model] networks: named ones
     target: str = ""                 # [target]: "accuracy:0.91"; each repeat is then a seed
     command: List[str] = field(default_factory=list)   # [workload] command: the user's script
     scrape: Dict[str, str] = field(default_factory=dict)  # [scrape]: figure name -> pattern
@@ -170,7 +171,7 @@ class Study:
         # the model's inputs as hpcdl.model.inputs.Inputs reads them (given fields only)
         model = {"nodes_max": self.calibrate_nodes_max, "fit": self.fit,
                  "exchange": self.exchange_files, "loop": loop, "spread": spread,
-                 "forecast": list(self.forecast)}
+                 "forecast": list(self.forecast), "networks": list(self.forecast_networks)}
         out = {"scaling": self.scaling, "study_file": str(self.path), "study_sha256": self.sha256,
                "model": {k: v for k, v in model.items() if v}}
         if self.target:

@@ -53,7 +53,7 @@ _TARGET_KEYS = ("metric", "value", "max_steps", "eval_every")
 # [target] keys that become hpcdl train flags (metric and value make --target METRIC:VALUE)
 _TARGET_FLAGS: Dict[str, Tuple[type, str]] = {"target": (str, "--target"),
                                               "eval_every": (int, "--eval-every")}
-_MODEL_KEYS = ("fit", "calibrate", "forecast")
+_MODEL_KEYS = ("fit", "calibrate", "forecast", "networks")
 _STUDY_KEYS = ("name", "description", "scaling", "repeats")
 _LAYOUT_KEYS = ("ranks", "nodes", "ranks_per_node")
 _AXES_KEYS = ("backend", "compression", "exchange", "network", "lr_scaling", "tuning")

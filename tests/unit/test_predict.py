@@ -394,6 +394,7 @@ def test_the_studys_model_inputs_are_json_in_the_record_and_read_back_whole(tmp_
     assert Inputs.declared([{"declared": {"calibration": f"runs:nodes<=2;fit:{fit};bench:"
                                           f"t-{{nodes}}n.json;loop:{loop};spread:{spread};"
                                           "forecast:16,64"}}]) == got
+    assert Inputs.of_json({"networks": ["ib-edr"]}).networks == ("ib-edr",)
     # the user's inputs go over the declared ones, field by field
     assert Inputs(loop="l.json", forecast=()).over(got) == Inputs(
         nodes_max=2, fit=str(fit), exchange="t-{nodes}n.json", loop="l.json", spread=spread,
@@ -1153,6 +1154,36 @@ def test_a_study_names_its_forecast_and_the_report_command_overrides_it(tmp_path
         toml.write_text(re.sub(r"forecast = \[.*\]", f"forecast = {bad}", toml.read_text()))
         with pytest.raises(Exception, match=f"model.forecast: .*{why}"):
             _load(toml)
+
+
+
+def test_the_named_networks_are_the_studys_or_the_users_and_the_command_keeps_them(tmp_path):
+    """[model] networks picks the named networks the forecast is drawn on; --networks (here
+    given to write_report) wins, 'none' shows none, and the command that heads the report keeps
+    it; an unknown name is refused."""
+    from hpcdl import records as _records, report
+    from hpcdl.study import load as _load
+    path = tmp_path / "s" / "runs.jsonl"
+    path.parent.mkdir()
+    for r in study():
+        r["declared"] = {**r["declared"], "model": {"nodes_max": 2, "networks": ["ib-edr"]}}
+        _records.append(path, r)
+    shown = {n["network"] for f in analysis.analyse(_records.read(path), "s").prediction[
+        "forecast"] for n in f["networks"]}
+    assert shown <= {"ib-edr", "any"} and shown
+    written = report.write_report(path.parent, out_dir=tmp_path / "o", plots=False,
+                                  given=report.Inputs(networks=()))
+    assert "--networks none" in written["report"].read_text().splitlines()[0]
+    assert report.rendered_with(tmp_path / "o")["given"].networks == ()
+    doc = json.loads(written["json"].read_text())
+    assert all(f["networks"] == [] for f in doc["prediction"]["forecast"])
+    toml = tmp_path / "st.toml"
+    toml.write_text('[study]\nname = "x"\nscaling = "weak"\n[workload]\nname = "expmlp"\n'
+                    'batch_size = 8\n[layout]\nranks = [1, 2]\n[model]\nnetworks = ["roce-25g"]\n')
+    assert _load(toml).declared["model"] == {"networks": ["roce-25g"]}
+    toml.write_text(toml.read_text().replace("roce-25g", "myrinet"))
+    with pytest.raises(Exception, match="model.networks: 'myrinet' is not allowed"):
+        _load(toml)
 
 
 def test_the_allreduce_the_model_predicts_fastest_is_advised_where_the_library_ran_another():
