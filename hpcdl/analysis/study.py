@@ -103,6 +103,7 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, given: Optional[Inputs] 
              if any(math.isfinite(r.step_time) and r.modelled for r in rows if r.axis == a)]
     ahead = _predicted(recs, origin, kind, inputs)
     _heldout_from(ahead, rows)
+    _above_measured(ahead, rows)
     for r in rows:
         r.fitted = r.nodes <= nodes_max if nodes_max else r.fitted
     spent = budget.of_points(recs.budget, rows)
@@ -174,6 +175,36 @@ def _calibration_text(inputs: Inputs) -> str:
         return f"fit:{fit_label}"
     return (f"runs with at most {nodes_max} node(s); the other points are predicted"
             if nodes_max else "runs")
+
+
+def _above_measured(ahead: dict, rows: Sequence[Row]) -> None:
+    """Each forecast row above its axis's best measured efficiency gets the reason beside it
+    (``above_measured``): the compute alone where every rank shared one host, else how much of
+    its step is exchange against the measured point's, and the allreduce where it differs."""
+    points = {(ax["axis"], pt["nodes"]): pt for ax in ahead.get("axes", []) for pt in ax["points"]}
+    for f in ahead.get("forecast") or []:
+        multi = [r for r in rows if r.axis == f["axis"] and r.ranks > 1
+                 and math.isfinite(r.efficiency)]
+        if not multi:
+            continue
+        best = max(multi, key=lambda r: r.efficiency)
+        unit = "nodes" if best.nodes > 1 else "ranks"
+        pt = points.get((f["axis"], best.ranks)) or points.get((f["axis"], best.nodes)) or {}
+        m = pt.get("measured") or {}
+        share = (m["exchange"] or 0.0) / m["step"] if m.get("step") else None
+        for label, frows in [("this allocation", f["here"])] + [
+                (n["label"], n["rows"]) for n in f["networks"]]:
+            for r in frows:
+                if r.get("step_s") is None or r["efficiency"] <= best.efficiency:
+                    continue
+                why = ("no exchange: " + label if r["exchange_s"] == 0 else
+                       f"its exchange is {r['exchange_s'] / r['step_s']:.0%} of the step on "
+                       f"{label}" + (f", {share:.0%} measured" if share is not None else "")
+                       + (f"; the MPI library runs {r['algorithm']} there, {pt['algorithm']} "
+                          "measured" if pt.get("algorithm") not in (None, r["algorithm"]) else ""))
+                r["above_measured"] = (f"above the best measured efficiency "
+                                       f"({best.efficiency:.0%} at {getattr(best, unit)} {unit})"
+                                       f": {why}")
 
 
 def _heldout_from(ahead: dict, rows: Sequence[Row]) -> None:

@@ -101,19 +101,24 @@ def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=No
 
 def of_axis(ax: Calibrated, kind: str, nodes: Sequence[int], q: Optional[float],
             here: bool = True, named: Optional[Sequence[str]] = None) -> dict:
-    """The forecast of one calibrated axis of :func:`.predict.of_points`
-    at ``nodes``, on this allocation (``here``: its ranks ran on several nodes; ranks sharing
-    one machine's memory say nothing of its network) and on the named networks."""
+    """The forecast of one calibrated axis of :func:`.predict.of_points` at ``nodes``, on this
+    allocation and on the ``named`` networks (keys of :data:`hpcdl.costmodel.PRESETS`, None for
+    all). ``here`` False: every rank ran on one host, whose shared memory says nothing of a
+    network, so the forecast is of the compute alone (no exchange), labelled so."""
     model = ax.model
     sums = {p: {**_summary(r), "backend": ax.backend} for p, r in ax.by_p.items()}
     s = sums[max(sums)]
     b1 = s["batch"] if kind == "weak" else s["batch"] * s["ranks"]
     fixed_algo = pinned(sums)
-    here = [_row(model, kind, p, b1, s, algorithm_at(s, fixed_algo, p), q,
-                 anchors=ax.anchors)
-            for p in nodes] if here else []
+    rows_here = [_row(model, kind, p, b1, s, algorithm_at(s, fixed_algo, p), q,
+                      anchors=ax.anchors) for p in nodes] if here else []
     networks, flat, slowest = [], [], None
-    for key in named if named is not None else costmodel.PRESETS:
+    if not here:
+        networks.append({"network": "compute", "label": COMPUTE_ALONE, "alpha_s": None,
+                         "beta_s_per_byte": None, "rows": [
+                             _row(model, kind, p, b1, s, algorithm_at(s, fixed_algo, p), q,
+                                  exchange=0.0) for p in nodes]})
+    for key in (named if named is not None else costmodel.PRESETS) if here else ():
         net = costmodel.PRESETS[key]
         rows = []
         for p in nodes:
@@ -127,15 +132,18 @@ def of_axis(ax: Calibrated, kind: str, nodes: Sequence[int], q: Optional[float],
             continue
         networks.append({"network": key, "label": net.name, "alpha_s": net.alpha,
                          "beta_s_per_byte": net.beta, "rows": rows})
-    if not networks and slowest is not None:
+    if not any(n["network"] == "compute" for n in networks) and not networks and slowest:
         # one column for them all: what the compute gives wherever the exchange does not show
         key, net, rows = slowest
         networks.append({"network": "any", "label": f"{net.name} or faster (exchange under "
                          f"{NETWORK_EFFECT * 100:.0f}% of the step)", "alpha_s": net.alpha,
                          "beta_s_per_byte": net.beta, "rows": rows})
     return {"axis": ax.axis, "scaling": kind, "batch": b1, "gradient_bytes": s["wire"],
-            "calibrated_nodes": model.p_cal, "here": here, "networks": networks,
+            "calibrated_nodes": model.p_cal, "here": rows_here, "networks": networks,
             "left_out": flat, "exchange_here": model.exchange_source}
+
+
+COMPUTE_ALONE = "compute alone (every rank ran on one host: no network measured)"
 
 
 def coverage_by_distance(held: Sequence[tuple]) -> List[dict]:

@@ -67,6 +67,13 @@ class PartModel:
             self.k = ratio - 1.0
         self.fixed = float(np.median([max(0.0, c["m"]["step"] - self.compute(1, c["batch"]))
                                       for c in one]))
+        if self.k < 0:
+            # a rank with peers computes no faster than alone: where the calibrated p's compute
+            # reads shorter, the 1-node probe read long (it often does at one rank), and the
+            # compute per sample is the calibrated p's; the fixed cost stays what the step left
+            # beside the probe (docs/decisions.md)
+            self.per_sample *= 1.0 + self.k
+            self.k = 0.0
         # the exchange: each link's bytes at the link's payload rate, plus what the calibration
         # runs spent beyond that: where the algorithm exchanges both ways over one connection, a
         # share ``duplex`` of the other direction's bytes (data one way queues with the other

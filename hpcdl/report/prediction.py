@@ -355,11 +355,13 @@ def _forecast_grid(pred) -> List[str]:
     """The forecast as one table: a row per axis and network, a column per node count."""
     nodes = sorted({r["nodes"] for f in pred["forecast"]
                     for r in f["here"] + [x for n in f["networks"] for x in n["rows"]]})
+    why: dict = {}
     out = ["| axis | where | " + " | ".join(f"{p} nodes" for p in nodes) + " |",
            "|---|---|" + "---:|" * len(nodes)]
     for f in pred["forecast"]:
         for label, rows in [("this allocation", f["here"])] + [
-                ("any named network" if n["network"] == "any" else n["label"], n["rows"])
+                ("any named network" if n["network"] == "any" else
+                 "compute alone" if n["network"] == "compute" else n["label"], n["rows"])
                 for n in f["networks"]]:
             by = {r["nodes"]: r for r in rows if r.get("step_s") is not None}
             if not by:
@@ -368,11 +370,15 @@ def _forecast_grid(pred) -> List[str]:
             for p in nodes:
                 r = by.get(p)
                 band = r and label == "this allocation" and r.get("band_s")
+                mark = ""
+                if r is not None and r.get("above_measured"):
+                    why.setdefault(r["above_measured"], len(why) + 1)
+                    mark = f" †{why[r['above_measured']]}"
                 cells.append("-" if r is None else
-                             f"{_f(r['efficiency'], pct=True)} · {seconds(r['step_s'])}"
+                             f"{_f(r['efficiency'], pct=True)}{mark} · {seconds(r['step_s'])}"
                              + (f" ({seconds(band[0])}–{seconds(band[1])})" if band else ""))
             out.append(f"| {f['axis']} | {label} | " + " | ".join(cells) + " |")
-    return out
+    return out + ([""] + [f"†{k} {w}." for w, k in why.items()] if why else [])
 
 
 def _input_words(pred) -> List[str]:

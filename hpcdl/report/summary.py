@@ -40,23 +40,27 @@ def _forecast_rows(f: Optional[dict], by_node: bool) -> List[str]:
     network it shows), with the step's band."""
     if not f:
         return []
-    rows, where = f.get("here") or [], "this allocation"
+    rows, where = f.get("here") or [], "on this allocation"
     if not rows and f.get("networks"):
         net = f["networks"][0]
-        rows, where = net["rows"], net["label"]
+        rows = net["rows"]
+        where = ("of the compute alone: every rank ran on one host, so no network was measured"
+                 if net["network"] == "compute" else f"on {net['label']}")
     shown = [r for r in rows if r.get("step_s")]
     if not shown:
         return []
     cal = f["calibrated_nodes"]
     calibrated = _layout(cal if by_node else 1, cal, by_node)    # '2 nodes', or '2 ranks'
-    out = [f"- Forecast (MODEL, calibrated on ≤ {calibrated}; on {where}):", "",
+    out = [f"- Forecast (MODEL, calibrated on ≤ {calibrated}; {where}):", "",
            "  | at | efficiency | step | 90% band of the step |", "  |---|---:|---:|---|"]
     for r in shown:
         band = r.get("band_s")
         out.append(f"  | {_layout(r['nodes'], r.get('ranks', r['nodes']), by_node)} "
-                   f"| {r['efficiency']:.0%} | {seconds(r['step_s'])} | "
+                   f"| {r['efficiency']:.0%}{' †' if r.get('above_measured') else ''} "
+                   f"| {seconds(r['step_s'])} | "
                    + (f"{seconds(band[0])} – {seconds(band[1])}" if band else "-") + " |")
-    return out + [""]
+    why = list(dict.fromkeys(r["above_measured"] for r in shown if r.get("above_measured")))
+    return out + [""] + [f"  † {w}." for w in why] + ([""] if why else [])
 
 
 def _remedy(pred: dict, axis: str) -> List[str]:

@@ -1201,3 +1201,41 @@ def test_the_allreduce_the_model_predicts_fastest_is_advised_where_the_library_r
     assert fix["model_gain"] > 1.3 and fix["measured_gain"] is None
     pinned = _run(study(nodes=(1, 2, 5), pin=4))
     assert not [r for r in pinned["remedies"] if r["remedy"].startswith("allreduce ")]
+
+
+def test_a_rank_with_peers_is_never_forecast_faster_than_alone():
+    """Where the 2-node compute reads shorter than the 1-node probe (k < 0), the compute per
+    sample is the 2-node one and k = 0: the held-out points are predicted as before, and no
+    forecast efficiency passes 100% (the model's one node is no longer slower than its larger
+    points)."""
+    res = predict.of_records(study(k=-0.1), reading.row_key, 2, "weak", forecast=(16, 64))
+    m = res["axes"][0]["model"]
+    assert m["k"] == 0.0 and m["per_sample_s"] == pytest.approx(3.2e-3 * 0.9)
+    assert m["fixed_s"] == pytest.approx(2e-3)            # what the 1-node step left beside it
+    held = [pt for pt in res["axes"][0]["points"] if not pt["fitted"]]
+    assert held and all(pt["error"]["step"] == pytest.approx(0, abs=1e-9) for pt in held)
+    effs = [r["efficiency"] for f in res["forecast"]
+            for rows in [f["here"]] + [n["rows"] for n in f["networks"]] for r in rows]
+    assert effs and max(effs) <= 1.0
+
+
+def test_a_one_host_study_forecasts_the_compute_alone_and_says_why_it_is_above_measured():
+    """Ranks sharing one host's memory say nothing of a network: no named network and no
+    allocation column, the compute alone, labelled; every row above the measured efficiency
+    carries its reason."""
+    recs = study(nodes=(1, 2, 4))
+    for r in recs:
+        p = r["layout"]["size"]
+        r["layout"] = {"size": p, "nodes": 1, "ranks_per_node": p}
+        for rank in r["metrics"]["ranks"]:
+            rank["host"] = "ws"
+    r0 = analysis.analyse(recs, "s")
+    (f,) = r0.prediction["forecast"]
+    assert r0.prediction["one_node"] and f["here"] == []
+    assert [n["network"] for n in f["networks"]] == ["compute"]
+    assert all(row["exchange_s"] == 0.0 for row in f["networks"][0]["rows"])
+    best = max(r.efficiency for r in r0.rows if r.ranks > 1)
+    above = [row for row in f["networks"][0]["rows"] if row["efficiency"] > best]
+    assert above and all(row["above_measured"].startswith(
+        f"above the best measured efficiency ({best:.0%} at ") for row in above)
+    assert all("no exchange: compute alone" in row["above_measured"] for row in above)
