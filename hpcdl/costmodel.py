@@ -443,6 +443,10 @@ def link_beta(gbit: float, efficiency: float = LINE_SHARE) -> float:
 
 
 # Latencies are MPI/NCCL point-to-point figures of each fabric; bandwidth LINE_SHARE of the line rate.
+# The largest allocation whose exchange-only runs may price a larger point's exchange: what a
+# user with a small allocation can measure before planning a larger one (hpcdl.model.predict)
+SMALL = 4
+
 PRESETS: Dict[str, Network] = OrderedDict([
     ("ib-edr", Network("InfiniBand EDR", 1.5e-6, link_beta(100), "100 Gbit/s, 1.5 us")),
     ("ib-hdr", Network("InfiniBand HDR", 1.2e-6, link_beta(200), "200 Gbit/s, 1.2 us")),

@@ -9,6 +9,7 @@ from typing import Iterable, List, Optional, Sequence
 
 from . import budget
 from .. import checks
+from ..costmodel import SMALL
 from ..model import predict
 from ..model.inputs import Inputs
 from ..model.exchange_bench import Bench
@@ -166,7 +167,8 @@ def _calibration_text(inputs: Inputs) -> str:
                 f"{inputs.loop}")
     if inputs.exchange and nodes_max:
         return (f"runs with at most {nodes_max} node(s); the other points are predicted, their "
-                f"exchange from the tuning files {inputs.exchange} where those measured it"
+                f"exchange from the tuning files {inputs.exchange} (at most {SMALL} nodes, "
+                "below each point's own)"
                 + (f", else from fit:{fit_label}" if fit_label else ""))
     if fit_label and nodes_max:
         return (f"runs with at most {nodes_max} node(s), the exchange from fit:{fit_label}; the "
@@ -192,19 +194,17 @@ def _above_measured(ahead: dict, rows: Sequence[Row]) -> None:
         pt = points.get((f["axis"], best.ranks)) or points.get((f["axis"], best.nodes)) or {}
         m = pt.get("measured") or {}
         share = (m["exchange"] or 0.0) / m["step"] if m.get("step") else None
-        for label, frows in [("this allocation", f["here"])] + [
-                (n["label"], n["rows"]) for n in f["networks"]]:
+        for frows in [f["here"]] + [n["rows"] for n in f["networks"]]:
             for r in frows:
                 if r.get("step_s") is None or r["efficiency"] <= best.efficiency:
                     continue
-                why = ("no exchange: " + label if r["exchange_s"] == 0 else
-                       f"its exchange is {r['exchange_s'] / r['step_s']:.0%} of the step on "
-                       f"{label}" + (f", {share:.0%} measured" if share is not None else "")
-                       + (f"; the MPI library runs {r['algorithm']} there, {pt['algorithm']} "
-                          "measured" if pt.get("algorithm") not in (None, r["algorithm"]) else ""))
-                r["above_measured"] = (f"above the best measured efficiency "
-                                       f"({best.efficiency:.0%} at {getattr(best, unit)} {unit})"
-                                       f": {why}")
+                why = ("no exchange is forecast, the ranks shared one host" if r["exchange_s"] == 0
+                       else f"exchange {r['exchange_s'] / r['step_s']:.0%} of its step"
+                       + (f", {share:.0%} measured" if share is not None else "")
+                       + (f"; {r['algorithm']} there, {pt['algorithm']} measured"
+                          if pt.get("algorithm") not in (None, r["algorithm"]) else ""))
+                r["above_measured"] = (f"above the measured {best.efficiency:.0%} "
+                                       f"({getattr(best, unit)} {unit}): {why}")
 
 
 def _heldout_from(ahead: dict, rows: Sequence[Row]) -> None:

@@ -60,21 +60,25 @@ def pinned(sums: Dict[int, dict]) -> bool:
 
 
 def anchored(model, anchors: Dict[int, Dict[str, tuple]], p: int, algo: str, s: dict):
-    """(exchange at p on this allocation, where from): the model's, scaled by what ``algo``
-    took on the allocation over what the model gives, at the largest node count <= p where it
-    was measured (:func:`.predict._anchors`): the allocation's own efficiency for that
-    algorithm carries on, the model says how the algorithm's messages grow. At that count, the
-    measured time itself. (None, "") where the model has no exchange."""
+    """(exchange at p on this allocation, where from): the model's, scaled by what the
+    allocation measured over what the model gives at the largest node count <= p where it was
+    measured (:func:`.predict._anchors`): for ``algo`` itself where that count timed it, else
+    for the algorithm that count ran. The allocation's own efficiency carries on, the model says
+    how the messages grow. At that count, the measured time itself. (None, "") where the model
+    has no exchange or nothing was measured."""
     e = model.exchange(p, algo, s["wire"], s["rate"])
     at = [q for q, algos in anchors.items() if q <= p and algo in algos]
-    if e is None or not at:
+    if e is None or not (at or any(q <= p for q in anchors)):
         return e, ""
-    q = max(at)
-    t, source = anchors[q][algo]
-    m = model.exchange(q, algo, s["wire"], s["rate"])
+    q = max(at) if at else max(q for q in anchors if q <= p)
+    took = algo if at else next(iter(anchors[q]))
+    t, source = anchors[q][took]
+    m = model.exchange(q, took, s["wire"], s["rate"])
     if not m:
         return e, ""
-    return e * t / m, (source if q == p else f"{source}, x{t / m:.3g} the model's at {q} nodes")
+    return e * t / m, (source if q == p and took == algo else
+                       f"{source}, x{t / m:.3g} the model's at {q} nodes"
+                       + (f" ({took})" if took != algo else ""))
 
 
 def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=None,
@@ -143,7 +147,7 @@ def of_axis(ax: Calibrated, kind: str, nodes: Sequence[int], q: Optional[float],
             "left_out": flat, "exchange_here": model.exchange_source}
 
 
-COMPUTE_ALONE = "compute alone (every rank ran on one host: no network measured)"
+COMPUTE_ALONE = "compute alone (ranks on one host: no network measured)"
 
 
 def coverage_by_distance(held: Sequence[tuple]) -> List[dict]:

@@ -39,7 +39,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import floor, transfer
+from . import allreduce, floor, transfer
 from .axis import AxisRuns, Calibrated, Files
 from .exchange_bench import Bench
 from .host_spread import HostSpread
@@ -87,44 +87,72 @@ def of_records(recs: Sequence[dict], row_key, nodes_max: int, kind: str,
                      exchange_fit, Files(bench, loop, spread), forecast)
 
 
-def _benched(axis: str, backend: str, by_p: Dict[int, Runs], nodes_max: int,
-             bench: Optional[Bench]) -> Dict[int, tuple]:
-    """(seconds, source) of each held-out node count whose exchange ``bench`` measured: Horovod's
-    (the path ``hpcdl tune`` times), at the axis's link rate, in the setting its runs ran."""
+SMALL = costmodel.SMALL   # exchange-only runs on at most this many nodes price larger points
+
+
+def _small(axis: str, backend: str, by_p: Dict[int, Runs],
+           bench: Optional[Bench]) -> Dict[int, Dict[str, Tuple[float, str]]]:
+    """Per node count q, what a small allocation measured of the exchange alone, (seconds,
+    where from) by allreduce algorithm: the tuning files ``bench`` names at 2..:data:`SMALL`
+    nodes (each algorithm ``hpcdl tune`` timed, and the setting the axis's runs ran)."""
+    out: Dict[int, Dict[str, Tuple[float, str]]] = {}
     if bench is None or backend != "horovod":
-        return {}
+        return out
     rate = transfer.parts(axis)[1]
-    out = {}
+    s = _summary(by_p[max(by_p)])
+    for q in range(2, SMALL + 1):
+        if not bench.path(q, rate).exists():
+            continue
+        got = bench.algorithms(q, rate, s["compression"], s["setting"], s["wire"])
+        own = bench.exchange(q, rate, s["compression"], s["setting"], s["wire"])
+        if own is not None:     # the setting the runs ran, with the library's choice at q
+            got[_algorithm_at(s, q)] = own
+        if got:
+            out.setdefault(q, {}).update(got)
+    return out
+
+
+def _algorithm_at(s: dict, q: int) -> str:
+    """The allreduce a point's setting runs at q ranks: the one it pinned, else Open MPI's
+    decision at q for its bytes."""
+    decided = allreduce.OMPI_ALLREDUCE[allreduce.ompi_allreduce(s["ranks"], s["wire"])]
+    if s["algorithm"] != decided:
+        return s["algorithm"]
+    return allreduce.OMPI_ALLREDUCE[allreduce.ompi_allreduce(q, s["wire"])]
+
+
+def _benched(model: PartModel, axis: str, backend: str, by_p: Dict[int, Runs],
+             nodes_max: int, bench: Optional[Bench]) -> Tuple[Dict[int, tuple], Dict[int, float]]:
+    """Each held-out node count's exchange priced from what the allocation measured below it
+    on at most :data:`SMALL` nodes (:func:`_small`, grown to p by the link model,
+    :func:`.forecast.anchored`), (seconds, where from); beside it, what a tuning file measured
+    at p itself, which never enters the prediction of p."""
+    small = _small(axis, backend, by_p, bench)
+    priced, here = {}, {}
+    rate = transfer.parts(axis)[1]
     for p, runs in by_p.items():
         if p <= nodes_max:
             continue
         s = _summary(runs)
-        got = bench.exchange(p, rate, s["compression"], s["setting"], s["wire"])
-        if got is not None:
-            out[p] = got
-    return out
+        below = {q: v for q, v in small.items() if q < p}
+        e, source = _forecast.anchored(model, below, p, s["algorithm"], s)
+        if source:
+            priced[p] = (e, source)
+        if bench is not None and backend == "horovod" and bench.path(p, rate).exists():
+            got = bench.exchange(p, rate, s["compression"], s["setting"], s["wire"])
+            if got is not None:
+                here[p] = got[0]
+    return priced, here
 
 
 def _anchors(axis: str, backend: str, by_p: Dict[int, Runs], nodes_max: int, held_out: bool,
              bench: Optional[Bench]) -> Dict[int, Dict[str, Tuple[float, str]]]:
     """Per node count, the exchange each allreduce algorithm took on this allocation, (seconds,
-    where from), that the forecast beyond it starts from (:func:`.forecast.anchored`): what
-    ``bench``'s file for that count timed (beyond the calibration, or without held-out points
-    at the largest count), and, where no point is held out, the largest count's own runs for
-    the algorithm they ran (all calibration then)."""
-    out: Dict[int, Dict[str, Tuple[float, str]]] = {}
+    where from), that the forecast starts from (:func:`.forecast.anchored`): what a small
+    allocation measured (:func:`_small`), as the held-out points take it; where no point is held
+    out, the largest count's own runs too (all calibration then)."""
+    out = _small(axis, backend, by_p, bench)
     top = max(by_p)
-    if bench is not None and backend == "horovod":
-        rate = transfer.parts(axis)[1]
-        for p, runs in by_p.items():
-            if p > 1 and (p > nodes_max or p == top):
-                s = _summary(runs)
-                got = bench.algorithms(p, rate, s["compression"], s["setting"], s["wire"])
-                own = bench.exchange(p, rate, s["compression"], s["setting"], s["wire"])
-                if own is not None:       # the setting the runs ran: as the held-out point takes
-                    got[s["algorithm"]] = own
-                if got:
-                    out[p] = got
     s = _summary(by_p[top])
     if not held_out and top > 1 and s["exchange"]:
         out.setdefault(top, {})[s["algorithm"]] = (
@@ -133,7 +161,7 @@ def _anchors(axis: str, backend: str, by_p: Dict[int, Runs], nodes_max: int, hel
 
 
 def _point(model: PartModel, p: int, runs: Runs, fitted: bool, benched: tuple,
-           cal_rows: List[dict], kind: str, backend: str) -> dict:
+           cal_rows: List[dict], kind: str, backend: str, here: Optional[float] = None) -> dict:
     """One point's prediction (its exchange ``benched`` (seconds, source) where a benchmark
     measured it, the model's beside it) and the baselines', against its runs' medians."""
     s = _summary(runs)
@@ -144,6 +172,7 @@ def _point(model: PartModel, p: int, runs: Runs, fitted: bool, benched: tuple,
             "step": model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"], ex)}
     return {"nodes": p, "ranks": p, "fitted": fitted, "runs": len(runs),
             "exchange_from": source, "model_exchange": own,
+            "exchange_measured_here": here,
             "model_exchange_error": _err(own, s["exchange"]),
             "repeat_spread": spread(runs), "algorithm": s["algorithm"],
             "measured": {k: s[k] for k in ("compute", "exchange", "step")},
@@ -204,9 +233,9 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
         model = calibrate(cal, backend, fit, shares, spreads, crowd)
         cal_rows = [_summary(v) for _, v in sorted(cal.items())]
         loro += _left_out(cal, backend, fit, shares, spreads, crowd)
-        benched = _benched(axis, backend, by_p, nodes_max, bench)
+        benched, here = _benched(model, axis, backend, by_p, nodes_max, bench)
         points = [_point(model, p, runs, p <= nodes_max, benched.get(p, (None, None)),
-                         cal_rows, kind, backend) for p, runs in sorted(by_p.items())]
+                         cal_rows, kind, backend, here.get(p)) for p, runs in sorted(by_p.items())]
         out_axes.append(Calibrated(
             axis, by_p, backend, model, points, {p: v[0] for p, v in benched.items()},
             _anchors(axis, backend, by_p, nodes_max, held_out, bench)))

@@ -1,28 +1,15 @@
 """The words and tables of the report's model sections (:mod:`.sections` registers them): the
 part-by-part prediction of the held-out points beside its baselines and band, what each input
 measured on the allocation was worth, the forecast at the planned node counts and on named
-networks, the remedies, and the published comparison."""
+networks (:mod:`.forecast`), the remedies."""
 from __future__ import annotations
 
 from typing import Callable, List, Optional
 
-from ..analysis.units import seconds
+from .forecast import _beyond, _forecast_markdown, _no_effect
 from .table import _f, _ms, Table
-from .. import analysis, costmodel
-from ..model import forecast as _forecast_rules, parts as _parts_rules
-
-
-def _beyond() -> str:
-    """How much of the calibration's hidden exchange a point beyond it takes
-    (:data:`hpcdl.model.parts.BEYOND`), as the sentences say it: 'half the ...'."""
-    share = _parts_rules.BEYOND
-    return {0.5: "half", 1.0: "all of", 0.0: "none of"}.get(share, f"{share:.0%} of")
-
-
-def _no_effect() -> str:
-    """The share of every step under which a network shows no effect
-    (:data:`hpcdl.model.forecast.NETWORK_EFFECT`), as a percentage."""
-    return f"{_forecast_rules.NETWORK_EFFECT * 100:.0f}%"
+from ..analysis.units import seconds
+from ..costmodel import SMALL
 
 
 def _model_markdown(res, by_name) -> List[str]:
@@ -35,7 +22,8 @@ def _model_markdown(res, by_name) -> List[str]:
 def _prediction_table(pred) -> Table:
     t = Table("prediction-vs-measured", "Prediction beside measurement, part by part",
               ["axis", "nodes", "point", "allreduce", "compute meas (ms)", "pred", "err",
-               "exchange meas (ms)", "pred", "err", "exchange from", "step meas (ms)", "pred",
+               "exchange meas (ms)", "pred", "err", "exchange from",
+               "exchange alone measured here (ms)", "step meas (ms)", "pred",
                "err", f"{pred['nominal'] * 100:.0f}% band (ms)", "in band", "naive err",
                "one-β err"],
               meta={"calibration": f"runs with at most {pred['nodes_max']} node(s)"
@@ -44,6 +32,11 @@ def _prediction_table(pred) -> Table:
                                        if src.startswith("bench fit")})),
                     "compute": "the slowest rank's median probe, first probe left out",
                     "exchange": "the slowest rank's median exchange timed alone",
+                    "exchange_from": "small: priced from hpcdl tune's exchange-only runs on at "
+                                     f"most {SMALL} nodes below the point's own; model: the link "
+                                     "model",
+                    "measured_here": "hpcdl tune's exchange-only run at the point's own node "
+                                     "count, beside the prediction, never in it",
                     "band": f"conformal, {pred['nominal'] * 100:.0f}% nominal, "
                             f"±{_f(pred['band_halfwidth'], pct=True)}; beyond the calibration "
                             "its edges as if the exchange hid as at the calibration and as if "
@@ -58,7 +51,8 @@ def _prediction_table(pred) -> Table:
             t.add([ax["axis"], pt["nodes"], "fitted" if pt["fitted"] else "PREDICTED",
                    pt["algorithm"], _ms(m["compute"]), _ms(p["compute"]), _f(e["compute"], pct=True),
                    _ms(m["exchange"]), _ms(p["exchange"]), _f(e["exchange"], pct=True),
-                   "tune" if pt.get("exchange_from") else "model",
+                   "small" if pt.get("exchange_from") else "model",
+                   _ms(pt.get("exchange_measured_here")),
                    _ms(m["step"]), _ms(p["step"]), _f(e["step"], pct=True),
                    f"{_ms(band[0])}–{_ms(band[1])}" if band else "-",
                    {True: "yes", False: "**no**"}.get(pt.get("inside"), "-"),
@@ -68,6 +62,7 @@ def _prediction_table(pred) -> Table:
                    **{f"measured_{k}_s": m[k] for k in m}, **{f"model_{k}_s": p[k] for k in p},
                    **{f"{k}_error": e[k] for k in e}, "band_s": band, "inside": pt.get("inside"),
                    "exchange_from": pt.get("exchange_from"),
+                   "exchange_measured_here_s": pt.get("exchange_measured_here"),
                    "link_model_exchange_s": pt.get("model_exchange"),
                    "link_model_exchange_error": pt.get("model_exchange_error"),
                    "naive_step_s": pt["naive"], "naive_error": pt["naive_error"],
@@ -94,7 +89,7 @@ def _remedy_table(pred) -> Table:
                "measured E as run", "measured E", "measured gain", "gain error"],
               meta={"efficiency": "1-node step / p-node step (weak scaling)"})
     for r in pred["remedies"]:
-        t.add([r["axis"], r["nodes"], r["remedy"], _f(r["model_efficiency_as_run"], pct=True),
+        t.add([r["axis"], r["nodes"], r["remedy"].replace("; hpcdl tune finds it", ""), _f(r["model_efficiency_as_run"], pct=True),
                _f(r["model_efficiency"], pct=True),
                "-" if r["model_gain"] is None else f"{r['model_gain']:.3f}×",
                _f(r["measured_efficiency_as_run"], pct=True), _f(r["measured_efficiency"], pct=True),
@@ -151,9 +146,10 @@ def _bench_words(pred) -> List[str]:
     if not bench:
         return []
     held = [pt for ax in pred["axes"] for pt in ax["points"] if pt.get("exchange_from")]
-    out = [f"Exchange of the held-out points (\"tune\" above): what `hpcdl tune` measured at "
-           f"the point's node count (`{bench['pattern']}`), for {len(held)} of them; the others "
-           "keep the link model's."]
+    out = [f"Exchange of the held-out points (\"small\" above): priced from what `hpcdl tune` "
+           f"measured on at most {SMALL} nodes below the point's own (`{bench['pattern']}`), "
+           f"for {len(held)} of them; the others keep the link model's (what it measured at a "
+           "point's own count stands beside it)."]
     errs = [abs(pt["model_exchange_error"]) for pt in held
             if pt.get("model_exchange_error") is not None]
     if errs:
@@ -231,6 +227,17 @@ def _exchange_words(m: dict) -> str:
     return "not measured"
 
 
+def _dropped(pred) -> tuple:
+    """The prediction table's columns the Markdown leaves to the CSV: the baselines' errors
+    (their means are in the words), the point's kind where only held-out rows are shown, the
+    exchange measured at the point's own count where none was."""
+    out = [17, 18] + ([2] if pred.get("held_out", True) else [])
+    if not any(pt.get("exchange_measured_here") is not None
+               for ax in pred["axes"] for pt in ax["points"]):
+        out.append(11)
+    return tuple(out)
+
+
 def _held_rows(pred):
     """Which rows of the prediction table the Markdown shows: the held-out points (all where
     none is held out)."""
@@ -242,9 +249,9 @@ def _held_rows(pred):
 def _prediction_markdown(pred, by_name) -> List[str]:
     h = pred["heldout"]
     lines = (["## Prediction of the points not calibrated on (MODEL, checked against "
-              "measurement)", "", f"Calibrated on the runs with at most {pred['nodes_max']} "
-              "node(s) of each axis (`hpcdl.model.predict`), every larger point predicted part "
-              "by part."] if pred.get("held_out", True) else
+              "measurement)", "", f"Calibrated on each axis's runs with at most "
+              f"{pred['nodes_max']} node(s); every larger point predicted part by part."]
+             if pred.get("held_out", True) else
              ["## The model, calibrated on every point (MODEL; no point held out)", "",
               "No point is held out to check it (`[model] calibrate = {nodes_max = N}` holds "
               "the larger points out)."])
@@ -254,9 +261,8 @@ def _prediction_markdown(pred, by_name) -> List[str]:
                  f"; beyond the calibration {_beyond()} the exchange hidden there is taken as "
                  "hidden. Baselines: **naive** (efficiency stays at the largest calibrated "
                  "point's) and **one-β** (the 1-node step plus one β)." if held else "."), "",
-             by_name["prediction-vs-measured"].markdown(
-                 _held_rows(pred), drop=(2, 16, 17) if pred.get("held_out", True) else (16, 17)),
-             "", "The calibration rows and the baselines' errors: `prediction-vs-measured.csv`."
+             by_name["prediction-vs-measured"].markdown(_held_rows(pred), drop=_dropped(pred)),
+             "", "Calibration rows, baselines' errors: `prediction-vs-measured.csv`."
              if pred.get("held_out", True) else "", ""]
     lines += _bench_words(pred) + _loop_words(pred) + _spread_words(pred)
     lines += ["The model of each axis, as calibrated: `prediction-model.csv`.", ""]
@@ -312,140 +318,6 @@ def _band_words(pred, h) -> str:
             + (f"; by distance: {dist}." if dist else "."))
 
 
-def _forecast_table(pred) -> Table:
-    t = Table("forecast", "MODEL forecast at larger node counts",
-              ["axis", "network", "nodes", "allreduce", "compute (ms)", "exchange (ms)",
-               "step (ms)", "band (ms)", "throughput", "efficiency"],
-              meta={"kind": "model", "hidden": f"{_beyond()} the calibration's hidden exchange "
-                                             "beyond it; band: from all of it to none"})
-    for f in pred["forecast"]:
-        nets = [("this allocation", f["here"])] + [(n["label"], n["rows"])
-                                                   for n in f["networks"]]
-        for label, rows in nets:
-            for r in rows:
-                if r.get("step_s") is None:
-                    continue
-                b = r["band_s"]
-                t.add([f["axis"], label, r["nodes"], r["algorithm"], _ms(r["compute_s"]),
-                       _ms(r["exchange_s"]), _ms(r["step_s"]),
-                       f"{b[0] * 1e3:.4g}–{b[1] * 1e3:.4g}" if b else "-",
-                       _f(r["throughput"], 1), _f(r["efficiency"], pct=True)],
-                      {"axis": f["axis"], "network": label, **r})
-    return t
-
-
-def _forecast_markdown(pred, by_name) -> List[str]:
-    f0 = pred["forecast"][0]
-    left = sorted({n for f in pred["forecast"] for n in f["left_out"]})
-    return ["", "### Forecast (MODEL)", "",
-            f"Calibrated on at most {f0['calibrated_nodes']} node(s): on this allocation the "
-            f"exchange from {f0['exchange_here']}; on a named network its latency per message "
-            f"plus bytes at {costmodel.LINE_SHARE:.0%} of its line rate; beyond the calibration "
-            f"{_beyond()} the exchange it hid taken as hidden. Each cell: efficiency, step "
-            "(its band, on this allocation); every figure and band in `forecast.csv` (how: docs/reading-a-report.md).",
-            ""] + _forecast_grid(pred) + [""] + (
-        [(f"One column stands for {', '.join(left)}" if any(
-            n["network"] == "any" for f in pred["forecast"] for n in f["networks"])
-          else f"Left out: {', '.join(left)}")
-         + f": on each the exchange stays under {_no_effect()} of every step here.", ""]
-        if left else []) + _input_words(pred)
-
-
-def _forecast_grid(pred) -> List[str]:
-    """The forecast as one table: a row per axis and network, a column per node count."""
-    nodes = sorted({r["nodes"] for f in pred["forecast"]
-                    for r in f["here"] + [x for n in f["networks"] for x in n["rows"]]})
-    why: dict = {}
-    out = ["| axis | where | " + " | ".join(f"{p} nodes" for p in nodes) + " |",
-           "|---|---|" + "---:|" * len(nodes)]
-    for f in pred["forecast"]:
-        for label, rows in [("this allocation", f["here"])] + [
-                ("any named network" if n["network"] == "any" else
-                 "compute alone" if n["network"] == "compute" else n["label"], n["rows"])
-                for n in f["networks"]]:
-            by = {r["nodes"]: r for r in rows if r.get("step_s") is not None}
-            if not by:
-                continue
-            cells = []
-            for p in nodes:
-                r = by.get(p)
-                band = r and label == "this allocation" and r.get("band_s")
-                mark = ""
-                if r is not None and r.get("above_measured"):
-                    why.setdefault(r["above_measured"], len(why) + 1)
-                    mark = f" †{why[r['above_measured']]}"
-                cells.append("-" if r is None else
-                             f"{_f(r['efficiency'], pct=True)}{mark} · {seconds(r['step_s'])}"
-                             + (f" ({seconds(band[0])}–{seconds(band[1])})" if band else ""))
-            out.append(f"| {f['axis']} | {label} | " + " | ".join(cells) + " |")
-    return out + ([""] + [f"†{k} {w}." for w, k in why.items()] if why else [])
-
-
-def _input_words(pred) -> List[str]:
-    """Which of the allocation's inputs the forecast drew on, what each moved its largest node
-    count's step by, and what stands in for a missing one."""
-    said = []
-    top = max((r["nodes"] for f in pred["forecast"]
-               for r in f["here"] + [x for n in f["networks"] for x in n["rows"]]), default=0)
-    for key, name, instead in (
-            ("loop", "the loop file (Horovod's share of a node)",
-             "compute beyond the calibration holds the calibration's share"),
-            ("spread", "the spread file (how far the nodes lie apart)",
-             "the slowest of N ranks is drawn from the calibration runs' own spread")):
-        moved = [(f["axis"], f["inputs"][key]) for f in pred["forecast"]
-                 if (f.get("inputs") or {}).get(key) is not None]
-        if moved:
-            lo, hi = min(e for _, e in moved), max(e for _, e in moved)
-            said.append(f"{name} moved the step at {top} nodes by {lo * 100:+.1f}%"
-                        + (f" to {hi * 100:+.1f}%" if hi != lo else "")
-                        + f" ({len(moved)} axis(es); each in `report.json`)")
-        else:
-            bench = pred.get(f"{key}_bench") or {}
-            why = ("not taken (" + "; ".join(bench["misses"]) + ")" if bench.get("misses") else
-                   "no change to it" if bench else "none")
-            said.append(f"{name}: {why}: {instead}" if not bench or bench.get("misses")
-                        else f"{name}: {why}")
-    said.append(_exchange_input(pred))
-    if not any(pred.get(k) for k in ("loop_bench", "spread_bench", "exchange_bench")):
-        said = ["none (no loop, spread or exchange file): the forecast is the calibration's "
-                "alone; a study with `[model] forecast` measures them"]
-    return ["Inputs measured on the allocation: " + "; ".join(said) + ".", ""] + (
-        _cost_words(pred) if pred.get("held_out", True) else [])
-
-
-def _exchange_input(pred) -> str:
-    """Where the forecast's exchange on this allocation starts from."""
-    starts = sorted({(f["axis"], r["exchange_from"]) for f in pred["forecast"]
-                     for r in f["here"] if r.get("exchange_from")})
-    if starts:
-        files = sorted({src.split(" ", 1)[0] for _, src in starts})
-        return ("the exchange on this allocation from each algorithm's time measured there "
-                f"({', '.join(files)}), the model's growth beyond (each row's source: "
-                "`forecast.csv`)")
-    bench = pred.get("exchange_bench") or {}
-    why = ("not taken (" + "; ".join(bench["misses"]) + ")" if bench.get("misses") else "none")
-    return (f"the exchange files (each algorithm's exchange on the allocation): {why}: the "
-            "exchange on this allocation is the model's from the calibration alone")
-
-
-def _cost_words(pred) -> List[str]:
-    """What leaving each input out did to the held-out points (:func:`hpcdl.model.predict.
-    input_costs`), or why it is not measured."""
-    costs = pred.get("input_costs")
-    if not costs:
-        return ["What a missing input costs is measured where points are held out "
-                "(`[model] calibrate = {nodes_max = N}`): none is here.", ""]
-    names = {"all": "with every input", "exchange": "without the exchange files",
-             "loop": "without the loop file", "spread": "without the spread file"}
-
-    def pct(x):
-        return "-" if x is None else f"{x * 100:.1f}%"
-    return ["What each input is worth here (held-out mean absolute step error; the band "
-            "half-width that would have held 90%): " + "; ".join(f"{names[c['input']]} {pct(c['mae'])}, "
-                                  f"{pct(c['needed_halfwidth'])}" for c in costs)
-            + f" ({costs[0]['points']} point(s)).", ""]
-
-
 def _bias_words(by_nodes) -> List[str]:
     """Where the held-out errors at one node count lean one way (a sign test), what leans."""
     out = []
@@ -466,10 +338,9 @@ def _bias_words(by_nodes) -> List[str]:
 
 
 def _remedies_markdown(pred, by_name) -> List[str]:
-    return ["", "**What to try** (MODEL, checked where run): at the largest point of each "
-            "uncompressed axis, the efficiency the model predicts with each remedy, against "
-            "the one it predicts as run; measured where the study ran it (how: "
-            "docs/reading-a-report.md).", "", by_name["prediction-remedies"].markdown(
+    return ["", "**What to try** (MODEL, checked where run): each remedy's efficiency at each "
+            "uncompressed axis's largest point, predicted, and measured where the study ran it "
+            "(docs/reading-a-report.md).", "", by_name["prediction-remedies"].markdown(
                 drop=() if any(r.get("measured_efficiency") is not None for r in pred["remedies"])
                 else (7, 8, 9))]
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
-from .prediction import (_cross_rate_table, _forecast_table, _model_markdown, _model_table,
-                         _prediction_markdown, _prediction_table, _remedy_table)
+from .forecast import _forecast_table
+from .prediction import (_cross_rate_table, _model_markdown, _model_table, _prediction_markdown,
+                         _prediction_table, _remedy_table)
 from .systems import COST_COLUMN, _systems_markdown, _systems_table, _timeline_table
 from .table import HOW, _axis_slug, _f, _ms, Table
 from .. import analysis, costmodel
@@ -83,11 +84,12 @@ def scaling(ctx: Context) -> Part:
     notes = _notes(res)
     tables = [_scaling_table(res, axis, notes) for axis in res.axes]
     lines = [f"## {res.scaling.capitalize()} scaling", ""] + _one_table(res.axes, tables) + [
-        "", ("CSV, one per axis: " if len(tables) > 1 else "CSV: ")
-        + ", ".join(f"`{t.name}.csv`" for t in tables) + ".", ""]
+        "", f"CSV: `{tables[0].name}.csv`"
+        + (f" and one per other axis ({len(tables) - 1}, listed last)." if len(tables) > 1
+           else "."), ""]
     if any(r.hidden_share is not None for r in res.rows):
-        lines += ["Exchange hidden: the share of the exchange timed alone that the step hid "
-                  f"behind the backward pass, a lower bound ({HOW}).", ""]
+        lines += ["Exchange hidden: a lower bound on the share of the exchange the step hid "
+                  f"behind the backward pass ({HOW}).", ""]
     if notes:
         lines += ["**Notes** (what these figures cannot support):", ""]
         lines += [f"{i}. {n}" for i, n in enumerate(notes, 1)] + [""]

@@ -44,7 +44,7 @@ def _forecast_rows(f: Optional[dict], by_node: bool) -> List[str]:
     if not rows and f.get("networks"):
         net = f["networks"][0]
         rows = net["rows"]
-        where = ("of the compute alone: every rank ran on one host, so no network was measured"
+        where = ("of the compute alone: the ranks shared one host, no network was measured"
                  if net["network"] == "compute" else f"on {net['label']}")
     shown = [r for r in rows if r.get("step_s")]
     if not shown:

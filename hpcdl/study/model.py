@@ -4,7 +4,7 @@ missing), and which point a record belongs to. Standard library only."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Tuple
 
@@ -228,26 +228,15 @@ class Study:
         """The tuning files these points need that do not exist (relative to where the study is
         run from) or hold no pick for a point's compression: (path, nodes, ranks per node, every
         compression its points need, those the file has no pick for). ``calibration``: also the
-        [model] calibrate.exchange files the report reads for the Horovod points beyond
-        nodes_max (the points run without them; the report's model stands in where one lacks)."""
+        exchange files the report's model reads (:meth:`lacking_exchange`'s)."""
         need: Dict[Tuple[str, int, int], set] = {}
         points = list(points)
-        benched = {p.id for p in self.exchange_benched(points)} if calibration else set()
         for p in points:
             if p.tuned:
                 need.setdefault((p.tuning_path, p.nodes, p.ranks_per_node), set()).add(p.compression)
-            if calibration and p.id in benched:
-                path = p.placeholders_filled(self.exchange_files)
-                need.setdefault((path, p.nodes, p.ranks_per_node), set()).add(p.compression)
-        out = []
-        for (path, n, rpn), comps in sorted(need.items()):
-            try:
-                picks = set(json.loads(Path(path).read_text()).get("picks") or {})
-            except (OSError, ValueError, AttributeError):
-                picks = set()
-            if comps - picks:
-                out.append((path, n, rpn, sorted(comps), sorted(comps - picks)))
-        return out
+        if calibration:
+            self._exchange_need(points, need)
+        return _lacking(need)
 
     def missing_tuning(self, points: Iterable[Point]) -> List[str]:
         """:meth:`lacking_tuning` in words, each with the command that makes the file."""
@@ -289,14 +278,42 @@ class Study:
         top = self.calibrate_nodes_max or max((p.nodes for p in horovod), default=1) - 1
         return [p for p in horovod if p.nodes > top]
 
-    def lacking_exchange(self, points: Iterable[Point]) -> List[Tuple[str, int, int, List[str], List[str]]]:
-        """:meth:`lacking_tuning`'s entries for the :attr:`exchange_files` only, where the study
-        asks for a forecast (whose jobs make them; else ``--tune`` does)."""
+    def lacking_exchange(self, points: Iterable[Point]
+                         ) -> List[Tuple[str, int, int, List[str], List[str]]]:
+        """:meth:`lacking_tuning`'s entries for the :attr:`exchange_files`, where the study asks
+        for a forecast (whose jobs make them; else ``--tune`` does): at the node counts the
+        model predicts, measured there to stand beside the prediction, and at the small node
+        counts above the calibration, up to ``hpcdl.costmodel.SMALL`` nodes, that the
+        prediction of the larger ones is priced from (:meth:`exchange_small`)."""
         if not self.forecast:
             return []
-        benched = {(p.placeholders_filled(self.exchange_files), p.nodes)
-                   for p in self.exchange_benched(points)}
-        return [t for t in self.lacking_tuning(points, calibration=True) if t[:2] in benched]
+        need: Dict[Tuple[str, int, int], set] = {}
+        self._exchange_need(list(points), need)
+        return _lacking(need)
+
+    def _exchange_need(self, points: List[Point], need: Dict[Tuple[str, int, int], set]) -> None:
+        for p in self.exchange_benched(points) + self.exchange_small(points):
+            need.setdefault((p.placeholders_filled(self.exchange_files), p.nodes,
+                             p.ranks_per_node), set()).add(p.compression)
+
+    def exchange_small(self, points: Iterable[Point]) -> List[Point]:
+        """The exchange-only measurements a small allocation makes for the model: the
+        :meth:`exchange_benched` points' settings at each node count above the calibration (at
+        least 2) up to ``hpcdl.costmodel.SMALL`` and below their own; none where no point is
+        held out (the forecast then starts from the largest point's own runs)."""
+        from ..costmodel import SMALL          # numpy: not at a login node's import
+        if not self.calibrate_nodes_max:
+            return []
+        benched = self.exchange_benched(points)
+        out, seen = [], set()
+        for p in benched:
+            for q in range(max(2, self.calibrate_nodes_max + 1), min(SMALL, p.nodes - 1) + 1):
+                key = (q, p.network, p.compression, p.tuning)
+                if key not in seen and not any(b.nodes == q and b.network == p.network
+                                               for b in benched):
+                    seen.add(key)
+                    out.append(replace(p, nodes=q))
+        return out
 
     @property
     def allocation_files(self) -> Tuple[str, str]:
@@ -339,3 +356,18 @@ class Study:
                 f"{'global' if self.scaling == 'strong' else 'per-rank'} batch {self.batch}, "
                 f"ranks {ranks}, backends {self.backends}, compressions {self.compressions}, "
                 f"{self.repeats} repeat(s): {len(pts)} runs")
+
+
+def _lacking(need: Dict[Tuple[str, int, int], set]) -> List[Tuple[str, int, int, List[str], List[str]]]:
+    """Of the tuning files ``need`` names ((path, nodes, ranks per node) -> compressions), those
+    that do not exist or hold no pick for a compression: (path, nodes, ranks per node, every
+    compression, those lacking)."""
+    out = []
+    for (path, n, rpn), comps in sorted(need.items()):
+        try:
+            picks = set(json.loads(Path(path).read_text()).get("picks") or {})
+        except (OSError, ValueError, AttributeError):
+            picks = set()
+        if comps - picks:
+            out.append((path, n, rpn, sorted(comps), sorted(comps - picks)))
+    return out

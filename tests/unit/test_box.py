@@ -197,18 +197,22 @@ def test_submit_tune_makes_the_calibrations_tuning_files_for_the_held_out_horovo
     # the points run without the files: submitting without --tune queues them all, no tuning job
     assert submit.plan_study(st, Software.here(), unchecked=True).tunes == []
     plan = submit.plan_study(st, Software.here(), unchecked=True, tune=["--rounds", "1"])
-    # only the held-out node count, this box's rate, Horovod's compressions (ps has no tune)
-    want = f"{tmp_path}/tuning/c-4n-200mbit.json"
-    assert [t.tuning for t in plan.tunes] == [want]
+    # the held-out node count (measured there, beside its prediction) and the small node count
+    # above the calibration its prediction is priced from (3), this box's rate, Horovod's
+    # compressions (ps has no tune)
+    small, want = f"{tmp_path}/tuning/c-3n-200mbit.json", f"{tmp_path}/tuning/c-4n-200mbit.json"
+    assert [t.tuning for t in plan.tunes] == [small, want]
     assert (f"-m hpcdl tune --study {f} --compression none,fp16 --rounds 1 --budget 300 --out {want}"
-            in plan.tunes[0].text)
-    assert "#SBATCH --nodes=4" in plan.tunes[0].text.splitlines()
+            in plan.tunes[1].text)
+    assert "#SBATCH --nodes=4" in plan.tunes[1].text.splitlines()
+    assert "#SBATCH --nodes=3" in plan.tunes[0].text.splitlines()
     lines = _dry_run(plan)
     assert lines[next(k for k, x in enumerate(lines) if x.startswith("Would submit"))].startswith(
-        f"Would submit the tuning job for {want}")
+        f"Would submit the tuning job for {small}")
     # no point waits for it: the points do not run with the file, the report reads it
     assert not any("afterany" in x for x in lines if x.startswith("Would submit point"))
     (tmp_path / "tuning").mkdir()
+    open(small, "w").write(json.dumps({"picks": {"none": {}, "fp16": {}}}))
     open(want, "w").write(json.dumps({"picks": {"none": {}}}))
     assert [t.tuning for t in submit.plan_study(st, Software.here(), unchecked=True,
                                                  tune=[]).tunes] == [want]    # no fp16 pick

@@ -49,8 +49,8 @@ def test_an_exchange_file_of_other_links_and_a_spread_with_nan_are_left_out_and_
     assert sp["rejected"] == [f"{tmp_path}/alloc/spread.json: spread.8.0.0 = nan is not a "
                               "node's compute over the center (> 0, < 100)"]
     points = {p["nodes"]: p for p in doc["prediction"]["axes"][0]["points"]}
-    assert points[8]["exchange_from"] is None                   # the model's, not the file's
-    assert "exchange-7n-175mbit.json" in points[7]["exchange_from"]   # the good file still used
+    assert points[8]["exchange_measured_here"] is None           # left out
+    assert points[7]["exchange_measured_here"] is not None      # the good file still read
     head = written["report"].read_text().splitlines()[:6]
     said = next(ln for ln in head if ln.startswith("**Input files left out**"))
     assert "exchange-8n-175mbit.json: made at links of 450mbit" in said

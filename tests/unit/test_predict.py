@@ -431,7 +431,11 @@ def _tuning_file(path, nodes, candidates, nbytes=MB):
 DEFAULTS = "library's choice, cycle 1 ms, fusion 128 MiB"
 
 
-def test_the_held_out_exchange_from_the_tune_files_at_each_node_count(tmp_path):
+def test_the_held_out_exchange_is_priced_from_a_small_allocation_never_from_its_own_count(
+        tmp_path):
+    """Nothing measured at p enters the prediction of p: the 4-node tuning file prices the
+    8-node point (the model's growth from 4 to 8 nodes times what the allocation took over the
+    model at 4), and stands beside the 4-node point as measured there, not as its prediction."""
     # the 4- and 8-node exchange costs 1.3x what the link model can know from 2 nodes
     extra = {4: 1.3, 8: 1.3}
     recs = study(ex_factor=extra) + study(backend="ps", ex_factor=extra)
@@ -444,15 +448,18 @@ def test_the_held_out_exchange_from_the_tune_files_at_each_node_count(tmp_path):
     res = predict.of_records(recs, reading.row_key, 2, "weak", bench=bench)
     ring = next(a for a in res["axes"] if a["backend"] == "horovod")
     at = {pt["nodes"]: pt for pt in ring["points"]}
-    # 4 nodes: the median of its three rounds of the setting the runs ran, the step exact
-    assert at[4]["predicted"]["exchange"] == pytest.approx(ex[4], rel=1e-12)
-    assert at[4]["error"]["step"] == pytest.approx(0.0, abs=1e-9)
-    assert "box-4n-200mbit.json (" + DEFAULTS + ", none, median of 3 rounds" in at[4]["exchange_from"]
-    # the link model's own exchange is kept beside it, and is the 1.3x short
-    assert at[4]["model_exchange_error"] == pytest.approx(1 / 1.3 - 1, rel=1e-9)
-    # 8 nodes: the file was made for 4 nodes, so the model's exchange stays, and why is said
-    assert at[8]["exchange_from"] is None
-    assert at[8]["error"]["exchange"] == pytest.approx(1 / 1.3 - 1, rel=1e-9)
+    # 4 nodes: the link model's exchange (1.3x short), the file's median beside it
+    assert at[4]["exchange_from"] is None
+    assert at[4]["error"]["exchange"] == pytest.approx(1 / 1.3 - 1, rel=1e-9)
+    assert at[4]["exchange_measured_here"] == pytest.approx(ex[4], rel=1e-12)
+    # 8 nodes: from the 4-node file, grown by the model: exact, the step too
+    assert at[8]["predicted"]["exchange"] == pytest.approx(ex[8], rel=1e-9)
+    assert at[8]["error"]["step"] == pytest.approx(0.0, abs=1e-9)
+    assert "box-4n-200mbit.json (" + DEFAULTS + ", none, median of 3 rounds" in at[8]["exchange_from"]
+    assert "x1.3 the model's at 4 nodes" in at[8]["exchange_from"]
+    assert at[8]["model_exchange_error"] == pytest.approx(1 / 1.3 - 1, rel=1e-9)
+    # the 8-node file was made for 4 nodes: not measured here, and why is said
+    assert at[8]["exchange_measured_here"] is None
     assert any("box-8n-200mbit.json: made for 4 node(s)" in m for m in res["exchange_bench"]["misses"])
     assert res["exchange_bench"]["points"] == 1
     # the parameter server's exchange is not what 'hpcdl tune' times
@@ -465,30 +472,30 @@ def test_the_held_out_exchange_from_the_tune_files_at_each_node_count(tmp_path):
     assert "within 15% at 0 of 1" in words and "not taken:" in words
 
 
-def test_the_forecast_on_the_allocation_starts_from_each_algorithms_measured_exchange(tmp_path):
-    """Beyond the largest node count a tuning file measured, the forecast's exchange on this
-    allocation is the model's times what the algorithm that runs there took over the model's
-    at that count: the allocation's own efficiency for it carries on; at that count, the
-    measured time itself. The held-out points show what that input is worth."""
+def test_the_forecast_on_the_allocation_starts_from_a_small_allocations_measured_exchange(
+        tmp_path):
+    """The forecast's exchange on this allocation is priced as the held-out points are: the
+    model's times what the algorithm that runs there took over the model's at the largest node
+    count of at most 4 a tuning file measured; a file at 8 nodes does not enter it."""
     extra = {4: 1.3, 8: 1.3}
     recs = study(ex_factor=extra)
-    ex8 = truth(8, ex_factor=extra)[1]
-    _tuning_file(tmp_path / "e-8n-200mbit.json", 8, [
-        ("none", DEFAULTS, [ex8]),
-        ("none", "Rabenseifner, cycle 1 ms, fusion 128 MiB", [ex8 * 0.99, ex8, ex8 * 1.01]),
+    ex4, ex8 = truth(4, ex_factor=extra)[1], truth(8, ex_factor=extra)[1]
+    _tuning_file(tmp_path / "e-4n-200mbit.json", 4, [
+        ("none", DEFAULTS, [ex4]),
+        ("none", "Rabenseifner, cycle 1 ms, fusion 128 MiB", [ex4 * 0.99, ex4, ex4 * 1.01]),
         ("none", "ring, cycle 1 ms, fusion 128 MiB", [0.5])])
+    _tuning_file(tmp_path / "e-8n-200mbit.json", 8, [("none", DEFAULTS, [ex8 * 2])])
     bench = predict.Bench(str(tmp_path / "e-{nodes}n-{network}.json"))
     res = predict.of_records(recs, reading.row_key, 2, "weak", bench=bench, forecast=(8, 64))
     (f,) = res["forecast"]
     here = {r["nodes"]: r for r in f["here"]}
-    assert here[8]["exchange_s"] == pytest.approx(ex8, rel=1e-12)
-    # the setting the runs ran, as the held-out point there takes it
-    assert "e-8n-200mbit.json (" + DEFAULTS in here[8]["exchange_from"]
+    assert here[8]["exchange_s"] == pytest.approx(ex8, rel=1e-9)      # not the 8-node file's
+    assert "e-4n-200mbit.json (" in here[8]["exchange_from"]
     plain = predict.of_records(recs, reading.row_key, 2, "weak", forecast=(8, 64))
     bare = {r["nodes"]: r for r in plain["forecast"][0]["here"]}
     assert bare[64]["exchange_from"] == ""
     assert here[64]["exchange_s"] == pytest.approx(bare[64]["exchange_s"] * 1.3, rel=1e-9)
-    assert "x1.3 the model's at 8 nodes" in here[64]["exchange_from"]
+    assert "x1.3 the model's at 4 nodes" in here[64]["exchange_from"]
     # a study holding no point out starts from its largest node count's own runs
     every = predict.of_records(recs, reading.row_key, 0, "weak", forecast=(64,))
     (r64,) = every["forecast"][0]["here"]
@@ -499,8 +506,8 @@ def test_the_forecast_on_the_allocation_starts_from_each_algorithms_measured_exc
 def test_what_each_input_is_worth_is_measured_by_leaving_it_out(tmp_path):
     extra = {4: 1.3, 8: 1.3}
     recs = study(ex_factor=extra)
-    _tuning_file(tmp_path / "e-8n-200mbit.json", 8,
-                 [("none", DEFAULTS, [truth(8, ex_factor=extra)[1]])])
+    _tuning_file(tmp_path / "e-4n-200mbit.json", 4,
+                 [("none", DEFAULTS, [truth(4, ex_factor=extra)[1]])])
     bench = predict.Bench(str(tmp_path / "e-{nodes}n-{network}.json"))
     done = predict.of_records(recs, reading.row_key, 2, "weak", bench=bench, forecast=())
     costs = predict.input_costs(done, predict._points(recs, reading.row_key), 2, "weak", None,
@@ -508,7 +515,7 @@ def test_what_each_input_is_worth_is_measured_by_leaving_it_out(tmp_path):
     by = {c["input"]: c for c in costs}
     # the held-out 4 and 8 nodes; no loop or spread file given, so none is left out
     assert set(by) == {"all", "exchange"} and by["all"]["points"] == by["exchange"]["points"] == 2
-    # with the 8-node exchange measured, that point is exact; without it, 1.3x short
+    # priced from the 4-node exchange, the 8-node point is exact; without it, 1.3x short
     assert by["exchange"]["mae"] > by["all"]["mae"]
     assert by["exchange"]["needed_halfwidth"] > by["all"]["needed_halfwidth"]
 
@@ -522,8 +529,10 @@ def test_a_pinned_algorithm_takes_its_own_candidate_and_another_model_is_refused
     res = predict.of_records(recs, reading.row_key, 2, "weak",
                           bench=predict.Bench(str(tmp_path / "t-{nodes}.json")))
     at = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
-    assert at[4]["predicted"]["exchange"] == 0.25
-    assert at[8]["exchange_from"] is None
+    # the 4-node file prices the 8-node point with the ring the runs pinned; measured at 4 itself
+    assert at[4]["exchange_measured_here"] == 0.25 and at[4]["exchange_from"] is None
+    assert "t-4.json" in at[8]["exchange_from"]
+    assert at[8]["exchange_measured_here"] is None
     assert any("another model's gradients" in m for m in res["exchange_bench"]["misses"])
 
 
@@ -539,13 +548,13 @@ def test_a_tuning_file_made_on_another_processor_is_refused(tmp_path):
     here = "cpu AMD EPYC (family 25 model 1; avx2 fma); box cpus_per_node=0.2"
     res = predict.of_records(recs, reading.row_key, 2, "weak", bench=predict.Bench(pattern, machine=here))
     at = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
-    assert at[4]["exchange_from"] is None
+    assert at[8]["exchange_from"] is None and at[4]["exchange_measured_here"] is None
     assert f"{path}: made on processor 'Intel Xeon (family 6 model 85; avx512f)', the records ran " \
            "on 'AMD EPYC (family 25 model 1; avx2 fma)'" in res["exchange_bench"]["misses"]
     # the records' own processor: taken
     same = here.replace("AMD EPYC (family 25 model 1; avx2 fma)", doc["made_for"]["cpu"])
     res = predict.of_records(recs, reading.row_key, 2, "weak", bench=predict.Bench(pattern, machine=same))
-    assert {pt["nodes"]: pt for pt in res["axes"][0]["points"]}[4]["predicted"]["exchange"] == 0.25
+    assert {pt["nodes"]: pt for pt in res["axes"][0]["points"]}[4]["exchange_measured_here"] == 0.25
 
 
 def test_the_setting_names_are_the_ones_tune_writes():
@@ -577,17 +586,18 @@ def test_a_declared_exchange_bench_is_read_beside_the_subset(tmp_path):
     assert Inputs.declared(recs).nodes_max == 2
     assert Inputs.declared(recs).exchange == "results/t-{nodes}n.json"
     assert Inputs.declared([{"declared": {"calibration": "runs:nodes<=2"}}]).exchange is None
-    extra = {4: 1.2, 8: 1.2}
+    extra = {3: 1.2, 4: 1.2, 8: 1.2}
     recs = study(ex_factor=extra)
     pattern = str(tmp_path / "t-{nodes}n.json")
     for r in recs:
         r["declared"]["calibration"] = f"runs:nodes<=2;bench:{pattern}"
-    for p in (4, 8):
+    for p in (3, 4, 8):
         _tuning_file(tmp_path / f"t-{p}n.json", p, [("none", DEFAULTS,
                                                      [truth(p, ex_factor=extra)[1]])])
     res = analysis.analyse(recs, "s")
-    assert res.calibration.endswith(f"their exchange from the tuning files {pattern} where "
-                                    "those measured it")
+    assert res.calibration.endswith(f"their exchange from the tuning files {pattern} "
+                                    "(at most 4 nodes, below each point's own)")
+    # 4 nodes priced from the 3-node file, 8 from the 4-node one: both exact
     assert res.prediction["heldout"]["mae_model"] == pytest.approx(0.0, abs=1e-9)
 
 
@@ -1237,5 +1247,6 @@ def test_a_one_host_study_forecasts_the_compute_alone_and_says_why_it_is_above_m
     best = max(r.efficiency for r in r0.rows if r.ranks > 1)
     above = [row for row in f["networks"][0]["rows"] if row["efficiency"] > best]
     assert above and all(row["above_measured"].startswith(
-        f"above the best measured efficiency ({best:.0%} at ") for row in above)
-    assert all("no exchange: compute alone" in row["above_measured"] for row in above)
+        f"above the measured {best:.0%} (") for row in above)
+    assert all("no exchange is forecast, the ranks shared one host" in row["above_measured"]
+               for row in above)
