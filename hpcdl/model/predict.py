@@ -17,8 +17,10 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
   each link (:mod:`.allreduce`) at the link's payload rate where the records carry it, plus what
   the calibration runs spent beyond that (a share of the other direction's bytes where one
   connection carries both, else a fixed time per exchange); without a link rate, one time per
-  link byte. A bench fit (``[model] fit``) or an exchange measured by ``hpcdl tune`` on the
-  held-out point's allocation (:mod:`.exchange_bench`) takes its place where the study names it.
+  link byte. A bench fit (``[model] fit``) takes its place where the study names one; where it
+  names tuning files (:mod:`.exchange_bench`), the exchange ``hpcdl tune`` timed alone on at
+  most :data:`SMALL` nodes below the point's own count prices it, grown to p by the model.
+  Nothing measured at p enters the prediction of p; what was stands beside it.
 - **step** = compute + fixed + exchange − hidden, hidden = min(exchange, window × compute) up to
   the calibrated node count: fixed is the 1-node step beyond its compute, window the share of
   the compute the exchange hid behind at the calibration points (0 for the parameter server,
