@@ -438,6 +438,37 @@ def one_rank_probes(folders) -> list:
     return out
 
 
+def _print_bands(rows, folders) -> None:
+    """The bands: how each report drew its own (pooled from other studies: leave one study out),
+    their coverage, median half-width and zero edges, beside a flat band of 15%, by distance."""
+    drawn = defaultdict(int)
+    for f in folders:
+        _, doc = _report(f)
+        src = (((doc or {}).get("prediction") or {}).get("band_drawn") or {}).get("source")
+        drawn[src or "none"] += 1
+    pts = [pt for _, _, pt in rows if pt.get("band")]
+    print()
+    print("# the bands: each report's 90% band ('pooled': conformal over the residuals file's "
+          "other studies on the same kind of machine, so each study's coverage is left-one-"
+          "study-out; 'own': its calibration's left-out runs); half-width: (upper - lower) / 2 "
+          "over the predicted step")
+    print("  reports by band: " + ", ".join(f"{k} {v}" for k, v in sorted(drawn.items())))
+    if not pts:
+        return
+    half = [(p["band"][1] - p["band"][0]) / 2 / p["predicted"]["step"] for p in pts]
+    flat = sum(abs(p["error"]["step"]) <= 0.15 for p in pts if p["error"].get("step") is not None)
+    print(f"  all: {sum(bool(p.get('inside')) for p in pts)} of {len(pts)} inside, median "
+          f"half-width {_pct(median(half))}, lower edges at 0 s: "
+          f"{sum(p['band'][0] <= 0 for p in pts)}; a flat +-15% band holds {flat}")
+    by = defaultdict(list)
+    for p in pts:
+        by[p["nodes"]].append(p)
+    for nodes, group in sorted(by.items()):
+        print(f"  {nodes:>3d} nodes: {sum(bool(p.get('inside')) for p in group)} of "
+              f"{len(group)} inside, median half-width "
+              f"{_pct(median((p['band'][1] - p['band'][0]) / 2 / p['predicted']['step'] for p in group))}")
+
+
 def _print_one_rank_probes(folders) -> None:
     rows = one_rank_probes(folders)
     print()
@@ -491,6 +522,7 @@ def main(argv=None) -> int:
               f"compute {_pct(b['compute'], True)}, exchange {_pct(b['exchange'], True)}; "
               f"{b['under']} under, {b['over']} over, sign test p = {b['sign_p']:.3f}"
               + (" (a bias)" if b["biased"] else ""))
+    _print_bands(rows, a.studies)
     _print_input_costs(a.studies)
     _print_one_rank_probes(a.studies)
     _print_rank_spread(a.studies)

@@ -100,6 +100,18 @@ def setting_at(host: str, cpu: str) -> Tuple[str, Optional[dict]]:
     return setting(rec), facts
 
 
+def kind_of(setting_text: Optional[str]) -> str:
+    """The kind of machine a :func:`setting` string is: "box" for the cluster in a box, whatever
+    its processor, links and quotas; else the string itself ("" where records do not say)."""
+    text = setting_text or ""
+    return "box" if text.startswith("box ") or "; box " in text else text
+
+
+def kind_label(kind: str) -> str:
+    """A :func:`kind_of` in words."""
+    return "the box" if kind == "box" else "this machine"
+
+
 def cpu_of(setting_text: str) -> str:
     """The processor a :func:`setting` string names, else ""."""
     return setting_text.split("; box ")[0][4:] if setting_text.startswith("cpu ") else ""

@@ -11,6 +11,7 @@ from . import budget
 from .. import checks
 from ..costmodel import SMALL
 from ..model import predict
+from ..model.bands import Pooled, machine_kind
 from ..model.inputs import Inputs
 from ..model.exchange_bench import Bench
 from ..model.host_spread import HostSpread
@@ -102,7 +103,7 @@ def analyse(recs: "Iterable[dict] | Digest", name: str, given: Optional[Inputs] 
     # one whose step is no allreduce (the asynchronous parameter server, a pipeline)
     timed = [a for a in axes(rows)
              if any(math.isfinite(r.step_time) and r.modelled for r in rows if r.axis == a)]
-    ahead = _predicted(recs, origin, kind, inputs)
+    ahead = _predicted(recs, origin, kind, inputs, name)
     _heldout_from(ahead, rows)
     _above_measured(ahead, rows)
     for r in rows:
@@ -131,12 +132,13 @@ def _no_model(rows: Sequence[Row], timed: Sequence[str]) -> str:
             "or all ranks on one node: measure both")
 
 
-def _predicted(recs: Digest, origin, kind: str, inputs: Inputs) -> dict:
+def _predicted(recs: Digest, origin, kind: str, inputs: Inputs, name: str) -> dict:
     """:func:`predict.of_points` of the records: the held-out exchange from the tuning files
     ``inputs.exchange`` names (a path pattern), a Horovod axis's compute beyond its calibration
     after the loop file (:mod:`hpcdl.model.loop_share`; used only when every record ran on the
     machine it measured), every axis's slowest rank there drawn from the spread file
-    (:mod:`hpcdl.model.host_spread`, likewise)."""
+    (:mod:`hpcdl.model.host_spread`, likewise); the band from the residuals file's other
+    studies on the same kind of machine (:mod:`hpcdl.model.bands`)."""
     machines = {key[2] for key in origin.groups}
     machine = machines.pop() if len(machines) == 1 else None
     if not inputs.nodes_max and not inputs.counts:
@@ -145,7 +147,9 @@ def _predicted(recs: Digest, origin, kind: str, inputs: Inputs) -> dict:
     files = predict.Files(
         bench=Bench(inputs.exchange, machine=machine) if inputs.exchange else None,
         loop=LoopShare(inputs.loop, machine) if inputs.loop else None,
-        spread=HostSpread(inputs.spread, machine) if inputs.spread else None)
+        spread=HostSpread(inputs.spread, machine) if inputs.spread else None,
+        residuals=(Pooled(inputs.residuals, machine_kind(machine), name)
+                   if inputs.residuals not in (None, "none") else None))
     out = predict.of_points(recs.points, inputs.nodes_max, kind, exchange_fit=fit_for,
                             files=files, forecast=inputs.counts, networks=inputs.networks)
     if out and out["held_out"]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from .bands import Pooled
 from .exchange_bench import Bench
 from .host_spread import HostSpread
 from .loop_share import LoopShare
@@ -21,6 +22,7 @@ class Files:
     bench: Optional[Bench] = None            # the exchange hpcdl tune timed, by node count
     loop: Optional[LoopShare] = None         # the share of a node Horovod's loop takes
     spread: Optional[HostSpread] = None      # how far the nodes lie apart computing at once
+    residuals: Optional[Pooled] = None       # other studies' held-out errors: the band
 
 
 @dataclass

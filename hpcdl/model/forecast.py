@@ -9,11 +9,10 @@ network the exchange is :func:`.allreduce.exchange_time` at the network's α + b
 and fixed cost stay as measured. A network whose exchange stays under :data:`NETWORK_EFFECT`
 of every step is left out: its column would only repeat the compute's ratio.
 
-The band is the held-out band (:func:`.baselines.band_quantile`) widened with the distance from
-the largest calibrated node count d = log2(N / p_cal): half-width q·sqrt(1 + d). Each doubling
-beyond the calibration is taken to add an error of the calibration's own size, independent of
-the others, so variances add. Its coverage is counted on the held-out points by distance
-(:func:`coverage_by_distance`)."""
+The band is the held-out points' (:class:`.bands.Band`) at the distance from the largest
+calibrated node count d = log2(N / p_cal): other studies' residuals on the same kind of machine
+where a residuals file holds enough, wide only as far as their checks reach, else the study's
+own. Its coverage is counted on the held-out points by distance (:func:`coverage_by_distance`)."""
 from __future__ import annotations
 
 import math
@@ -22,25 +21,11 @@ from typing import Dict, List, Optional, Sequence
 from .. import costmodel
 from .allreduce import OMPI_ALLREDUCE, exchange_time, ompi_allreduce
 from .axis import Calibrated
+from .bands import Band
 from .inputs import FORECAST  # noqa: F401  (node counts forecast where none are named)
 from .measured import summary as _summary
 
 NETWORK_EFFECT = 0.01        # a network whose exchange is under 1% of every step shows no effect
-
-
-def widening(p: int, p_cal: int) -> float:
-    """How many times the calibration's band half-width the band at p nodes is."""
-    d = math.log2(p / p_cal) if p > p_cal >= 1 else 0.0
-    return math.sqrt(1.0 + d)
-
-
-def band(high: float, low: float, q: Optional[float], p: int, p_cal: int):
-    """[lower, upper] of a step predicted at p nodes, from its two ends (``low``: the step as if
-    the calibration's hidden share held; ``high``: none hidden), or None without a band."""
-    if q is None:
-        return None
-    w = q * widening(p, p_cal)
-    return [low * max(0.0, 1.0 - w), high * (1.0 + w)]
 
 
 def algorithm_at(summary: dict, pinned: bool, p: int) -> str:
@@ -81,7 +66,7 @@ def anchored(model, anchors: Dict[int, Dict[str, tuple]], p: int, algo: str, s: 
                        + (f" ({took})" if took != algo else ""))
 
 
-def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=None,
+def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, banding: Band, exchange=None,
          anchors: Optional[Dict[int, Dict[str, tuple]]] = None) -> dict:
     b = b1 if kind == "weak" else b1 / p
     source = ""
@@ -100,10 +85,10 @@ def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, q, exchange=No
             "fixed_s": model.fixed, "exchange_s": e,
             "step_s": step, "throughput": throughput,
             "efficiency": throughput / (b1 / t1) / p,
-            "band_s": band(high, low, q, p, model.p_cal), "exchange_from": source}
+            "band_s": banding.edges(low, high, p, model.p_cal), "exchange_from": source}
 
 
-def of_axis(ax: Calibrated, kind: str, nodes: Sequence[int], q: Optional[float],
+def of_axis(ax: Calibrated, kind: str, nodes: Sequence[int], q: Band,
             here: bool = True, named: Optional[Sequence[str]] = None) -> dict:
     """The forecast of one calibrated axis of :func:`.predict.of_points` at ``nodes``, on this
     allocation and on the ``named`` networks (keys of :data:`hpcdl.costmodel.PRESETS`, None for

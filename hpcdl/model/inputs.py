@@ -24,6 +24,7 @@ class Inputs:
     spread: Optional[str] = None             # a spread file (hpcdl bench allocation)
     forecast: Optional[Tuple[int, ...]] = None   # node counts to forecast; () for none
     networks: Optional[Tuple[str, ...]] = None   # named networks (costmodel.PRESETS), else all
+    residuals: Optional[str] = None          # other studies' held-out errors (the band's)
 
     def over(self, base: "Inputs") -> "Inputs":
         """``base`` with every field given here put over it."""

@@ -41,8 +41,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import allreduce, floor, transfer
+from . import allreduce, bands, floor, transfer
 from .axis import AxisRuns, Calibrated, Files
+from .bands import Band
 from .exchange_bench import Bench
 from .host_spread import HostSpread
 from .loop_share import LoopShare
@@ -244,17 +245,20 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
     if not out_axes:
         return {}
     q, basis = band_quantile([abs(e) for e in loro], NOMINAL)
-    held, reach = _banded(out_axes, q)
+    banding = Band(q, basis, files.residuals)
+    held, reach = _banded(out_axes, banding)
     others: Dict[str, Dict[int, Runs]] = {}
     for key, runs in (remedied or {}).items():
         others.setdefault(key[0], {})[key[2]] = runs
-    ahead = ([_forecast.of_axis(ax, kind, sorted(forecast), q, not one_node, networks)
+    ahead = ([_forecast.of_axis(ax, kind, sorted(forecast), banding, not one_node, networks)
               for ax in out_axes] if forecast else [])
     for ax, f in zip(out_axes, ahead):
         f["inputs"] = _input_effects(ax, f)
     return {"nodes_max": nodes_max, "held_out": held_out, "one_node": one_node,
-            "nominal": NOMINAL, "band_halfwidth": q,
-            "band_basis": basis, "forecast": ahead,
+            "nominal": NOMINAL, "band_halfwidth": banding.halfwidth,
+            "band_basis": banding.basis, "forecast": ahead, "band_drawn": banding.as_dict(
+                [r["distance"] for r in _forecast.coverage_by_distance(reach)]
+                + [bands.distance(p, ax.model.p_cal) for ax in out_axes for p in forecast]),
             "coverage_by_distance": _forecast.coverage_by_distance(reach),
             **_benches(files, out_axes, held),
             "band_residuals": len(loro), "axes": [ax.as_dict() for ax in out_axes],
@@ -316,7 +320,7 @@ def _input_effects(ax: Calibrated, f: dict) -> Dict[str, Optional[float]]:
     return out
 
 
-def _banded(out_axes: List[Calibrated], q: Optional[float]):
+def _banded(out_axes: List[Calibrated], banding: Band):
     """Each point's band and the baselines' errors; (the held-out points, each with its axis's
     largest calibrated node count)."""
     held, reach = [], []
@@ -326,8 +330,7 @@ def _banded(out_axes: List[Calibrated], q: Optional[float]):
             step = pt["predicted"]["step"]
             # the step's two ends: as much hidden as at the calibration, and none
             low, high = pt["step_if_hidden"], pt["step_if_none"]
-            pt["band"] = (None if step is None else
-                          _forecast.band(high, low, q, pt["nodes"], p_cal))
+            pt["band"] = None if step is None else banding.edges(low, high, pt["nodes"], p_cal)
             pt["naive_error"] = _err(pt["naive"], pt["measured"]["step"])
             pt["one_parameter_error"] = _err(pt["one_parameter"], pt["measured"]["step"])
             if not pt["fitted"]:

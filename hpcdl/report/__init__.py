@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from .reading import _resolve as runs_file      # a results folder's runs.jsonl, or the file given
 from .table import Table
-from .writing import Reading, _command, rendered_with, write_report
+from .writing import Reading, _command, rendered_with, write_report, write_residuals
 from ..model.inputs import Inputs    # what write_report takes of the model
 
-__all__ = ["Inputs", "Reading", "Table", "rendered_with", "runs_file", "write_report", "_command"]
+__all__ = ["Inputs", "Reading", "Table", "rendered_with", "runs_file", "write_report",
+           "write_residuals", "_command"]

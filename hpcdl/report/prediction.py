@@ -37,10 +37,10 @@ def _prediction_table(pred) -> Table:
                                      "model",
                     "measured_here": "hpcdl tune's exchange-only run at the point's own node "
                                      "count, beside the prediction, never in it",
-                    "band": f"conformal, {pred['nominal'] * 100:.0f}% nominal, "
-                            f"±{_f(pred['band_halfwidth'], pct=True)}; beyond the calibration "
-                            "its edges as if the exchange hid as at the calibration and as if "
-                            "none hid",
+                    "band": f"{pred['nominal'] * 100:.0f}% nominal, {pred['band_basis']}, "
+                            f"±{_f(pred['band_halfwidth'], pct=True)} at the calibration; beyond "
+                            "it about the step as if the exchange hid as at the calibration and "
+                            "as if none hid",
                     "naive": "efficiency stays at the largest calibrated point's",
                     "one_beta": "1-node step + one beta (alpha = 0) from the largest calibrated "
                                 "point's excess"})
@@ -311,9 +311,17 @@ def _band_words(pred, h) -> str:
         return f"No band: {basis}."
     dist = "; ".join(f"{c['inside']} of {c['points']} at {2 ** c['distance']:.3g}× the "
                      "calibrated nodes" for c in pred.get("coverage_by_distance") or [])
+    drawn = pred.get("band_drawn") or {}
+    if drawn.get("source") == "pooled":
+        widths = "; ".join(f"±{_f(w['halfwidth'], pct=True)} at {2 ** w['distance']:.3g}×"
+                           for w in drawn["by_distance"] if w["distance"] <= drawn["checked_to"])
+        how = (f"({pred['nominal'] * 100:.0f}%, {basis}; none from this study), by multiples of "
+               f"the calibrated nodes: {widths}; checked to {2 ** drawn['checked_to']:.3g}×, "
+               "beyond as there; ")
+    else:
+        how = (f"({pred['nominal'] * 100:.0f}%, {basis}), widened with the distance beyond it; ")
     return (f"Band: ±{_f(pred['band_halfwidth'], pct=True)} at the calibrated node count "
-            f"({pred['nominal'] * 100:.0f}%, {basis}), widened with the distance beyond it; "
-            f"nominal coverage {pred['nominal'] * 100:.0f}%, measured "
+            + how + f"nominal coverage {pred['nominal'] * 100:.0f}%, measured "
             f"{h['covered']} of {h['banded']} held-out points ({_f(h['coverage'], pct=True)})"
             + (f"; by distance: {dist}." if dist else "."))
 

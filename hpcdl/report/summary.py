@@ -35,9 +35,10 @@ def _losses(entry: Optional[dict]) -> str:
             ", ".join(f"{LABELS.get(k, k)} {v:.0%}" for v, k in named))
 
 
-def _forecast_rows(f: Optional[dict], by_node: bool) -> List[str]:
+def _forecast_rows(f: Optional[dict], by_node: bool, drawn: Optional[dict] = None) -> List[str]:
     """The forecast at the planned counts as a table (this allocation, else the first named
-    network it shows), with the step's band."""
+    network it shows), with the step's band; ``drawn``: how it was drawn (a pooled band is
+    checked only as far as other studies' held-out points reach, which is said)."""
     if not f:
         return []
     rows, where = f.get("here") or [], "on this allocation"
@@ -60,7 +61,13 @@ def _forecast_rows(f: Optional[dict], by_node: bool) -> List[str]:
                    f"| {seconds(r['step_s'])} | "
                    + (f"{seconds(band[0])} – {seconds(band[1])}" if band else "-") + " |")
     why = list(dict.fromkeys(r["above_measured"] for r in shown if r.get("above_measured")))
-    return out + [""] + [f"  † {w}." for w in why] + ([""] if why else [])
+    reach = (drawn or {}).get("checked_to")
+    past = [r["nodes"] for r in shown if reach is not None and r["nodes"] > cal * 2 ** reach]
+    unchecked = ([f"  Bands beyond {cal * 2 ** reach:.3g} nodes ({2 ** reach:.3g}× the "
+                  "calibration, as far as other studies' held-out points reach) keep the "
+                  "farthest checks' width: not checked there."] if past else [])
+    return (out + [""] + [f"  † {w}." for w in why] + unchecked
+            + ([""] if why or unchecked else []))
 
 
 def _remedy(pred: dict, axis: str) -> List[str]:
@@ -103,7 +110,7 @@ def summary(res) -> List[str]:
                   f"as {_layout(base.nodes, base.ranks, top.nodes > 1)}, efficiency "
                   f"{top.efficiency:.0%}" + _losses(budgets.get((axis, top.nodes, top.ranks)))
                   + "."]
-        lines += _forecast_rows(forecasts.get(axis), top.nodes > 1) or [""]
+        lines += _forecast_rows(forecasts.get(axis), top.nodes > 1, pred.get("band_drawn")) or [""]
         lines += _remedy(pred, axis)
     if others:
         lines.append("- The other axes at their largest point (speedup, efficiency): "

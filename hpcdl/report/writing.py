@@ -9,7 +9,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
 from . import sections
@@ -17,9 +17,15 @@ from .plots import draw_plots  # matplotlib is imported only when plots are draw
 from .table import stable
 from .. import analysis, checks, records
 from ..errors import UserError
+from ..model import bands
 from ..model.inputs import Inputs
 from .reading import _read, _resolve
 from .summary import summary
+
+
+# the results root's residuals file (hpcdl study residuals), which a report's band reads where
+# none is named: other studies' held-out errors on the same kind of machine
+RESIDUALS = "forecast-residuals.json"
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,9 @@ def write_report(src, out_dir=None, given: Optional[Inputs] = None,
         raise UserError(f"{runs}: no train records{f' of study {how.study}' if how.study else ''}")
     out = Path(out_dir) if out_dir else runs.parent
     checks.check_writable_dir(out, "the report's folder")
+    auto = runs.parent.parent / RESIDUALS
+    if given.residuals is None and runs.name == "runs.jsonl" and auto.is_file():
+        given = replace(given, residuals=_shown(auto))     # the results root's, named in the head
     for flag, named, schema in (("--loop-bench", given.loop, "hpcdl.loop-cpu/1"),
                                 ("--spread-bench", given.spread, "hpcdl.host-spread/1")):
         if named:                  # named on the command line: a wrong file is refused
@@ -136,7 +145,8 @@ def _command(about, runs, mixed: bool = False, given: Inputs = Inputs()) -> str:
               + (f" --spread-bench {given.spread}" if given.spread else "")
               + ("" if forecast is None else
                  f" --forecast {','.join(map(str, forecast)) if forecast else 'none'}")
-              + ("" if networks is None else f" --networks {','.join(networks) or 'none'}"))
+              + ("" if networks is None else f" --networks {','.join(networks) or 'none'}")
+              + (f" --residuals {given.residuals}" if given.residuals else ""))
     if not study_file:
         return report
     root = f"--results-root {_shown(runs.parent.parent)}"
@@ -150,6 +160,23 @@ def _command(about, runs, mixed: bool = False, given: Inputs = Inputs()) -> str:
     return f"hpcdl study run {study_file} {root} && {report}"
 
 
+def write_residuals(folders, out) -> dict:
+    """The residuals file (:func:`hpcdl.model.bands.collect`) of these studies' report.json,
+    written to ``out`` headed by the command that makes it again; the document."""
+    reports = {}
+    for folder in folders:
+        path = Path(folder) / "report.json"
+        try:
+            reports[str(Path(folder))] = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{path}: cannot be read ({exc}); make it with "
+                            f"'hpcdl study report {folder}'") from None
+    doc = {"command": "hpcdl study residuals " + " ".join(shlex.quote(str(f)) for f in folders)
+           + f" --out {shlex.quote(str(out))}", **bands.collect(reports)}
+    records.write_atomic(Path(out), json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return doc
+
+
 def rendered_with(folder) -> dict:
     """The options a committed report was rendered with, read back from the command that heads
     its ``report.md`` (:func:`_command` wrote it) as :func:`write_report`'s keywords: so that a
@@ -160,7 +187,8 @@ def rendered_with(folder) -> dict:
     words = shlex.split(head.split("hpcdl study report", 1)[1].removesuffix("-->"))
     named = {key: words[words.index(flag) + 1] if flag in words else None
              for flag, key in (("--fit", "fit"), ("--exchange-bench", "exchange"),
-                               ("--loop-bench", "loop"), ("--spread-bench", "spread"))}
+                               ("--loop-bench", "loop"), ("--spread-bench", "spread"),
+                               ("--residuals", "residuals"))}
     if "--forecast" in words:
         given = words[words.index("--forecast") + 1]
         named["forecast"] = () if given == "none" else tuple(int(x) for x in given.split(","))

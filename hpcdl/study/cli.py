@@ -78,6 +78,18 @@ def register(subparsers, name: str, help_text: str) -> None:
                                     "sacct -c, and whether the point is recorded.")
     add_status_arguments(st)
     st.set_defaults(_main=status_main)
+    res = sub.add_parser("residuals", help="pool studies' held-out errors for the reports' bands",
+                         description="Collect the held-out points of these studies' reports "
+                                     "(report.json) into a residuals file: a report's band is "
+                                     "then conformal over the other studies on its kind of "
+                                     "machine. Written beside the studies as "
+                                     "forecast-residuals.json, each report reads it; render "
+                                     "the reports again after.")
+    res.add_argument("folders", nargs="+", metavar="RESULTS",
+                     help="results/<study> folders, each with its report.json")
+    res.add_argument("--out", required=True, metavar="PATH",
+                     help="the file to write (the results root's forecast-residuals.json)")
+    res.set_defaults(_main=residuals_main)
 
 
 def _add_wait(p) -> None:
@@ -121,6 +133,10 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--networks", default=None, metavar="NAME,NAME,...",
                    help="the named networks the forecast is drawn on (default: the study's "
                         "[model] networks, else all of hpcdl's; 'none' for none)")
+    p.add_argument("--residuals", default=None, metavar="PATH",
+                   help="a residuals file (hpcdl study residuals): the band from other studies' "
+                        "held-out errors on the same kind of machine (default: the results "
+                        "root's forecast-residuals.json where it exists; 'none': the study's own)")
     p.add_argument("--max-ranks", default=None, help=argparse.SUPPRESS)     # gone: --forecast
     p.add_argument("--scaling", choices=("strong", "weak"), default=None,
                    help="for records made outside a study, which declare no scaling kind")
@@ -209,6 +225,9 @@ def report_main(opts) -> int:
         raise UserError(f"--fit {opts.fit}: no such file (make one with 'hpcdl bench fit')")
     if opts.exchange_bench:
         _check_exchange_files(opts.exchange_bench)
+    if opts.residuals not in (None, "none"):
+        checks.schema_file(opts.residuals, "hpcdl.residuals/1", "--residuals",
+                           "hpcdl study residuals")
     runs = report.runs_file(src)           # the file write_report reads
     held = (rootlock.hold(runs.parent.parent, f"hpcdl study report {opts.source}", opts.wait)
             if runs.name == "runs.jsonl" and os.access(runs.parent.parent, os.W_OK)
@@ -217,7 +236,7 @@ def report_main(opts) -> int:
         given = report.Inputs(fit=opts.fit, exchange=opts.exchange_bench, loop=opts.loop_bench,
                               spread=opts.spread_bench, forecast=None if opts.forecast is None
                               else _node_counts(opts.forecast),
-                              networks=_networks(opts.networks))
+                              networks=_networks(opts.networks), residuals=opts.residuals)
         written = report.write_report(src, opts.out, given, report.Reading(
             name, opts.scaling, opts.allow_mixed, opts.workers), plots=not opts.no_plots)
     for kind, path in written.items():
@@ -304,6 +323,16 @@ def add_status_arguments(p) -> None:
                         "one did not complete, 124 on the time limit")
     p.add_argument("--results-root", default=None,
                    help="folder that holds results/<study> (default $HPCDL_RESULTS_ROOT or results)")
+
+
+def residuals_main(opts) -> int:
+    from .. import report
+    doc = report.write_residuals(opts.folders, opts.out)
+    points = sum(len(s["points"]) for s in doc["studies"])
+    print(f"{opts.out}: {points} held-out point(s) of {len(doc['studies'])} of "
+          f"{len(opts.folders)} studies; studies without held-out points or on mixed machines "
+          "are left out")
+    return 0
 
 
 def status_main(opts) -> int:

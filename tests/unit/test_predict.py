@@ -979,14 +979,15 @@ def test_beyond_the_calibration_the_band_spans_the_exchange_hidden_as_there_to_n
         hidden = min(e, ax["model"]["window"] * c)
         if pt["nodes"] <= 2:                       # the calibration: hidden in the step itself
             assert pt["step_if_hidden"] == pytest.approx(step)
-            assert pt["band"] == pytest.approx([step * (1 - q), step * (1 + q)])
+            assert pt["band"] == pytest.approx([step / (1 + q), step * (1 + q)])
         else:
             none = pt["step_if_none"]
             assert hidden > 0.05 * none
             assert step == pytest.approx(none - hidden / 2)
             assert pt["step_if_hidden"] == pytest.approx(none - hidden)
             w = q * math.sqrt(1 + math.log2(pt["nodes"] / 2))     # widened with the distance
-            assert pt["band"] == pytest.approx([(none - hidden) * (1 - w), none * (1 + w)])
+            # as a ratio on both sides: a lower edge is never 0 s, however wide the band
+            assert pt["band"] == pytest.approx([(none - hidden) / (1 + w), none * (1 + w)])
     # the parameter server hides nothing: its band stays about its step
     ps = _run(study(backend="ps", window=0.3, repeats=9))
     for pt in ps["axes"][0]["points"]:
