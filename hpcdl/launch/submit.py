@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -79,6 +79,10 @@ def plan_study(study, software: Software, force: bool = False,
     (None: such points are refused). ``allocation``: more options of ``hpcdl bench allocation``,
     whose job per layout the forecast's files lack runs where the study asks for a forecast."""
     overrides = dict(overrides or {})
+    if tune is not None and not study.tuning_file and hasattr(study, "tuned_by_jobs"):
+        # --tune without a file of the study's own: its tune jobs make the allocation's, whose
+        # pick the points from 3 nodes run (unless the study asks for the library's choice)
+        study = replace(study, tuned_by_jobs=True)
     sched = batch.BY_NAME[batch.choose(_slurm_settings(study, overrides).get("scheduler"))]
     results_dir = Path(study.results_dir).resolve()
     jobs_dir = results_dir / "jobs"

@@ -70,6 +70,22 @@ def _forecast_rows(f: Optional[dict], by_node: bool, drawn: Optional[dict] = Non
             + ([""] if why or unchecked else []))
 
 
+def _best_exchange(pred: dict, axis: str, study_file: str, root: str) -> List[str]:
+    """Where the axis ran the MPI library's allreduce and the model gives another more at its
+    largest point: what that would give, and the one command that runs the study with the
+    allocation's pick (its tune jobs first; recorded points are kept, so into another root)."""
+    best = next((r for r in pred.get("remedies") or []
+                 if r["axis"] == axis and r["remedy"].startswith("allreduce ")), None)
+    if best is None:
+        return []
+    algo = best["remedy"].split(" (", 1)[0][len("allreduce "):]
+    how = (f"`hpcdl study submit {study_file} --tune --results-root {root}-tuned`" if study_file
+           else "`hpcdl tune` on the allocation, then `[run] tuning` in the study")
+    return [f"- The allocation's best exchange (MODEL): the points ran the MPI library's "
+            f"allreduce; {algo} gives {best['model_efficiency']:.0%} at {best['nodes']} nodes "
+            f"against {best['model_efficiency_as_run']:.0%} as run. Get it: {how}."]
+
+
 def _remedy(pred: dict, axis: str) -> List[str]:
     """The remedy the model predicts gains the most at the axis's largest point, measured
     beside it where the study ran it."""
@@ -85,7 +101,7 @@ def _remedy(pred: dict, axis: str) -> List[str]:
             + "."]
 
 
-def summary(res) -> List[str]:
+def summary(res, study_file: str = "", root: str = "results") -> List[str]:
     """The answer that opens the report (none for a study of one point per axis): the first
     axis's measured speedup and efficiency at its largest point and where the rest went, the
     forecast at the planned counts with bands, the most useful remedy; one line for the others."""
@@ -111,7 +127,7 @@ def summary(res) -> List[str]:
                   f"{top.efficiency:.0%}" + _losses(budgets.get((axis, top.nodes, top.ranks)))
                   + "."]
         lines += _forecast_rows(forecasts.get(axis), top.nodes > 1, pred.get("band_drawn")) or [""]
-        lines += _remedy(pred, axis)
+        lines += _remedy(pred, axis) + _best_exchange(pred, axis, study_file, root)
     if others:
         lines.append("- The other axes at their largest point (speedup, efficiency): "
                      + "; ".join(others) + ".")

@@ -100,7 +100,7 @@ def _write(res, recs, read, runs: Path, out: Path, plots: bool, command: str) ->
         records.write_atomic(path, t.csv_text(command))
         files.append(path)
     files += pngs
-    text = "\n".join(_opening(res, runs) + _left_out(read) + lines + [
+    text = "\n".join(_opening(res, runs, recs.about.study_file) + _left_out(read) + lines + [
         "Files: " + ", ".join(f"`{t.name}.csv`" for t in tables) + ", `report.json`.", ""])
     while "\n\n\n" in text:                 # one blank line between blocks, never more
         text = text.replace("\n\n\n", "\n\n")
@@ -215,9 +215,10 @@ def _jsonable(x):
         return str(x)
 
 
-def _opening(res, runs) -> List[str]:
+def _opening(res, runs, study_file: str = "") -> List[str]:
     """The title, the answer (:mod:`.summary`), then what the figures are of."""
-    return [f"# Scaling study `{res.study}`", ""] + _inputs_left_out(res) + summary(res) + [
+    return [f"# Scaling study `{res.study}`", ""] + _inputs_left_out(res) + summary(
+        res, study_file, _shown(runs.parent.parent)) + [
             f"{res.scaling.capitalize()} scaling ({res.scaling_source}) of `{res.workload}` "
             f"from `{runs}`: {res.records} record(s), {len(res.rows)} configuration(s); how "
             "each figure is made: docs/reading-a-report.md.", ""] + _caution(res.provenance)

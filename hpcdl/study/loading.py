@@ -78,7 +78,8 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
         backends = list(dict.fromkeys(b for _, b, _, _ in variants))
         compressions = list(dict.fromkeys(c for _, _, c, _ in variants))
     timeout, env, mpirun_args = v._run_section(raw)
-    tunings, tuning_file = v._tuning_axis(ax, v.table(raw, "run"), command)
+    measures = bool(v.table(raw, "model").get("forecast")) and not command
+    tunings, tuning_file, library = v._tuning_axis(ax, v.table(raw, "run"), command, measures)
     if tuning_file and set(tunings) - {"default"} and "int8" in compressions:
         v.fail("run.tuning", "hpcdl tune tunes the none and fp16 exchanges, and int8 is among "
                              "this study's: its tuned points would have no settings (study int8 "
@@ -115,6 +116,7 @@ def from_dict(raw: dict, path, results_root=None) -> Study:
                  calibrate_loop=calibrate[2], calibrate_spread=calibrate[3],
                  forecast=forecast, forecast_networks=named, target=target, command=command,
                  scrape=scrape, timeline=timeline, variants=variants, tunings=tunings,
+                 library_exchange=library,
                  tuning_file=tuning_file, raw=raw)
 
 
@@ -269,18 +271,28 @@ class _Reader(_Validator):
             self.fail("axes.network", f"must list distinct link rates, not {nets!r}")
         return [str(x) for x in nets]
 
-    def _tuning_axis(self, ax, run, command) -> Tuple[List[str], str]:
+    def _tuning_axis(self, ax, run, command, measures: bool) -> Tuple[List[str], str, bool]:
         """[axes] tuning = ["default", "tuned"] and [run] tuning, the tuning file of the tuned points
         (placeholders {nodes}, {ranks}, {ranks_per_node}, {network}: one per allocation and link
-        rate, as 'hpcdl tune' makes them)."""
+        rate, as 'hpcdl tune' makes them), or "default": the MPI library's choice everywhere.
+        ``measures``: the study's own jobs time the allocation's exchange (a forecast), whose
+        pick its points then run unless it says "default" (the last of the three returned)."""
+        if run.get("tuning") == "default":
+            if "tuning" in ax:
+                self.fail("run.tuning", "'default' runs the library's choice at every point; "
+                                        "axes.tuning = [\"default\", \"tuned\"] needs the tuned "
+                                        "points' file (or leave run.tuning out in a study with "
+                                        "[model] forecast, whose jobs make them)")
+            return [""], "", True
         path = self._tuning_path(run, "run.tuning")
         tunings = self.str_list(ax, "axes.tuning", TUNINGS, default=None) if "tuning" in ax else [""]
-        if "tuned" in tunings and not path:
-            self.fail("axes.tuning", "'tuned' needs run.tuning, the tuning file ('hpcdl tune' makes it)")
+        if "tuned" in tunings and not path and not measures:
+            self.fail("axes.tuning", "'tuned' needs run.tuning, the tuning file ('hpcdl tune' makes "
+                                     "it), or [model] forecast, whose jobs make one per node count")
         if command and (path or "tuning" in ax):
             self.fail("run.tuning", "tunes hpcdl train's exchange; workload.command runs your script "
                                  "(export the tuning file's settings in run.env for it)")
-        return tunings, path
+        return tunings, path, False
 
     def _study_section(self, raw, path):
         st = self.table(raw, "study")

@@ -161,6 +161,8 @@ class Study:
     timeline: bool = False           # [run] timeline = true: Horovod's timeline per point
     tunings: List[str] = field(default_factory=lambda: [""])   # [axes] tuning
     tuning_file: str = ""            # [run] tuning: the tuning file ({nodes}, {ranks} filled in)
+    library_exchange: bool = False   # [run] tuning = "default": the MPI library's choice everywhere
+    tuned_by_jobs: bool = False      # study submit --tune: its jobs tune the allocation's exchange
     sha256: str = ""                 # of the study file's bytes
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -186,6 +188,36 @@ class Study:
     def is_local(self) -> bool:
         return all(n == 1 for n, _ in self.layouts)
 
+    # from this many nodes a study whose jobs time the allocation's exchange runs their pick (at
+    # two, every allreduce algorithm sends the same one exchange)
+    AUTO_TUNED_FROM = 3
+
+    @property
+    def auto_tuned(self) -> bool:
+        """Whether the points run the allocation's pick without a [run] tuning of their own: the
+        study's jobs time the exchange (a forecast across nodes, :attr:`exchange_files`) and it
+        does not ask for the library's choice."""
+        return (not self.tuning_file and not self.library_exchange and not self.command
+                and not self.is_local and (bool(self.forecast) or self.tuned_by_jobs))
+
+    @property
+    def allocation_exchange(self) -> str:
+        """The path pattern of the exchange files the study's own jobs make in its results
+        folder, one per node count (and link rate)."""
+        net = "-{network}" if any(self.networks) else ""
+        return str(Path(self.results_dir) / "allocation" / f"exchange-{{nodes}}n{net}.json")
+
+    def _tuning_of(self, tun: str, backend: str, comp: str, nodes: int, rpn: int) -> str:
+        """The tuning file pattern a point runs with ("": the library's choice)."""
+        if tun == "default":
+            return ""
+        if self.tuning_file:
+            return self.tuning_file
+        if (self.auto_tuned and nodes >= self.AUTO_TUNED_FROM and rpn == 1
+                and backend == "horovod" and comp in ("none", "fp16")):
+            return self.exchange_files or self.allocation_exchange
+        return ""
+
     def points(self) -> List[Point]:
         """Every run, repeats outermost so that slow drift of the machine spreads over all layouts.
         With a target, repeat k trains with seed + k: a time to target is a seed's."""
@@ -206,7 +238,7 @@ class Study:
                                          self.workload, tuple(sorted(params.items())),
                                          declared, net, rule, tuple(self.command),
                                          self.timeline, variant, extra, tun,
-                                         self.tuning_file if tun != "default" else ""))
+                                         self._tuning_of(tun, backend, comp, nodes, rpn)))
         return out
 
     @property
@@ -263,8 +295,7 @@ class Study:
             return self.calibrate_exchange
         if self.tuning_file:      # a tuned study's own files time every algorithm too
             return self.tuning_file
-        net = "-{network}" if any(self.networks) else ""
-        return str(Path(self.results_dir) / "allocation" / f"exchange-{{nodes}}n{net}.json")
+        return self.allocation_exchange
 
     def exchange_benched(self, points: Iterable[Point]) -> List[Point]:
         """The Horovod points over several nodes whose exchange the model takes from
@@ -292,7 +323,10 @@ class Study:
         return _lacking(need)
 
     def _exchange_need(self, points: List[Point], need: Dict[Tuple[str, int, int], set]) -> None:
-        for p in self.exchange_benched(points) + self.exchange_small(points):
+        """Into ``need``, the exchange files the model reads and the auto-tuned points run."""
+        tuned = [p for p in points if p.tuned and p.tuning_file == self.exchange_files
+                 and self.auto_tuned]
+        for p in self.exchange_benched(points) + self.exchange_small(points) + tuned:
             need.setdefault((p.placeholders_filled(self.exchange_files), p.nodes,
                              p.ranks_per_node), set()).add(p.compression)
 

@@ -1214,6 +1214,25 @@ def test_the_allreduce_the_model_predicts_fastest_is_advised_where_the_library_r
     assert not [r for r in pinned["remedies"] if r["remedy"].startswith("allreduce ")]
 
 
+def test_the_answer_says_what_the_best_exchange_gives_and_the_command_that_runs_it(tmp_path):
+    """A study that ran the MPI library's allreduce where the model gives another more: the
+    answer block says so with both efficiencies and the one command that tunes and runs it."""
+    from hpcdl import records as _records, report
+    path = tmp_path / "results" / "s" / "runs.jsonl"
+    path.parent.mkdir(parents=True)
+    for r in study(nodes=(1, 2, 5)):
+        r["declared"] = {**r["declared"], "study_file": "jobs/s.toml"}
+        _records.append(path, r)
+    written = report.write_report(path.parent, plots=False)
+    head = "\n".join(written["report"].read_text().splitlines()[:20])
+    fix = next(r for r in json.loads(written["json"].read_text())["prediction"]["remedies"]
+               if r["remedy"].startswith("allreduce "))
+    assert (f"- The allocation's best exchange (MODEL): the points ran the MPI library's "
+            f"allreduce; ring gives {fix['model_efficiency']:.0%} at 5 nodes against "
+            f"{fix['model_efficiency_as_run']:.0%} as run.") in head
+    assert "Get it: `hpcdl study submit jobs/s.toml --tune --results-root " in head
+
+
 def test_a_rank_with_peers_is_never_forecast_faster_than_alone():
     """Where the 2-node compute reads shorter than the 1-node probe (k < 0), the compute per
     sample is the 2-node one and k = 0: the held-out points are predicted as before, and no

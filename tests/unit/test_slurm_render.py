@@ -455,6 +455,60 @@ def test_a_study_with_a_forecast_measures_each_layout_its_files_lack_in_chained_
     assert [t.point_id for t in submit.plan_study(st, SOFTWARE).tunes] == ["allocation-4n1r"]
 
 
+def test_a_forecast_studys_points_run_the_allocations_pick_after_its_tune_job(tmp_path):
+    """The jobs of a study with a forecast time the allocation's exchange; its points from 3
+    nodes run the pick of the file at their count and wait for the job that makes it (afterok:
+    never without it). At 2 nodes every algorithm sends one exchange: the library's choice.
+    [run] tuning = "default" keeps the library's choice everywhere, with the same point ids;
+    [axes] tuning = ["default", "tuned"] runs both without a file of its own."""
+    study_file = tmp_path / "s.toml"
+    base = (STUDY_4NODE.replace("nodes = [4]", "nodes = [1, 2, 4]")
+            .replace("ranks_per_node = 4", "ranks_per_node = 1"))
+    study_file.write_text(base + "\n[model]\nforecast = [16]\n")
+    st = study_mod.load(study_file, results_root=tmp_path / "results")
+    four = st.exchange_files.replace("{nodes}", "4")
+    assert st.auto_tuned
+    assert {p.nodes: p.tuned for p in st.points()} == {1: False, 2: False, 4: True}
+    plan = submit.plan_study(st, SOFTWARE)
+    step4 = next(s for s in plan.steps if s.point["nodes"] == 4)
+    assert step4.tuning == four and f"--tuning {four}" in step4.text
+    assert not any("--tuning" in s.text for s in plan.steps if s.point["nodes"] < 4)
+    out = io.StringIO()
+    submit.submit_study(plan, dry_run=True, out=out)
+    lines = out.getvalue().splitlines()
+    waits = [ln for ln in lines if "Would submit point n4-" in ln]
+    assert waits and all(f"--dependency=afterok:<the tuning job for {four}>" in ln for ln in waits)
+    assert all("--dependency" not in ln for ln in lines
+               if "Would submit point n1-" in ln or "Would submit point n2-" in ln)
+    ids = [p.id for p in st.points()]
+    # the library's choice, asked for: no point tuned, the same ids, the model's file still made
+    study_file.write_text(base + '\n[run]\ntuning = "default"\n[model]\nforecast = [16]\n')
+    lib = study_mod.load(study_file, results_root=tmp_path / "results")
+    assert not lib.auto_tuned and not any(p.tuned for p in lib.points())
+    assert [p.id for p in lib.points()] == ids
+    assert not any("--tuning" in s.text for s in submit.plan_study(lib, SOFTWARE).steps)
+    assert [t.point_id for t in submit.plan_study(lib, SOFTWARE).tunes][0] == "tune-exchange-4n"
+    # both, side by side: the tuned axis takes the allocation's file
+    study_file.write_text(base + '\n[axes]\ntuning = ["default", "tuned"]\n'
+                          '[model]\nforecast = [16]\n')
+    both = study_mod.load(study_file, results_root=tmp_path / "results")
+    assert {(p.tuning, p.nodes): p.tuned for p in both.points()} == {
+        ("default", 1): False, ("default", 2): False, ("default", 4): False,
+        ("tuned", 1): False, ("tuned", 2): False, ("tuned", 4): True}
+    # without a forecast nothing times the exchange: the library's choice, as before; with
+    # --tune the study's jobs tune it, and the points run their pick
+    study_file.write_text(base)
+    plain = study_mod.load(study_file, results_root=tmp_path / "results")
+    assert not any(p.tuned for p in plain.points())
+    tuned = submit.plan_study(plain, SOFTWARE, tune=["--rounds", "1"])
+    assert [t.tuning for t in tuned.tunes] == [four]
+    assert "--budget 300" in tuned.tunes[0].text
+    assert [s.tuning for s in tuned.steps] == ["", "", four]
+    study_file.write_text(base + '\n[axes]\ntuning = ["default", "tuned"]\n')
+    with pytest.raises(study_mod.StudyError, match="'tuned' needs run.tuning"):
+        study_mod.load(study_file)
+
+
 def test_a_grid_engine_study_with_a_forecast_measures_its_allocation_in_qsub_jobs(tmp_path):
     """The same jobs through Grid Engine: qsub scripts asking for the study's parallel
     environment, ranks over the slots with the settings passed on (-x), tune sized to h_rt, each
