@@ -116,10 +116,32 @@ class Row:
         """The step beyond the probed compute: exchange not hidden, update, overhead."""
         return None if self.compute_share is None else 1.0 - self.compute_share
 
+    @property
+    def ring_bound_s(self) -> Optional[float]:
+        """The step's bytes in a ring allreduce at the link's line rate ([axes] network), each
+        link busy both ways at once: the least any allreduce can take. None at one rank, with
+        several ranks per node, or where the records name no link rate."""
+        if self.ranks <= 1 or self.ranks_per_node != 1 or not self.network:
+            return None
+        both, one = costmodel.link_parts("ring", self.wire_bytes, self.nodes)
+        return (both + one) / (costmodel.rate_bits(self.network) / 8.0)
+
+    @property
+    def over_bound(self) -> Optional[tuple]:
+        """The step over its physical bound: (over the measured compute and the line-rate ring
+        overlapped, over the two one after the other); None where either is not known."""
+        ring = self.ring_bound_s
+        if ring is None or self.compute_s is None or not self.step_time > 0:
+            return None
+        return (self.step_time / max(self.compute_s, ring),
+                self.step_time / (self.compute_s + ring))
+
     def as_dict(self) -> dict:
         d = asdict(self)
         d.update(ci95=self.ci95, rest_share=self.rest_share, axis=self.axis,
                  wire_bytes=self.wire_bytes)
+        if self.over_bound is not None:
+            d.update(ring_bound_s=self.ring_bound_s, step_over_bound=list(self.over_bound))
         return d
 
 

@@ -302,15 +302,19 @@ def _scaling_table(res, axis, notes: List[str]) -> Table:
     t = Table(f"scaling-{_axis_slug(axis)}", f"{res.scaling} scaling, {axis}",
               ["nodes", "ranks", "global batch", f"throughput ({unit}, ±1.96σ)", "step (ms)",
                "speedup", "efficiency", "Karp–Flatt e", "compute", "rest of step",
-               "exchange hidden", "runs", "notes"],
+               "exchange hidden", "step ÷ bound", "runs", "notes"],
               meta={"study": res.study, "scaling": res.scaling, "axis": axis, "unit": unit,
-                    "baseline_ranks": min(r.ranks for r in sel)})
+                    "baseline_ranks": min(r.ranks for r in sel),
+                    "bound": "the measured compute beside a ring allreduce at the link's line "
+                             "rate: step over them overlapped / one after the other"})
     for r in sel:
         ids = "; ".join(f"[{notes.index(f) + 1}]" for f in r.flags)
         t.add([r.nodes, r.ranks, r.global_batch, f"{r.throughput:.1f} ± {r.ci95:.1f}",
                _ms(r.step_time), _f(r.speedup, 2), _f(r.efficiency, pct=True),
                _f(r.karp_flatt, 3), _f(r.compute_share, pct=True), _f(r.rest_share, pct=True),
-               _f(r.hidden_share, pct=True), r.runs, ids],
+               _f(r.hidden_share, pct=True),
+               "-" if r.over_bound is None else "{:.2f} / {:.2f}".format(*r.over_bound),
+               r.runs, ids],
               {"backend": r.backend, "compression": r.compression, "nodes": r.nodes,
                "ranks_per_node": r.ranks_per_node, "ranks": r.ranks, "batch_size": r.batch_size,
                "global_batch": r.global_batch, "throughput_mean": r.throughput,
@@ -318,7 +322,9 @@ def _scaling_table(res, axis, notes: List[str]) -> Table:
                "step_time_s": r.step_time, "speedup": r.speedup, "efficiency": r.efficiency,
                "karp_flatt": r.karp_flatt, "compute_s": r.compute_s,
                "compute_share": r.compute_share, "rest_share": r.rest_share,
-               "exchange_hidden_share": r.hidden_share,
+               "exchange_hidden_share": r.hidden_share, "ring_bound_s": r.ring_bound_s,
+               "step_over_bound_overlapped": r.over_bound and r.over_bound[0],
+               "step_over_bound_serial": r.over_bound and r.over_bound[1],
                "gradient_bytes": r.gradient_bytes, "runs": r.runs, "flags": " | ".join(r.flags)})
     return t
 

@@ -125,7 +125,10 @@ def summary(res, study_file: str = "", root: str = "results") -> List[str]:
                   f"- Measured: {_layout(top.nodes, top.ranks)} ran {top.speedup:.2f}× as fast "
                   f"as {_layout(base.nodes, base.ranks, top.nodes > 1)}, efficiency "
                   f"{top.efficiency:.0%}" + _losses(budgets.get((axis, top.nodes, top.ranks)))
-                  + "."]
+                  + ("" if top.over_bound is None else
+                     "; its step is {:.2f}× its physical bound (the measured compute beside a "
+                     "line-rate ring, overlapped; {:.2f}× one after the other)".format(
+                         *top.over_bound)) + "."]
         lines += _forecast_rows(forecasts.get(axis), top.nodes > 1, pred.get("band_drawn")) or [""]
         lines += _remedy(pred, axis) + _best_exchange(pred, axis, study_file, root)
     if others:

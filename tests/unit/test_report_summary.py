@@ -58,3 +58,17 @@ def test_times_read_with_their_unit_and_three_digits():
     from hpcdl.analysis.units import seconds
     assert [seconds(x) for x in (0, 5.3e-4, 0.891, 1.0, 14.25, 1.425e4, None)] == [
         "0 s", "530 µs", "891 ms", "1.00 s", "14.2 s", "14250 s", "-"]
+
+
+def test_a_points_step_over_its_physical_bound_is_the_compute_beside_a_line_rate_ring():
+    """38.4 MB of gradients on 4 nodes at 500 Mbit/s: the ring's 2·3/4 of them at 62.5 MB/s is
+    0.9216 s (the figure a ring cannot beat); beside 1.0 s of compute the step of 2.5 s is 2.5×
+    the bound overlapped and 1.30× serial. No link rate, no bound."""
+    from hpcdl.analysis.scaling import Row
+    row = Row("horovod", "none", 4, 1, 4, 64, 256, 2, 1.0, 0.1, "img/s", 2.5,
+              compute_s=1.0, gradient_bytes=38_400_000, network="500mbit")
+    assert abs(row.ring_bound_s - 0.9216) < 1e-9
+    over, serial = row.over_bound
+    assert abs(over - 2.5) < 1e-9 and abs(serial - 2.5 / 1.9216) < 1e-9
+    assert Row("horovod", "none", 4, 1, 4, 64, 256, 2, 1.0, 0.1, "img/s", 2.5,
+               compute_s=1.0, gradient_bytes=38_400_000).over_bound is None
