@@ -173,7 +173,9 @@ def table(se, picks: dict, first: dict) -> List[str]:
                       f"{pk['default_compute_s'] * 1e3:.1f} ms computing beside it" if step else "")
                    + ", so the file takes "
                    + (f"it ({pk['step_gain' if step else 'gain']:.2f}x)" if pk["chosen"]
-                      else "the default"))
+                      else "the default")
+                   + _against_bound(pk, limit and limit * wire_bytes(nbytes // 4, comp)
+                                    / wire_bytes(nbytes // 4, "none")))
         if pk.get("flat_candidates"):
             out.append(f"# {comp}: hpcdl's flat backends, timed in those launches before their "
                        "Horovod started (training starts none for them): "
@@ -182,6 +184,15 @@ def table(se, picks: dict, first: dict) -> List[str]:
                           "where no --backend is given" if pk.get("backend", "horovod") != "horovod"
                           else f"none was {se.opts.margin:.0%} faster than Horovod's pick"))
     return out
+
+
+def _against_bound(pk: dict, bound: Optional[float]) -> str:
+    """The file's pick against the link's bound for a ring (its bytes at the line rate), the
+    bound a study's report holds each point's step to."""
+    if not bound:
+        return ""
+    return (f"; it takes {pk['exchange_s'] / bound:.2f}x the link's bound for a ring "
+            f"({bound * 1e3:.1f} ms, its bytes at the line rate)")
 
 
 def document(se, picks: dict, first: dict, skipped: List[str],

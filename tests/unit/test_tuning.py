@@ -172,6 +172,10 @@ def test_an_algorithm_only_search_lets_each_compression_take_its_own_fastest_alg
     assert fp16_ring.split()[-1] == f"{0.277 / 2 / 0.2205:.2f}"
     none_seg = next(line for line in table if line.startswith(" none *segmented"))
     assert none_seg.split()[-1] == f"{0.277 / 0.3795:.2f}"
+    # each pick against the link's bound for a ring, as a study's report holds its steps
+    said = next(line for line in table if line.startswith("# fp16: the search found"))
+    assert said.endswith(f"it takes {0.2205 / (0.277 / 2):.2f}x the link's bound for a ring "
+                         "(138.5 ms, its bytes at the line rate)")
 
 
 def test_where_ranks_share_memory_the_table_measures_against_a_memcpy_of_the_bytes(monkeypatch):
