@@ -55,7 +55,7 @@ def anchored(model, anchors: Dict[int, Dict[str, tuple]], p: int, algo: str, s: 
     at = [q for q, algos in anchors.items() if q <= p and algo in algos]
     if e is None or not (at or any(q <= p for q in anchors)):
         return e, ""
-    q = max(at) if at else max(q for q in anchors if q <= p)
+    q = _anchor_count(at, p, algo) if at else max(q for q in anchors if q <= p)
     took = algo if at else next(iter(anchors[q]))
     t, source = anchors[q][took]
     m = model.exchange(q, took, s["wire"], s["rate"])
@@ -64,6 +64,26 @@ def anchored(model, anchors: Dict[int, Dict[str, tuple]], p: int, algo: str, s: 
     return e * t / m, (source if q == p and took == algo else
                        f"{source}, x{t / m:.3g} the model's at {q} nodes"
                        + (f" ({took})" if took != algo else ""))
+
+
+# the algorithms Open MPI runs with a fold beyond a power of two (coll_base_allreduce.c): the
+# extra ranks' first and last transfers, one way each, which a power-of-two count never pays
+FOLDING = ("rabenseifner", "recursive doubling")
+
+
+def _fold(n: int) -> bool:
+    return n & (n - 1) != 0
+
+
+def _anchor_count(at: List[int], p: int, algo: str) -> int:
+    """Of the node counts that timed ``algo``, the one p's exchange is scaled from: the largest,
+    but for a folding algorithm the largest that folds as p does (or not), where one was timed:
+    how efficiently the fold ran on this allocation carries to p only from a count that paid it."""
+    if algo in FOLDING:
+        alike = [q for q in at if _fold(q) == _fold(p)]
+        if alike:
+            return max(alike)
+    return max(at)
 
 
 def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, banding: Band, exchange=None,

@@ -472,6 +472,26 @@ def test_the_held_out_exchange_is_priced_from_a_small_allocation_never_from_its_
     assert "within 15% at 0 of 1" in words and "not taken:" in words
 
 
+def test_a_folding_algorithm_is_priced_from_a_small_count_that_folds_as_the_point_does(tmp_path):
+    """Open MPI's Rabenseifner folds the ranks beyond a power of two in: 3 and 6 nodes pay the
+    fold, 4 and 8 do not. Where the allocation runs the fold 1.4x as slowly as the link model
+    knows, the 6-node point is priced from the 3-node file, the 8-node one from the 4-node file:
+    both exact (from 4 alone, 6 would miss the fold's cost)."""
+    extra = {3: 1.4, 6: 1.4}
+    recs = study(nodes=(1, 2, 6, 8), ex_factor=extra)
+    ex = {p: truth(p, ex_factor=extra)[1] for p in (3, 4, 6, 8)}
+    for q in (3, 4):
+        _tuning_file(tmp_path / f"box-{q}n-200mbit.json", q, [("none", DEFAULTS, [ex[q]])])
+    bench = predict.Bench(str(tmp_path / "box-{nodes}n-{network}.json"))
+    res = predict.of_records(recs, reading.row_key, 2, "weak", bench=bench)
+    at = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
+    assert at[6]["algorithm"] == at[8]["algorithm"] == "rabenseifner"
+    assert "box-3n-200mbit.json" in at[6]["exchange_from"]
+    assert "box-4n-200mbit.json" in at[8]["exchange_from"]
+    for p in (6, 8):
+        assert at[p]["predicted"]["exchange"] == pytest.approx(ex[p], rel=1e-9)
+
+
 def test_the_forecast_on_the_allocation_starts_from_a_small_allocations_measured_exchange(
         tmp_path):
     """The forecast's exchange on this allocation is priced as the held-out points are: the
