@@ -159,7 +159,8 @@ def validate_main(opts) -> int:
             continue
         print(f"{path}: OK: {st.summary()}")
         for pt in st.points():
-            print(f"  {pt.id}: {pt.ranks} rank(s), batch {pt.batch_size}/rank, global {pt.global_batch}")
+            print(f"  {pt.id}: {pt.ranks} rank(s), batch {pt.batch_size}/rank, global {pt.global_batch}"
+                  + (f"; exchange: the pick in {pt.tuning_path}" if pt.tuned else ""))
     return 0
 
 
