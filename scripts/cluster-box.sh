@@ -13,7 +13,8 @@
 #   scripts/cluster-box.sh env         # the Open MPI settings a job on the box needs (and Grid
 #                                      # Engine's SGE_ROOT/SGE_CELL where it is up)
 #
-# Each node nI (I = 1..N, N <= 8) is
+# Each node nI (I = 1..N, N <= 16: more than the host can train on, for runs that only exchange)
+# is
 #   - a network namespace hpcdl-nI with its own UTS hostname nI and address 10.77.0.I/24 on eth0,
 #     one end of a veth pair whose other end joins the bridge hpcdl-box (10.77.0.254, where
 #     slurmctld listens); both directions of the link are shaped to RATE (tbf) and delayed by D/2
@@ -446,7 +447,7 @@ up() {
             *) [ -z "$n" ] && [[ $1 =~ ^[0-9]+$ ]] || usage; n=$1; shift ;;
         esac
     done
-    [ -n "$n" ] && [ "$n" -ge 1 ] && [ "$n" -le 8 ] || { log "up: N must be 1..8"; exit 2; }
+    [ -n "$n" ] && [ "$n" -ge 1 ] && [ "$n" -le 16 ] || { log "up: N must be 1..16"; exit 2; }
     [[ $rate =~ ^[0-9.]+([kmg]?bit)$ ]] || { log "up: --link takes a tc rate such as 200mbit or 1gbit"; exit 2; }
     [[ $latency =~ ^[0-9.]+(us|ms|s)?$ ]] || { log "up: --latency takes a delay such as 100us or 1ms"; exit 2; }
     [ -n "$cores" ] || cores="$(awk -v c="$(nproc)" -v n="$n" 'BEGIN { printf "%.3g", 0.8 * c / n }')"

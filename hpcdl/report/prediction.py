@@ -156,7 +156,9 @@ def _bench_words(pred) -> List[str]:
         out[0] += (f" The link model alone would have put the exchange of those points within "
                    f"15% at {sum(e <= 0.15 for e in errs)} of {len(errs)} (mean absolute error "
                    f"{_f(sum(errs) / len(errs), pct=True)}).")
-    out += [f"- {src}" for src in sorted({pt["exchange_from"] for pt in held})]
+    # each point's file, round and scale stay in report.json, not in the prose
+    out[0] += (" Each point's file and its scale over the model's: `report.json`, "
+               "`prediction.axes[].points[].exchange_from`.")
     out += [f"- not taken: {why}" for why in bench.get("misses") or []]
     return out + [""]
 

@@ -69,35 +69,41 @@ def _forecast_rows(f: Optional[dict], by_node: bool, drawn: Optional[dict] = Non
     return out + [""] + [f"  † {w}." for w in why] + ([""] if why else [])
 
 
-def _best_exchange(pred: dict, axis: str, study_file: str, root: str) -> List[str]:
+def _best_exchange(pred: dict, axis: str, study_file: str, root: str) -> Optional[tuple]:
     """Where the axis ran the MPI library's allreduce and the model gives another more at its
-    largest point: what that would give, and the one command that runs the study with the
-    allocation's pick (its tune jobs first; recorded points are kept, so into another root)."""
+    largest point: (that remedy, the line saying what it would give, the one command that runs
+    the study with the allocation's pick: its tune jobs first; recorded points are kept, so into
+    another root)."""
     best = next((r for r in pred.get("remedies") or []
                  if r["axis"] == axis and r["remedy"].startswith("allreduce ")), None)
     if best is None:
-        return []
+        return None
     algo = best["remedy"].split(" (", 1)[0][len("allreduce "):]
     how = (f"`hpcdl study submit {study_file} --tune --results-root {root}-tuned`" if study_file
            else "`hpcdl tune` on the allocation, then `[run] tuning` in the study")
-    return [f"- The allocation's best exchange (MODEL): the points ran the MPI library's "
-            f"allreduce; {algo} gives {best['model_efficiency']:.0%} at {best['nodes']} nodes "
-            f"against {best['model_efficiency_as_run']:.0%} as run. Get it: {how}."]
+    return best, (f"- The allocation's best exchange (MODEL): the points ran the MPI library's "
+                  f"allreduce; {algo} gives {best['model_efficiency']:.0%} at {best['nodes']} "
+                  f"nodes against {best['model_efficiency_as_run']:.0%} as run. Get it: "
+                  f"{how}."), how
 
 
-def _remedy(pred: dict, axis: str) -> List[str]:
+def _remedy(pred: dict, axis: str, exchange: Optional[tuple] = None) -> List[str]:
     """The remedy the model predicts gains the most at the axis's largest point, measured
-    beside it where the study ran it."""
+    beside it where the study ran it; where that is the allocation's best exchange
+    (``exchange``, :func:`_best_exchange`), with the command that gets it, else that line too."""
     best = max((r for r in pred.get("remedies") or []
                 if r["axis"] == axis and (r.get("model_gain") or 0) > 1.01),
                key=lambda r: r["model_gain"], default=None)
     if best is None:
-        return []
+        return [exchange[1]] if exchange else []
     meas = best.get("measured_efficiency")
-    return [f"- Most useful remedy (MODEL): {best['remedy']}: efficiency "
+    line = (f"- Most useful remedy (MODEL): {best['remedy']}: efficiency "
             f"{best['model_efficiency_as_run']:.0%} → {best['model_efficiency']:.0%} at "
             f"{best['nodes']} nodes" + (f" (measured {meas:.0%})" if meas is not None else "")
-            + "."]
+            + ".")
+    if exchange and exchange[0] is best:
+        return [line + f" The points ran the MPI library's allreduce; get it: {exchange[2]}."]
+    return [line] + ([exchange[1]] if exchange else [])
 
 
 def summary(res, study_file: str = "", root: str = "results") -> List[str]:
@@ -129,7 +135,7 @@ def summary(res, study_file: str = "", root: str = "results") -> List[str]:
                      "line-rate ring, overlapped; {:.2f}× one after the other)".format(
                          *top.over_bound)) + "."]
         lines += _forecast_rows(forecasts.get(axis), top.nodes > 1, pred.get("band_drawn")) or [""]
-        lines += _remedy(pred, axis) + _best_exchange(pred, axis, study_file, root)
+        lines += _remedy(pred, axis, _best_exchange(pred, axis, study_file, root))
     if others:
         lines.append("- The other axes at their largest point (speedup, efficiency): "
                      + "; ".join(others) + ".")

@@ -47,6 +47,9 @@ def test_a_box_report_opens_with_speedup_losses_forecast_and_remedy_in_15_lines(
     remedies = [r for r in doc["prediction"]["remedies"] if r["axis"] == axis]
     best = max(remedies, key=lambda r: r["model_gain"])
     assert f"- Most useful remedy (MODEL): {best['remedy']}" in head
+    # fp16 gains more than the allocation's best exchange, which has a line of its own
+    assert ("- The allocation's best exchange (MODEL): the points ran the MPI library's "
+            "allreduce; ring gives") in head
     # numbers carry units and no e-notation anywhere in the Markdown
     assert not re.search(r"\d\.\d+e[+-]\d", text)
 
