@@ -99,8 +99,8 @@ def _remedy(pred: dict, axis: str, exchange: Optional[tuple] = None) -> List[str
     meas = best.get("measured_efficiency")
     line = (f"- Most useful remedy (MODEL): {best['remedy']}: efficiency "
             f"{best['model_efficiency_as_run']:.0%} → {best['model_efficiency']:.0%} at "
-            f"{best['nodes']} nodes" + (f" (measured {meas:.0%})" if meas is not None else "")
-            + ".")
+            f"{best['nodes']} nodes"
+            + (f" (measured {meas:.0%})" if meas is not None else "") + ".")
     if exchange and exchange[0] is best:
         return [line + f" The points ran the MPI library's allreduce; get it: {exchange[2]}."]
     return [line] + ([exchange[1]] if exchange else [])
