@@ -46,22 +46,18 @@ class LinkShape:
         return 0.0 if p <= 1 else on_link(algorithm, wire, p, rate)
 
 
-def _setting(bench: Bench, nodes: int, network: str) -> str:
+def _setting(doc: dict) -> str:
     """The Horovod settings every candidate of a file shares ("cycle 1 ms, fusion 64 MiB")."""
-    doc = json.loads(bench.path(nodes, network).read_text())
     names = [c["name"] for c in doc.get("candidates") or []
              if c.get("name", "").startswith(LIBRARY)]
     return names[0].split(", ", 1)[1] if names else ""
 
 
 def _timed(bench: Bench, q: int, network: str, wire: float, rest: str) -> dict:
-    """{algorithm: (seconds, where from)} a file timed, the library's choice under the name of
-    the algorithm Open MPI decides at q (what a study's inputs take, :func:`_small`)."""
-    got = bench.algorithms(q, network, "none", f"{LIBRARY}, {rest}", wire)
-    own = bench.exchange(q, network, "none", f"{LIBRARY}, {rest}", wire)
-    if own is not None:
-        got[OMPI_ALLREDUCE[ompi_allreduce(q, wire)]] = own
-    return got
+    """{algorithm: (seconds, where from)} a file timed, as a study's inputs take it
+    (:meth:`Bench.small`): the library's choice under the algorithm Open MPI decides at q."""
+    return bench.small(q, network, "none", f"{LIBRARY}, {rest}", wire,
+                       OMPI_ALLREDUCE[ompi_allreduce(q, wire)])
 
 
 def main() -> int:
@@ -78,12 +74,13 @@ def main() -> int:
     held = [p for p in counts if p > max(inputs, default=0)]
     if not inputs or not held:
         raise SystemExit(f"{folder}: needs files at input counts <= 4 and above them; has {counts}")
-    rest = _setting(bench, inputs[-1], opts.network)
     doc = json.loads(bench.path(inputs[-1], opts.network).read_text())
+    rest = _setting(doc)
     wire = costmodel.wire_bytes(int(doc["bytes"]) // 4, "none")
     rate = rate_bits(opts.network)
     anchors = {q: _timed(bench, q, opts.network, wire, rest) for q in inputs}
     s = {"wire": wire, "rate": rate}
+    shape = LinkShape()
     print(f"# python -m benchmarks.exchange_only {opts.folder} --network {opts.network} "
           f"--inputs {opts.inputs}")
     print(f"# {wire:.0f} gradient bytes, links {opts.network}; inputs at {inputs} nodes, held out "
@@ -98,8 +95,8 @@ def main() -> int:
             if algo not in timed:
                 continue
             measured = timed[algo][0]
-            pred, source = anchored(LinkShape(), anchors, p, algo, s)
-            alone = LinkShape().exchange(p, algo, wire, rate)
+            pred, source = anchored(shape, anchors, p, algo, s)
+            alone = shape.exchange(p, algo, wire, rate)
             q = max((q for q in inputs if algo in anchors[q]), default=None)
             largest = anchors[q][algo][0] if q else None
             row = {"forecast": pred, "link alone": alone, "largest input": largest}

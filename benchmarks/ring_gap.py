@@ -31,7 +31,6 @@ the fusion threshold, a setting hpcdl's tune can choose, moves that part.
 """
 import argparse
 import json
-import os
 import socket
 import statistics
 import sys
@@ -159,21 +158,22 @@ def main() -> int:
 def measure(opts) -> int:
     from hpcdl import box
     from hpcdl.bench.boxcheck import job_env, srun_json
-    from hpcdl.costmodel import busbw_factor, rate_bits
+    from hpcdl.costmodel import rate_bits, ring_bound
     b = box.load()
     if not b:
         raise SystemExit("the cluster box is not up: "
                          "scripts/cluster-box.sh up 4 --cpus-per-node 0.15")
     p, period = b["nodes_count"], int(b["cpu_period_us"])
-    bound = busbw_factor(p) * opts.bytes / (rate_bits(b["link_rate"]) / 8)
+    bound = ring_bound(opts.bytes, p, rate_bits(b["link_rate"]))
     quotas = [float(c) for c in opts.cores.split(",")]
     env = dict(job_env(b), **RING_ENV)
     hvd_env = dict(job_env(b), HPCDL_THREADS="1", **PICK_ENV)     # as a study's ranks run
     fusions = [int(f) for f in opts.fusions.split(",")]
     hvd_parts = {f: "horovod" if f == 64 else f"hvd {f}M" for f in fusions}
-    probe = [f"-N{p}", f"-n{p}", "--ntasks-per-node=1", "--mpi=pmix", sys.executable, "-m",
-             "benchmarks.ring_gap", "probe", "--bytes", str(opts.bytes), "--reps", str(opts.reps)]
-    hvd = probe[:probe.index("probe")] + ["horovod"] + probe[probe.index("probe") + 1:]
+    step = [f"-N{p}", f"-n{p}", "--ntasks-per-node=1", "--mpi=pmix", sys.executable, "-m",
+            "benchmarks.ring_gap"]
+    sizes = ["--bytes", str(opts.bytes), "--reps", str(opts.reps)]
+    probe, hvd = step + ["probe"] + sizes, step + ["horovod"] + sizes
     got = {c: dict({"plain": [], "add": [], "mpi ring": [], "mtu": []},
                      **{part: [] for part in hvd_parts.values()}) for c in quotas}
     t0 = time.monotonic()

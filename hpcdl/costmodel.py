@@ -194,6 +194,14 @@ def node_bytes(algorithm: str, n: float, p: int, root: bool = False) -> Tuple[fl
     return each, each
 
 
+def ring_bound(n: float, p: int, rate: float) -> float:
+    """The least seconds an allreduce of ``n`` bytes on ``p`` one-rank nodes takes on links of
+    ``rate`` bit/s: a ring's bytes (:func:`link_parts`) at the line rate, each link busy both
+    ways at once (what "step ÷ bound" and ``hpcdl tune``'s pick are measured against)."""
+    both, one = link_parts("ring", n, p)
+    return (both + one) / (rate / 8.0)
+
+
 def busbw_factor(p: int) -> float:
     """busbw = algbw * 2(p-1)/p for allreduce (nccl-tests), so figures compare across p."""
     return 2.0 * (p - 1) / p if p > 1 else 1.0

@@ -123,8 +123,8 @@ class Row:
         several ranks per node, or where the records name no link rate."""
         if self.ranks <= 1 or self.ranks_per_node != 1 or not self.network:
             return None
-        both, one = costmodel.link_parts("ring", self.wire_bytes, self.nodes)
-        return (both + one) / (costmodel.rate_bits(self.network) / 8.0)
+        return costmodel.ring_bound(self.wire_bytes, self.nodes,
+                                    costmodel.rate_bits(self.network))
 
     @property
     def over_bound(self) -> Optional[tuple]:

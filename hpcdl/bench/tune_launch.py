@@ -298,6 +298,6 @@ def _link_limit(host: str, p: int, nbytes: int) -> Optional[float]:
     bits = machine.link_bits_at(host)
     if not bits or p < 2:
         return None
-    from ..costmodel import busbw_factor
-    return busbw_factor(p) * nbytes / (bits / 8)
+    from ..costmodel import ring_bound
+    return ring_bound(nbytes, p, bits)
 

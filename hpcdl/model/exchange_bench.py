@@ -98,6 +98,17 @@ class Bench(Misses):
                 out[name] = got
         return out
 
+    def small(self, nodes: int, network: str, compression: str, setting: str, wire: float,
+              runs: str) -> Dict[str, Tuple[float, str]]:
+        """What a small allocation's file measured, as a forecast takes it: each algorithm
+        (:meth:`algorithms`), and the candidate ``setting`` itself (:meth:`exchange`) under the
+        name of the algorithm ``runs`` that it runs at ``nodes``."""
+        got = self.algorithms(nodes, network, compression, setting, wire)
+        own = self.exchange(nodes, network, compression, setting, wire)
+        if own is not None:
+            got[runs] = own
+        return got
+
     def _matching(self, path: Path, nodes: int, compression: str, wire: float,
                   network: str) -> Optional[dict]:
         """The file at ``path`` where it was made for ``nodes`` one-rank nodes, on the records'

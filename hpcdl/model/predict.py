@@ -106,10 +106,8 @@ def _small(axis: str, backend: str, by_p: Dict[int, Runs],
     for q in range(2, SMALL + 1):
         if not bench.path(q, rate).exists():
             continue
-        got = bench.algorithms(q, rate, s["compression"], s["setting"], s["wire"])
-        own = bench.exchange(q, rate, s["compression"], s["setting"], s["wire"])
-        if own is not None:     # the setting the runs ran, with the library's choice at q
-            got[_algorithm_at(s, q)] = own
+        # the setting the runs ran, with the library's choice at q
+        got = bench.small(q, rate, s["compression"], s["setting"], s["wire"], _algorithm_at(s, q))
         if got:
             out.setdefault(q, {}).update(got)
     return out
