@@ -97,19 +97,23 @@ def _small(axis: str, backend: str, by_p: Dict[int, Runs],
            bench: Optional[Bench]) -> Dict[int, Dict[str, Tuple[float, str]]]:
     """Per node count q, what a small allocation measured of the exchange alone, (seconds,
     where from) by allreduce algorithm: the tuning files ``bench`` names at 2..:data:`SMALL`
-    nodes (each algorithm ``hpcdl tune`` timed, and the setting the axis's runs ran)."""
+    nodes (each algorithm ``hpcdl tune`` timed, and the setting each of the axis's node counts
+    ran: a study that tunes at each count runs another setting at each)."""
     out: Dict[int, Dict[str, Tuple[float, str]]] = {}
     if bench is None or backend != "horovod":
         return out
     rate = transfer.parts(axis)[1]
-    s = _summary(by_p[max(by_p)])
+    # the largest count's first; one node exchanges nothing, so its setting times nothing
+    sums = [_summary(by_p[p]) for p in sorted(by_p, reverse=True) if p > 1 or p == max(by_p)]
     for q in range(2, SMALL + 1):
         if not bench.path(q, rate).exists():
             continue
-        # the setting the runs ran, with the library's choice at q
-        got = bench.small(q, rate, s["compression"], s["setting"], s["wire"], _algorithm_at(s, q))
-        if got:
-            out.setdefault(q, {}).update(got)
+        for s in sums:
+            # the setting the runs ran, with the library's choice at q
+            got = bench.small(q, rate, s["compression"], s["setting"], s["wire"],
+                              _algorithm_at(s, q))
+            for name, timed in got.items():
+                out.setdefault(q, {}).setdefault(name, timed)
     return out
 
 

@@ -523,6 +523,30 @@ def test_the_forecast_on_the_allocation_starts_from_a_small_allocations_measured
     assert r64["exchange_s"] == pytest.approx(bare[64]["exchange_s"] * 1.3, rel=0.02)
 
 
+def test_a_held_out_point_that_ran_its_own_tuned_setting_is_priced_from_that_setting(tmp_path):
+    """A study that tunes at each node count runs another setting at each: the 4-node point ran
+    the segmented ring, the 8-node point the ring. The 4-node point's exchange is priced from
+    what the 3-node file timed of its own setting, not from another algorithm's time there."""
+    recs = study(nodes=(1, 2, 4, 8), pin=4)
+    seg = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+           "OMPI_MCA_coll_tuned_allreduce_algorithm": "5",
+           "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": str(1 << 20)}
+    for r in recs:
+        if r["layout"]["nodes"] == 4:
+            r["manifest"] = {**r["manifest"], "env": seg}
+    _tuning_file(tmp_path / "t-3.json", 3, [
+        ("none", "recursive doubling, cycle 1 ms, fusion 128 MiB", [0.05]),
+        ("none", "ring, cycle 1 ms, fusion 128 MiB", [0.30]),
+        ("none", "segmented ring (1024 KiB segments), cycle 1 ms, fusion 128 MiB", [0.40])])
+    res = predict.of_records(recs, reading.row_key, 2, "weak",
+                             bench=predict.Bench(str(tmp_path / "t-{nodes}.json")))
+    at = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
+    assert at[4]["algorithm"] == "segmented ring" and at[8]["algorithm"] == "ring"
+    assert "segmented ring (1024 KiB segments)" in at[4]["exchange_from"]
+    assert "recursive doubling" not in at[4]["exchange_from"]
+    assert "t-3.json (ring, " in at[8]["exchange_from"]
+
+
 def test_what_each_input_is_worth_is_measured_by_leaving_it_out(tmp_path):
     extra = {4: 1.3, 8: 1.3}
     recs = study(ex_factor=extra)
