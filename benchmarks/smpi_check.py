@@ -83,9 +83,11 @@ def build(work: Path) -> Path:
 
 
 def smpi(work: Path, platform: str, p: int, nbytes: int, algorithm: str,
-         hosts: str = "") -> float:
+         hosts: str = "", network_only: bool = False) -> float:
     """Simulated seconds of one allreduce of ``nbytes`` on ``p`` ranks (rank r on node r,
-    else on the nodes of the host file ``hosts``)."""
+    else on the nodes of the host file ``hosts``). ``network_only``: none of this machine's
+    own time in the collective's copies is added (SMPI times them on the host by default, so
+    a busy host's runs differ: 1.153 ms and 1.180 ms for one 256-rank Rabenseifner)."""
     if not hosts:
         hosts = str(work / f"first-{p}.txt")
         Path(hosts).write_text("".join(f"n{i}\n" for i in range(p)))
@@ -93,6 +95,7 @@ def smpi(work: Path, platform: str, p: int, nbytes: int, algorithm: str,
            *(["-hostfile", hosts] if hosts else []),
            "--cfg=smpi/host-speed:1Gf", "--log=root.thres:critical",
            "--cfg=smpi/shared-malloc-blocksize:134217728",        # few mappings at 1024 ranks
+           *(["--cfg=smpi/simulate-computation:no"] if network_only else []),
            f"--cfg=smpi/allreduce:{algorithm}", str(work / "ar"), str(nbytes)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
     return float(out.stdout.split()[-1])
@@ -106,7 +109,8 @@ def whole_floats(nbytes: float) -> int:
     return max(4, int(round(nbytes / 4)) * 4)
 
 
-def marginal(work: Path, platform: str, m: int, leaf: int = 0) -> Tuple[float, float]:
+def marginal(work: Path, platform: str, m: int, leaf: int = 0,
+             network_only: bool = False) -> Tuple[float, float]:
     """(what one more step of ``m`` bytes (:func:`whole_floats`) adds to a ring, its fixed cost per call): a ring of
     p ranks is F + 2(p - 1) steps, fitted by least squares over rings of :data:`CAL_RANKS`
     ranks on neighbouring nodes of one leaf, or (``leaf``: nodes per leaf) half of them in each
@@ -122,7 +126,7 @@ def marginal(work: Path, platform: str, m: int, leaf: int = 0) -> Tuple[float, f
                  else list(range(p // 2)) + list(range(leaf, leaf + p - p // 2)))
         hosts = work / f"ring-{leaf}-{p}.txt"
         hosts.write_text("".join(f"n{i}\n" for i in nodes))
-        t.append(smpi(work, platform, p, m * p, "lr", str(hosts)))
+        t.append(smpi(work, platform, p, m * p, "lr", str(hosts), network_only))
     steps = np.array([2.0 * (p - 1) for p in CAL_RANKS])
     slope, fixed = np.polyfit(steps, np.array(t), 1)
     return float(slope), float(fixed)

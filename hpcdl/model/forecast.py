@@ -5,8 +5,9 @@ Per node count: compute (the slowest of N ranks, :meth:`.parts.PartModel.compute
 exchange of the allreduce algorithm that runs there (the MPI library's decision at N ranks and
 that many bytes, or the algorithm the runs pinned), the fixed cost, and, beyond the calibration,
 half the exchange hidden there (:data:`.parts.BEYOND`; the band spans none to all). On a named
-network the exchange is :func:`.allreduce.exchange_time` at the network's α + bytes·β; compute
-and fixed cost stay as measured. A network whose exchange stays under :data:`NETWORK_EFFECT`
+network the exchange is the algorithm's messages at SimGrid SMPI's prices for a fat tree of that
+network (:mod:`.networks`; the declared α + bytes·β where the table has none); compute and fixed
+cost stay as measured. A network whose exchange stays under :data:`NETWORK_EFFECT`
 of every step is left out: its column would only repeat the compute's ratio.
 
 The band is the held-out points' (:class:`.bands.Band`) at the distance from the largest
@@ -21,6 +22,7 @@ from typing import Dict, List, Optional, Sequence
 from .. import costmodel
 from .allreduce import OMPI_ALLREDUCE, exchange_time, ompi_allreduce
 from .axis import Calibrated
+from . import networks as _named
 from .bands import Band
 from .inputs import FORECAST  # noqa: F401  (node counts forecast where none are named)
 from .measured import summary as _summary
@@ -132,7 +134,9 @@ def of_axis(ax: Calibrated, kind: str, nodes: Sequence[int], q: Band,
         rows = []
         for p in nodes:
             algo = algorithm_at(s, fixed_algo, p)
-            e = exchange_time(algo, s["wire"], p, lambda m, n=net: n.alpha + m * n.beta)
+            e = _named.exchange(key, algo, s["wire"], p)
+            if e is None:
+                e = exchange_time(algo, s["wire"], p, lambda m, n=net: n.alpha + m * n.beta)
             rows.append(_row(model, kind, p, b1, s, algo, q, exchange=e))
         if all(r["step_s"] and r["exchange_s"] / r["step_s"] < NETWORK_EFFECT for r in rows):
             flat.append(net.name)

@@ -8,7 +8,6 @@ from typing import List
 
 from ..analysis.units import seconds
 from .table import _f, _ms, Table
-from .. import costmodel
 from ..model import forecast as _forecast_rules, parts as _parts_rules
 
 
@@ -52,8 +51,8 @@ def _forecast_markdown(pred, by_name) -> List[str]:
     left = sorted({n for f in pred["forecast"] for n in f["left_out"]})
     return ["", "### Forecast (MODEL)", "",
             f"Calibrated on at most {f0['calibrated_nodes']} node(s): on this allocation the "
-            f"exchange from {f0['exchange_here']}; on a named network its latency per message "
-            f"plus bytes at {costmodel.LINE_SHARE:.0%} of its line rate; beyond the calibration "
+            f"exchange from {f0['exchange_here']}; on a named network the messages at SimGrid "
+            f"SMPI's prices for a fat tree of it; beyond the calibration "
             f"{_beyond()} the exchange it hid taken as hidden. Each cell: efficiency, step "
             "(its band, on this allocation); every figure and band in `forecast.csv` (how: docs/reading-a-report.md).",
             ""] + _forecast_grid(pred) + [""] + (

@@ -1,10 +1,10 @@
 """The report's sentences read the model's rules from the model (hpcdl.model.parts.BEYOND,
-hpcdl.model.forecast.NETWORK_EFFECT, hpcdl.costmodel.LINE_SHARE): change a rule's number and
+hpcdl.model.forecast.NETWORK_EFFECT): change a rule's number and
 the wording follows, so that no sentence states a rule the model no longer applies."""
 import os
 from pathlib import Path
 
-from hpcdl import costmodel, report
+from hpcdl import report
 from hpcdl.model import forecast, parts
 from hpcdl_testing import ROOT
 
@@ -27,16 +27,14 @@ def test_the_rules_as_committed_read_as_before(tmp_path):
     assert "beyond the calibration half the exchange hidden there is taken as hidden" in text
     assert "half the calibration's hidden exchange beyond it" in text        # the CSV's meta
     assert "stays under 1% of every step here" in text
-    assert "bytes at 90% of its line rate" in text
+    assert "SimGrid SMPI's prices for a fat tree" in text
 
 
 def test_the_words_follow_the_rules_numbers(tmp_path, monkeypatch):
     monkeypatch.setattr(parts, "BEYOND", 0.25)
     monkeypatch.setattr(forecast, "NETWORK_EFFECT", 0.02)
-    monkeypatch.setattr(costmodel, "LINE_SHARE", 0.8)
     text = _render(tmp_path)
     assert "beyond the calibration 25% of the exchange hidden there is taken as hidden" in text
     assert "25% of the calibration's hidden exchange beyond it" in text
     assert "half the exchange hidden" not in text
     assert "stays under 2% of every step" in text and "under 1% of every step" not in text
-    assert "bytes at 80% of its line rate" in text
