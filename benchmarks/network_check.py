@@ -15,8 +15,6 @@ an uneven split with another algorithm afterwards), at most 0.1% off the studies
     python -m benchmarks.network_check > results/network-check.txt
 """
 import argparse
-import shutil
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from math import lcm
@@ -25,7 +23,7 @@ from pathlib import Path
 from hpcdl import costmodel
 from hpcdl.model import networks
 from hpcdl.model.allreduce import OMPI_ALLREDUCE, exchange_time, ompi_allreduce
-from benchmarks.smpi_check import ALGORITHMS, HEAD, build, smpi
+from benchmarks.smpi_check import ALGORITHMS, platform_file, prepared, smpi
 
 # the studies' gradient bytes (report.json gradient_bytes): the small CNN, MobileNetV2, the
 # wide MLP; DenseNet-121's 27.9 MB is within 2% of the wide MLP's, ResNet-50's 94 MB takes SMPI
@@ -47,15 +45,11 @@ def main(argv=None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.15)
     ap.add_argument("--jobs", type=int, default=2, help="smpirun runs at once")
     opts = ap.parse_args(argv)
-    if not shutil.which("smpicc"):
-        raise SystemExit("smpicc not found: apt-get install libsimgrid-dev (SimGrid 3.32)")
     work = Path(opts.work)
-    build(work)
+    version = prepared(work)
     ranks = [int(x) for x in opts.ranks.split(",")]
     print(f"# python -m benchmarks.network_check --networks {opts.networks} --ranks {opts.ranks}")
-    print("# SimGrid " + subprocess.run(["smpirun", "--version"], capture_output=True,
-                                        text=True).stdout.split("\n")[0].strip()
-          + f"; prices: {networks.source()}")
+    print(f"# SimGrid {version}; prices: {networks.source()}")
     print(f"{'network':9} {'workload':11} {'algorithm':19} {'ranks':>5} {'bytes':>9} "
           f"{'SMPI ms':>9} {'forecast':>9} {'err':>7} {'declared':>9} {'err':>7}")
     within = total = 0
@@ -65,9 +59,7 @@ def main(argv=None) -> int:
         pr = networks.prices(key)
         if pr is None:
             raise SystemExit(f"no SMPI prices for {key}: python -m benchmarks.network_prices")
-        (work / f"net-{key}.xml").write_text(
-            HEAD + f'<cluster id="c" prefix="n" suffix="" radical="0-1023" speed="1Gf" '
-            f'{pr.platform}/>\n</zone></platform>\n')
+        platform_file(work, f"net-{key}", pr.platform)
         for what, size in SIZES.items():
             n = rounded(size, ranks)
             for p in ranks:

@@ -17,8 +17,6 @@ own time in the collective's copies). Nothing here is measured above 8 ranks;
 """
 import argparse
 import json
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +24,7 @@ import numpy as np
 
 from hpcdl import costmodel
 from hpcdl.model import networks
-from benchmarks.smpi_check import HEAD, build, marginal
+from benchmarks.smpi_check import marginal, platform_file, prepared
 
 # where SMPI 3.32's default smpi/bw-factor and smpi/lat-factor change (bytes): a message's cost is
 # linear between them (a send stops being detached at 65,536 bytes: no change in a ring's step)
@@ -70,19 +68,13 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default="build/smpi")
     ap.add_argument("--out", default=str(networks.TABLE))
     opts = ap.parse_args(argv)
-    if not shutil.which("smpicc"):
-        raise SystemExit("smpicc not found: apt-get install libsimgrid-dev (SimGrid 3.32)")
     work = Path(opts.work)
-    build(work)
-    version = subprocess.run(["smpirun", "--version"], capture_output=True,
-                             text=True).stdout.split("\n")[0].strip()
+    version = prepared(work)
     table = {}
     for key in opts.networks.split(","):
         name = f"net-{key}"
         attrs = platform(key)
-        (work / f"{name}.xml").write_text(
-            HEAD + f'<cluster id="c" prefix="n" suffix="" radical="0-1023" speed="1Gf" {attrs}/>\n'
-            "</zone></platform>\n")
+        platform_file(work, name, attrs)
         near, fixed = fitted(work, name)
         far, _ = fitted(work, name, LEAF)
         table[key] = {"platform": attrs, "leaf": LEAF, "fixed_s": float(np.median(fixed)),

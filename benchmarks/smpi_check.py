@@ -70,16 +70,31 @@ ALGORITHMS = {"ring": "lr", "rabenseifner": "rab_rdb", "recursive doubling": "rd
               "segmented ring": "ompi_ring_segmented"}
 
 
+def platform_file(work: Path, name: str, attrs: str) -> None:
+    """``work/name.xml``: a cluster of 1024 nodes with the cluster attributes ``attrs``."""
+    (work / f"{name}.xml").write_text(
+        HEAD + f'<cluster id="c" prefix="n" suffix="" radical="0-1023" speed="1Gf" {attrs}/>\n'
+        "</zone></platform>\n")
+
+
 def build(work: Path) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     (work / "ar.c").write_text(PROGRAM)
     subprocess.run(["smpicc", "-O2", str(work / "ar.c"), "-o", str(work / "ar")], check=True,
                    capture_output=True)
     for name, (attrs, _, _, _) in PLATFORMS.items():
-        (work / f"{name}.xml").write_text(
-            HEAD + f'<cluster id="c" prefix="n" suffix="" radical="0-1023" speed="1Gf" {attrs}/>\n'
-            "</zone></platform>\n")
+        platform_file(work, name, attrs)
     return work / "ar"
+
+
+def prepared(work: Path) -> str:
+    """Build the program in ``work`` (ending the script where SimGrid is missing); SMPI's
+    version line."""
+    if not shutil.which("smpicc"):
+        raise SystemExit("smpicc not found: apt-get install libsimgrid-dev (SimGrid 3.32)")
+    build(work)
+    return subprocess.run(["smpirun", "--version"], capture_output=True,
+                          text=True).stdout.split("\n")[0].strip()
 
 
 def smpi(work: Path, platform: str, p: int, nbytes: int, algorithm: str,
@@ -156,15 +171,12 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default="build/smpi")
     ap.add_argument("--tolerance", type=float, default=0.15)
     opts = ap.parse_args(argv)
-    if not shutil.which("smpicc"):
-        raise SystemExit("smpicc not found: apt-get install libsimgrid-dev (SimGrid 3.32)")
     work = Path(opts.work)
-    build(work)
+    version = prepared(work)
     ranks = [int(x) for x in opts.ranks.split(",")]
     sizes_all = [int(x) for x in opts.sizes.split(",")]
     print(f"# python -m benchmarks.smpi_check --ranks {opts.ranks} --sizes {opts.sizes}")
-    print("# SimGrid " + subprocess.run(["smpirun", "--version"], capture_output=True,
-                                        text=True).stdout.split("\n")[0].strip())
+    print("# SimGrid " + version)
     print("# forecast: a fixed cost per call plus the algorithm's messages (step_spans()), each at "
           "what a ring step of its size adds (rings of 2, 4 and 8 ranks), within a leaf or over "
           "two leaves as its pairs span; declared: the same messages at the platform's "

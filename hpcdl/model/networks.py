@@ -45,10 +45,12 @@ def _piecewise(rows: List[List[float]]) -> Callable[[float], float]:
 
 
 @lru_cache(maxsize=1)
+def _doc() -> dict:
+    return json.loads(TABLE.read_text()) if TABLE.exists() else {}
+
+
 def _table() -> Dict[str, dict]:
-    if not TABLE.exists():
-        return {}
-    return json.loads(TABLE.read_text()).get("networks", {})
+    return _doc().get("networks", {})
 
 
 def prices(key: str) -> Optional[Prices]:
@@ -68,5 +70,4 @@ def exchange(key: str, algorithm: str, nbytes: float, p: int) -> Optional[float]
 
 def source() -> str:
     """Where the prices came from, in a few words (the table's own line)."""
-    doc = json.loads(TABLE.read_text()) if TABLE.exists() else {}
-    return str(doc.get("source", ""))
+    return str(_doc().get("source", ""))
