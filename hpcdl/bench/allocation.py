@@ -12,6 +12,12 @@ node count the forecast draws on (the calibration's and the largest you can get)
   center (seconds of one pass) is kept beside it for reading; the model does not take it: each
   node count is measured by its own job minutes apart, and a pass drifts more than that between
   jobs on a shared host (docs/decisions.md).
+- **The compute's growth beside a live exchange** (the loop file's ``growth``): Horovod started as
+  training starts it, every rank times the workload's pass ``--probes`` times a round right
+  after an exchange of its gradients, all at once, as a training probe does; over the first
+  rank's pass alone (the others asleep, before Horovod starts and after it stops) it is how much
+  longer a node computes in an n-node training. Run at the calibration's node counts and up to
+  4 nodes: the model holds the largest count's beyond it (:mod:`hpcdl.model.loop_share`).
 - **Horovod's loop** (a loop file, ``hpcdl.loop-cpu/1``, :mod:`hpcdl.model.loop_share`):
   Horovod started as training starts it, then ``--seconds`` with the main thread asleep and
   ``--seconds`` with it computing (pure Python, one thread); from each thread's CPU time
@@ -166,16 +172,57 @@ def _busy() -> int:
     return sum(i * i for i in range(20000))
 
 
-def _loop_windows(tf, seconds: float) -> dict:
-    """Horovod started as training does and one exchange, then the two windows."""
+def _alone(world, grads, probes: int) -> List[float]:
+    """The first rank's passes while the others sleep (nothing else runs: no Horovod)."""
+    out = []
+    for _ in range(probes):
+        _idle_barrier(world)
+        if world.Get_rank() == 0:
+            t0 = time.perf_counter()
+            grads()[-1].numpy()
+            out.append(time.perf_counter() - t0)
+    _idle_barrier(world)
+    return out
+
+
+def _live(tf, hvd, grads, rounds: int, probes: int) -> List[List[float]]:
+    """Each round's passes of this rank beside a live exchange, as a training probe times them:
+    the workload's gradients averaged through Horovod, then every rank starting the pass at once
+    (its loop cycling, MPI's progress and the stack's traffic in the node's CPU share)."""
+    @tf.function
+    def exchange(gs):
+        return hvd.grouped_allreduce(list(gs), op=hvd.Average, name="hpcdl.bench.live")
+
+    def barrier():
+        hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="hpcdl.bench.live.barrier")
+    gs = grads()
+    exchange(gs)[-1].numpy()
+    out = []
+    for _ in range(rounds):
+        times = []
+        for _ in range(probes):
+            exchange(gs)[-1].numpy()
+            barrier()
+            t0 = time.perf_counter()
+            gs = grads()
+            gs[-1].numpy()
+            times.append(time.perf_counter() - t0)
+        out.append(times)
+    return out
+
+
+def _horovod_phase(tf, grads, seconds: float, rounds: int, probes: int) -> dict:
+    """Horovod started as training does and one exchange; the passes beside a live exchange
+    (:func:`_live`), then the loop's two windows."""
     import horovod.tensorflow as hvd
     hvd.init()
     hvd.allreduce(tf.ones([1024]), op=hvd.Average)
+    live = _live(tf, hvd, grads, rounds, probes)
     time.sleep(1.0)
     idle = window(seconds)
     busy = window(seconds, _busy)
     hvd.shutdown()
-    return {"idle": idle, "busy": busy}
+    return {"idle": idle, "busy": busy, "live": live}
 
 
 def main(opts) -> int:
@@ -199,9 +246,12 @@ def main(opts) -> int:
     if grads is None:
         raise UserError(f"workload {targs.workload} has no batch to time its compute on")
     spread = world.gather(_spread_rounds(world, grads, opts.rounds, opts.probes), root=0)
-    cpu = world.gather({"host": layout.host, **_loop_windows(tf, opts.seconds)}, root=0)
+    cpu = world.gather({"host": layout.host, **_horovod_phase(
+        tf, grads, opts.seconds, opts.rounds, opts.probes)}, root=0)
+    after = _alone(world, grads, opts.probes)     # the host's drift across the Horovod phase
     if layout.rank == 0:
-        _report(opts, layout, spread, cpu)
+        before = [t for r in spread[0] for t in r["alone"]]
+        _report(opts, layout, spread, cpu, _growth(cpu[0]["live"], before + after))
     world.Barrier()
     return 0
 
@@ -213,7 +263,18 @@ def _deviations(probes: List[List[float]]) -> List[float]:
     return [statistics.median(p) / center for p in probes]
 
 
-def _report(opts, layout, spread: List[List[dict]], cpu: List[dict]) -> None:
+def _growth(live: List[List[float]], alone: List[float]) -> dict:
+    """The first node's pass beside a live exchange of n nodes over its pass alone (passes
+    alone timed before and after the Horovod phase, so the host's drift across it cancels):
+    how much longer a node computes in an n-node training than alone, what the model carries
+    beyond the calibration (:mod:`hpcdl.model.loop_share`)."""
+    center = statistics.median(alone)
+    return {"ratio": statistics.median(t for r in live for t in r) / center,
+            "rounds": [statistics.median(r) / center for r in live], "alone_s": center,
+            "live_s": statistics.median(t for r in live for t in r)}
+
+
+def _report(opts, layout, spread: List[List[dict]], cpu: List[dict], growth: dict) -> None:
     """Rank 0: the figures printed and added to the two files."""
     n = layout.size
     machine, facts = machine_of(layout.host)
@@ -235,6 +296,10 @@ def _report(opts, layout, spread: List[List[dict]], cpu: List[dict]) -> None:
               "alone")
     print(f"loop: idle {idle * 1e3:.1f} ms of CPU per s; beside compute the other threads took "
           + ", ".join(f"{t * 100:.1f}%" for t in taken) + f" of a rank's CPU (cycle {cycle} ms)")
+    print(f"growth: the first node's pass beside a live exchange of {n} took "
+          f"{growth['live_s'] * 1e3:.1f} ms, {growth['ratio']:.3f}x alone "
+          f"({growth['alone_s'] * 1e3:.1f} ms); by round "
+          + ", ".join(f"{r:.3f}x" for r in growth["rounds"]))
     extra = {"time": stamp, "command": command}
     link = (facts or {}).get("link_rate")
     if n > 1:
@@ -250,6 +315,7 @@ def _report(opts, layout, spread: List[List[dict]], cpu: List[dict]) -> None:
     share = {"median": statistics.median(taken), "busiest": taken[-1], "idle_cpu_s_per_s": idle}
     ldoc = merged(Path(opts.loop), LOOP_SCHEMA, machine, n)
     ldoc.setdefault("shares", {}).setdefault(cycle, {})[str(n)] = share
+    ldoc.setdefault("growth", {}).setdefault(cycle, {})[str(n)] = growth
     ldoc.update(extra)
     ldoc["made_for"].update(rounds=1, seconds=opts.seconds, link_rate=link,
                             one_node=layout.num_nodes == 1)

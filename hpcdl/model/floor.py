@@ -50,7 +50,7 @@ def of_axes(axes: List[Calibrated], nodes_max: int) -> dict:
             if any(not len(v) for v in kept.values()):
                 continue
             model = calibrate(kept, ax.backend, ax.model.fit, ax.model.loop,
-                              ax.model.spreads, ax.model.crowd)
+                              ax.model.spreads, ax.model.crowd, ax.model.growth)
             cal_rows = [summary(v) for _, v in sorted(kept.items())]
             for p, s in held.items():
                 m = model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"],

@@ -7,7 +7,8 @@ center times the expected maximum over its p ranks of their spread around it
 a larger allocation's nodes do (docs/decisions.md), so the benchmark runs the workload's compute
 on k nodes at once, each alone, and records each node's median probe over the round's center
 exactly as a record's ranks are centred (:func:`.measured.centred`). A held-out point at p nodes
-draws from the spread measured at the largest k <= p (beyond the largest k, that k's).
+draws from the spread measured at the largest k below p of at most 4 nodes, or of the
+calibration's (:func:`at`): what a small allocation measures, held beyond it.
 
 After each pass the first node times one alone, the others idle: how much longer a node
 computes while k nodes compute at once than alone is the file's crowd at k (nodes that share a
@@ -25,6 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence, TypeVar
 
 import numpy as np
 
+from ..costmodel import SMALL
 from .files import MachineFile
 from .measured import centred
 
@@ -89,11 +91,15 @@ def crowd_factor(crowds: Optional[Dict[int, float]], p: int, p_cal: int) -> floa
     crowds, where p <= p_cal, or where a multi-node calibration's count was not measured."""
     if not crowds or p <= p_cal or (p_cal > 1 and p_cal not in crowds):
         return 1.0
-    return max(1.0, (at(crowds, p) or 1.0) / (crowds[p_cal] if p_cal > 1 else 1.0))
+    return max(1.0, (at(crowds, p, max(SMALL, p_cal)) or 1.0)
+               / (crowds[p_cal] if p_cal > 1 else 1.0))
 
 
-def at(spreads: Optional[Dict[int, T]], p: int) -> Optional[T]:
-    """A file's entry for p ranks (the deviations to draw them from, or the crowd): measured at
-    the largest k <= p, None where no k > 1 is <= p (or no entries)."""
-    ks = [k for k in (spreads or {}) if k <= p]
+def at(spreads: Optional[Dict[int, T]], p: int, upto: int = SMALL) -> Optional[T]:
+    """A file's entry for p ranks (the deviations to draw them from, or the crowd) as a small
+    allocation measures it: at the largest k below p and at most ``upto`` nodes (a small
+    allocation's :data:`hpcdl.costmodel.SMALL`, or the calibration's count where larger), held
+    beyond it: nothing measured at p or above enters p's prediction. None where there is no
+    such k (or no entries)."""
+    ks = [k for k in (spreads or {}) if k < p and k <= upto]
     return spreads[max(ks)] if ks else None

@@ -10,8 +10,9 @@ share of its largest calibrated node count in its k; a held-out point at p nodes
 ``(1 - s(p_cal)) / (1 - s(p))`` as long, at least 1, with s the median rank's share at the
 axis's cycle time.
 
-Between the node counts the file measured the share is interpolated in log2 p; beyond the
-largest it is held at that count's (:func:`share_at`).
+Only what a small allocation measures enters a prediction: the file's counts below p and of at
+most :data:`hpcdl.costmodel.SMALL` nodes (or the calibration's, where larger); between them the share is interpolated in log2 p,
+beyond the largest it is held at that count's (:func:`share_at`).
 
 The file names the machine it measured (processor and machine settings, as records carry them); it
 is used only for records of that machine, and :meth:`LoopShare.misses` says why it was not.
@@ -45,6 +46,16 @@ class LoopShare(MachineFile):
         return {int(n): float(v["median"]) for n, v in table.items()}
 
 
+    def growth(self, setting: str) -> Optional[Dict[int, float]]:
+        """{nodes: how much longer a node's pass took beside a live exchange of that many nodes
+        than alone} at the cycle time of ``setting``; None where the file did not measure it
+        (files made before it did: the shares then stand in)."""
+        if self.doc is None:
+            return None
+        table = (self.doc.get("growth") or {}).get(costmodel.setting_cycle(setting))
+        return {int(n): float(v["ratio"]) for n, v in table.items()} if table else None
+
+
 def share_at(shares: Dict[int, float], p: int) -> float:
     """The loop's share at ``p`` nodes: measured, else linear in log2 p between the measured node
     counts either side, else (beyond them) the nearest measured one's: the share grows more
@@ -66,8 +77,11 @@ def factor(shares: Optional[Dict[int, float]], p: int, p_cal: int) -> float:
     """How much longer a rank computes at ``p`` nodes than at the calibration's ``p_cal``
     because the loop takes more of its node (:func:`share_at` each), and at least 1: more peers
     do not make the loop take less, so a share under the calibration's is the two shares' noise
-    (docs/decisions.md). 1 without shares, where the calibration's node count was not measured,
-    or where p <= p_cal."""
-    if not shares or p <= p_cal or p_cal not in shares:
+    (docs/decisions.md); the shares at p or above, or beyond a small allocation and the
+    calibration, are left out.
+    1 without shares, where the calibration's node count was not measured, or where p <= p_cal."""
+    upto = max(costmodel.SMALL, p_cal)
+    small = {k: v for k, v in (shares or {}).items() if k < p and k <= upto}
+    if p <= p_cal or p_cal not in small:
         return 1.0
-    return max(1.0, (1.0 - shares[p_cal]) / (1.0 - share_at(shares, p)))
+    return max(1.0, (1.0 - small[p_cal]) / (1.0 - share_at(small, p)))

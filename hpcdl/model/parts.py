@@ -10,7 +10,7 @@ import numpy as np
 
 from . import host_spread, loop_share
 from .allreduce import duplex_of, on_link
-from ..costmodel import link_bytes, pairwise
+from ..costmodel import SMALL, link_bytes, pairwise
 from .measured import median as _med, summary as _summary
 from .. import costmodel
 
@@ -45,9 +45,11 @@ class PartModel:
     def __init__(self, cal: Sequence[dict], backend: str, fit: Optional[dict] = None,
                  loop: Optional[Dict[int, float]] = None,
                  spreads: Optional[Dict[int, np.ndarray]] = None,
-                 crowd: Optional[Dict[int, float]] = None):
+                 crowd: Optional[Dict[int, float]] = None,
+                 growth: Optional[Dict[int, float]] = None):
         self.fit = fit
         self.crowd = crowd
+        self.growth = growth
         self.loop = loop
         self.spreads = spreads
         self.backend = backend
@@ -107,14 +109,23 @@ class PartModel:
             self.window = min(1.0, max(0.0, float(np.median(shares))))
 
     def center(self, p: int, b: float) -> float:
-        return (self.per_sample * b * (1.0 + self.k * (p > 1))
-                * loop_share.factor(self.loop, p, self.p_cal)
+        return self.per_sample * b * (1.0 + self.k * (p > 1)) * self.grown(p)
+
+    def grown(self, p: int) -> float:
+        """How much longer a rank computes at p nodes than at the calibration: the growth of
+        the workload's pass beside a live exchange where a loop file measured it (it holds the
+        loop's share and the crowd both), else the loop's share and the crowd; each from a small
+        allocation's counts below p, held beyond them, at least 1."""
+        if self.growth:
+            return host_spread.crowd_factor(self.growth, p, self.p_cal)
+        return (loop_share.factor(self.loop, p, self.p_cal)
                 * host_spread.crowd_factor(self.crowd, p, self.p_cal))
 
     def _draws(self, p: int) -> np.ndarray:
         """The spread p ranks are drawn from: the spread file's at the largest node count <= p
         beyond the calibration, where one measured it; else the calibration runs'."""
-        measured = host_spread.at(self.spreads, p) if p > self.p_cal else None
+        measured = (host_spread.at(self.spreads, p, max(SMALL, self.p_cal))
+                    if p > self.p_cal else None)
         return self.rank_dev if measured is None else measured
 
     def _expected_max(self, p: int) -> float:
@@ -173,18 +184,24 @@ class PartModel:
                 "rank_draws": len(self.rank_dev),
                 "rank_max_factor_2": self._expected_max(2),
                 "loop_shares": self.loop,
+                # the entries a prediction beyond the calibration draws on (a small allocation's),
+                # each with what the points above it take from it
+                **({"growth": {str(k): {"measured": v, "factor": host_spread.crowd_factor(
+                    self.growth, k + 1, self.p_cal)} for k, v in sorted(self.growth.items())
+                    if self.p_cal < k <= SMALL}} if self.growth else {}),
                 **({"crowd": {str(k): {"measured": v, "factor": host_spread.crowd_factor(
-                    self.crowd, k, self.p_cal)} for k, v in sorted(self.crowd.items())
-                    if k > self.p_cal}} if self.crowd else {}),
+                    self.crowd, k + 1, self.p_cal)} for k, v in sorted(self.crowd.items())
+                    if self.p_cal < k <= SMALL}} if self.crowd else {}),
                 "host_spread": None if not self.spreads else {
-                    str(k): {"draws": len(v), "max_factor": self._expected_max(k)}
-                    for k, v in sorted(self.spreads.items()) if k > self.p_cal}}
+                    str(k): {"draws": len(v), "max_factor": expected_max(v, k)}
+                    for k, v in sorted(self.spreads.items()) if self.p_cal < k <= SMALL}}
 
 
 def calibrate(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = None,
          loop: Optional[Dict[int, float]] = None,
          spreads: Optional[Dict[int, np.ndarray]] = None,
-         crowd: Optional[Dict[int, float]] = None) -> PartModel:
+         crowd: Optional[Dict[int, float]] = None,
+         growth: Optional[Dict[int, float]] = None) -> PartModel:
     """The model from the calibration runs: each run's own figures, the medians where pooled."""
     pooled = []
     for p, runs in sorted(cal.items()):
@@ -192,4 +209,4 @@ def calibrate(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = No
         m = {"center": _med(runs, "center"), "step": s["step"], "exchange": s["exchange"],
              "rank_dev": runs.devs()}
         pooled.append({**s, "m": m})
-    return PartModel(pooled, backend, fit, loop, spreads, crowd)
+    return PartModel(pooled, backend, fit, loop, spreads, crowd, growth)

@@ -62,7 +62,8 @@ FORECAST = _forecast.FORECAST
 def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict],
               loop: Optional[Dict[int, float]] = None,
               spreads: Optional[Dict[int, np.ndarray]] = None,
-              crowd: Optional[Dict[int, float]] = None) -> List[float]:
+              crowd: Optional[Dict[int, float]] = None,
+              growth: Optional[Dict[int, float]] = None) -> List[float]:
     """Leave one repeat out (one fold of repeats beyond :data:`.parts.FOLDS` of them): the relative
     error of predicting each multi-node calibration run from the runs not in its fold."""
     fold = folds({rep for v in cal.values() for rep in v.repeat})
@@ -71,7 +72,7 @@ def _left_out(cal: Dict[int, Runs], backend: str, fit: Optional[dict],
         kept = {p: v.take(lambda rep: fold[rep] != k) for p, v in cal.items()}
         if any(not len(v) for v in kept.values()):
             continue
-        m = calibrate(kept, backend, fit, loop, spreads, crowd)
+        m = calibrate(kept, backend, fit, loop, spreads, crowd, growth)
         for r in (r for p, v in cal.items() if p > 1 for r in v.take(lambda rep: fold[rep] == k)):
             pred = m.step(r["ranks"], r["batch"], r["algorithm"], r["wire"], r["rate"])
             if pred is not None:
@@ -233,11 +234,13 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
         if fit is not None:
             fit = {"model": costmodel.algorithm_for(backend, first["compression"]),
                    "gamma_s_per_byte": 0.0, **fit}
-        shares = (loop.shares(first["setting"])
-                  if loop is not None and backend == "horovod" else None)
-        model = calibrate(cal, backend, fit, shares, spreads, crowd)
+        shares = growth = None
+        if loop is not None and backend == "horovod":
+            growth = loop.growth(first["setting"])
+            shares = None if growth else loop.shares(first["setting"])
+        model = calibrate(cal, backend, fit, shares, spreads, crowd, growth)
         cal_rows = [_summary(v) for _, v in sorted(cal.items())]
-        loro += _left_out(cal, backend, fit, shares, spreads, crowd)
+        loro += _left_out(cal, backend, fit, shares, spreads, crowd, growth)
         benched, here = _benched(model, axis, backend, by_p, nodes_max, bench)
         points = [_point(model, p, runs, p <= nodes_max, benched.get(p, (None, None)),
                          cal_rows, kind, backend, here.get(p)) for p, runs in sorted(by_p.items())]
@@ -307,13 +310,14 @@ def _input_effects(ax: Calibrated, f: dict) -> Dict[str, Optional[float]]:
         return {"loop": None, "spread": None}
     last = rows[-1]
     out = {}
-    for name, kw in (("loop", {"loop": None}), ("spread", {"spreads": None, "crowd": None})):
-        used = m.loop if name == "loop" else m.spreads
+    for name, kw in (("loop", {"loop": None, "growth": None}),
+                     ("spread", {"spreads": None, "crowd": None})):
+        used = (m.loop or m.growth) if name == "loop" else m.spreads
         if not used:
             out[name] = None
             continue
-        args = {"loop": m.loop, "spreads": m.spreads, "crowd": m.crowd, **kw}
-        bare = calibrate(cal, ax.backend, m.fit, args["loop"], args["spreads"], args["crowd"])
+        args = {"loop": m.loop, "spreads": m.spreads, "crowd": m.crowd, "growth": m.growth, **kw}
+        bare = calibrate(cal, ax.backend, m.fit, **args)
         b = last["batch_per_rank"]
         e, algo = last["exchange_s"], last["algorithm"]
         s = _summary(ax.by_p[max(ax.by_p)])
@@ -351,7 +355,8 @@ def _benches(files: Files, out_axes: List[Calibrated], held: List[dict]) -> dict
                 "points": sum(1 for pt in held if pt["exchange_from"])},
             "loop_bench": None if loop is None else {
                 "source": loop.source, **loop.notes(),
-                "axes": [ax.axis for ax in out_axes if ax.model.loop]},
+                "axes": [ax.axis for ax in out_axes if ax.model.loop or ax.model.growth],
+                "growth": [ax.axis for ax in out_axes if ax.model.growth]},
             "spread_bench": None if spread is None else {
                 "source": spread.source, **spread.notes(), "coupled": spread.coupled,
                 **({"crowd": {str(k): v for k, v in sorted(crowd.items())}}

@@ -173,9 +173,16 @@ def _file_words(entry: Optional[dict], words: Callable[[dict], str]) -> List[str
 
 def _loop_words(pred) -> List[str]:
     """Where the held-out Horovod points' compute followed a loop file's shares."""
-    return _file_words(pred.get("loop_bench"), lambda loop: (
-        f"Compute beyond the calibration, on {len(loop['axes'])} Horovod axis(es), also follows "
-        f"the share of a node Horovod's loop takes at p nodes: {loop['source']}."))
+    def words(loop: dict) -> str:
+        grown = loop.get("growth") or []
+        shares = len(loop["axes"]) - len(grown)
+        return ("Compute beyond the calibration, on " + " and on ".join(
+            w for w in ((f"{len(grown)} Horovod axis(es), grows as the workload's pass did "
+                         "beside a live exchange at up to 4 nodes (held beyond)") if grown else "",
+                        (f"{shares} Horovod axis(es), also follows the share of a node "
+                         "Horovod's loop takes at up to 4 nodes") if shares else "") if w)
+                + f": {loop['source']}.")
+    return _file_words(pred.get("loop_bench"), words)
 
 
 def _spread_words(pred) -> List[str]:
@@ -211,7 +218,8 @@ def _model_table(pred) -> Table:
                ", ".join(f"×{v['max_factor']:.3f} at {n}"
                          for n, v in (m.get("host_spread") or {}).items()) or "-",
                ", ".join(f"×{v['factor']:.3f} at {n}" for n, v in (m.get("crowd") or {}).items())
-               or "-", seconds(m["fixed_s"]), f"{m['window'] * 100:.0f}%", _exchange_words(m)],
+               + "".join(f"; live ×{v['factor']:.3f} from {n}"
+                         for n, v in (m.get("growth") or {}).items()) or "-", seconds(m["fixed_s"]), f"{m['window'] * 100:.0f}%", _exchange_words(m)],
               {"axis": ax["axis"], **m})
     return t
 

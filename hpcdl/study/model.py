@@ -362,7 +362,9 @@ class Study:
     def allocation_missing(self, points: Iterable[Point]) -> List[Tuple[int, int]]:
         """(nodes, ranks per node) of each layout of ``points`` beyond one rank, one rank per
         node or every rank on one node, whose measurement the forecast's files lack (both files
-        must hold it); [] where the study asks for no forecast."""
+        must hold it); where the study holds points out, only its calibration's counts and those
+        up to ``hpcdl.costmodel.SMALL`` nodes below its largest; [] where the study asks for no
+        forecast."""
         spread, loop = self.allocation_files
         if not self.forecast or not spread or not loop:
             return []
@@ -377,11 +379,19 @@ class Study:
                 return {int(n) for by in table.values() for n in by}
             return {int(n) for n in table}
         have = held(spread, "spread") & held(loop, "shares")
-        out = set()
-        for p in points:
-            if p.ranks > 1 and (p.ranks_per_node == 1 or p.nodes == 1) and p.ranks not in have:
-                out.add((p.nodes, p.ranks_per_node))
-        return sorted(out, key=lambda x: x[0] * x[1])
+        from ..costmodel import SMALL          # numpy: not at a login node's import
+        points = list(points)
+        want = {(p.nodes, p.ranks_per_node) for p in points
+                if p.ranks > 1 and (p.ranks_per_node == 1 or p.nodes == 1)}
+        if self.calibrate_nodes_max:
+            # a study holding points out measures what their prediction may draw on: the
+            # calibration's counts and a small allocation's (up to SMALL nodes, below a held-out
+            # point), not the held-out counts themselves
+            top = max(SMALL, self.calibrate_nodes_max)
+            above = max((n for n, rpn in want if rpn == 1), default=0)
+            want = {(n, rpn) for n, rpn in want if n * rpn <= top} | {
+                (q, 1) for q in range(2, min(SMALL, above - 1) + 1)}
+        return sorted((w for w in want if w[0] * w[1] not in have), key=lambda x: x[0] * x[1])
 
     def summary(self) -> str:
         pts = self.points()

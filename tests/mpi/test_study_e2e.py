@@ -109,6 +109,9 @@ def test_a_study_with_a_forecast_measures_its_allocation_first_and_the_report_dr
     assert len(spread["crowd"]["2"]) == 2 and all(c > 0 for c in spread["crowd"]["2"])
     assert loop["schema"] == "hpcdl.loop-cpu/1" and loop["made_for"]["nodes"] == [2]
     assert 0 <= loop["shares"]["1"]["2"]["median"] < 1
+    # the first rank's pass beside a live exchange of 2 over alone, each round's too
+    grown = loop["growth"]["1"]["2"]
+    assert grown["ratio"] > 0 and len(grown["rounds"]) == 2 and grown["alone_s"] > 0
     pred = json.loads((d / "report.json").read_text())["prediction"]
     assert [r["nodes"] for r in pred["forecast"][0]["networks"][0]["rows"]] == [8, 32] \
         or pred["forecast"][0]["left_out"]

@@ -455,6 +455,17 @@ def test_a_study_with_a_forecast_measures_each_layout_its_files_lack_in_chained_
     assert [t.point_id for t in submit.plan_study(st, SOFTWARE).tunes] == ["allocation-4n1r"]
 
 
+def test_a_study_holding_points_out_measures_its_allocation_only_where_a_small_one_can(tmp_path):
+    """Calibrated on 2 nodes, 5 and 7 held out: the allocation is measured at the calibration's
+    count and a small allocation's (3 and 4 nodes), never at the held-out counts."""
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(STUDY_4NODE.replace("nodes = [4]", "nodes = [1, 2, 5, 7]")
+                          .replace("ranks_per_node = 4", "ranks_per_node = 1")
+                          + "\n[model]\ncalibrate = { nodes_max = 2 }\nforecast = [16]\n")
+    st = study_mod.load(study_file, results_root=tmp_path / "results")
+    assert st.allocation_missing(st.points()) == [(2, 1), (3, 1), (4, 1)]
+
+
 def test_a_forecast_studys_points_run_the_allocations_pick_after_its_tune_job(tmp_path):
     """The jobs of a study with a forecast time the allocation's exchange; its points from 3
     nodes run the pick of the file at their count and wait for the job that makes it (afterok:
