@@ -191,7 +191,7 @@ class PartModel:
                     if self.p_cal < k <= SMALL}} if self.growth else {}),
                 **({"crowd": {str(k): {"measured": v, "factor": host_spread.crowd_factor(
                     self.crowd, k + 1, self.p_cal)} for k, v in sorted(self.crowd.items())
-                    if self.p_cal < k <= SMALL}} if self.crowd else {}),
+                    if self.p_cal < k <= SMALL}} if self.crowd and not self.growth else {}),
                 "host_spread": None if not self.spreads else {
                     str(k): {"draws": len(v), "max_factor": expected_max(v, k)}
                     for k, v in sorted(self.spreads.items()) if self.p_cal < k <= SMALL}}
