@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, TypeVar
 
 from .. import checks
+from ..costmodel import SMALL
+
+T = TypeVar("T")
 
 
 class Misses:
@@ -80,3 +83,12 @@ class MachineFile(Misses):
         made = (self.doc or {}).get("made_for") or {}
         return (f"{self.path} ({made.get('rounds', '?')} round(s), links "
                 f"{made.get('link_rate', '?')}, made {str((self.doc or {}).get('time', '?'))[:16]})")
+
+
+def small_allocation(entries: Optional[Dict[int, T]], p: int, p_cal: int = 1) -> Dict[int, T]:
+    """The entries of a by-node-count table a point at ``p`` nodes may draw on: what a small
+    allocation measures, the counts below p and of at most :data:`hpcdl.costmodel.SMALL` nodes
+    (or the calibration's ``p_cal``, where larger). Nothing measured at p or above enters p's
+    prediction."""
+    upto = max(SMALL, p_cal)
+    return {k: v for k, v in (entries or {}).items() if k < p and k <= upto}

@@ -26,8 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence, TypeVar
 
 import numpy as np
 
-from ..costmodel import SMALL
-from .files import MachineFile
+from .files import MachineFile, small_allocation
 from .measured import centred
 
 SCHEMA = "hpcdl.host-spread/1"
@@ -91,15 +90,13 @@ def crowd_factor(crowds: Optional[Dict[int, float]], p: int, p_cal: int) -> floa
     crowds, where p <= p_cal, or where a multi-node calibration's count was not measured."""
     if not crowds or p <= p_cal or (p_cal > 1 and p_cal not in crowds):
         return 1.0
-    return max(1.0, (at(crowds, p, max(SMALL, p_cal)) or 1.0)
+    return max(1.0, (at(crowds, p, p_cal) or 1.0)
                / (crowds[p_cal] if p_cal > 1 else 1.0))
 
 
-def at(spreads: Optional[Dict[int, T]], p: int, upto: int = SMALL) -> Optional[T]:
+def at(spreads: Optional[Dict[int, T]], p: int, p_cal: int = 1) -> Optional[T]:
     """A file's entry for p ranks (the deviations to draw them from, or the crowd) as a small
-    allocation measures it: at the largest k below p and at most ``upto`` nodes (a small
-    allocation's :data:`hpcdl.costmodel.SMALL`, or the calibration's count where larger), held
-    beyond it: nothing measured at p or above enters p's prediction. None where there is no
-    such k (or no entries)."""
-    ks = [k for k in (spreads or {}) if k < p and k <= upto]
-    return spreads[max(ks)] if ks else None
+    allocation measures it (:func:`.files.small_allocation`): its largest count's, held beyond
+    it. None where there is no such count (or no entries)."""
+    small = small_allocation(spreads, p, p_cal)
+    return small[max(small)] if small else None

@@ -10,9 +10,9 @@ share of its largest calibrated node count in its k; a held-out point at p nodes
 ``(1 - s(p_cal)) / (1 - s(p))`` as long, at least 1, with s the median rank's share at the
 axis's cycle time.
 
-Only what a small allocation measures enters a prediction: the file's counts below p and of at
-most :data:`hpcdl.costmodel.SMALL` nodes (or the calibration's, where larger); between them the share is interpolated in log2 p,
-beyond the largest it is held at that count's (:func:`share_at`).
+Only what a small allocation measures enters a prediction (:func:`.files.small_allocation`):
+between its counts the share is interpolated in log2 p, beyond the largest it is held at that
+count's (:func:`share_at`).
 
 The file names the machine it measured (processor and machine settings, as records carry them); it
 is used only for records of that machine, and :meth:`LoopShare.misses` says why it was not.
@@ -23,7 +23,7 @@ import math
 from typing import Dict, Optional
 
 from .. import costmodel
-from .files import MachineFile
+from .files import MachineFile, small_allocation
 
 SCHEMA = "hpcdl.loop-cpu/1"
 
@@ -80,8 +80,7 @@ def factor(shares: Optional[Dict[int, float]], p: int, p_cal: int) -> float:
     (docs/decisions.md); the shares at p or above, or beyond a small allocation and the
     calibration, are left out.
     1 without shares, where the calibration's node count was not measured, or where p <= p_cal."""
-    upto = max(costmodel.SMALL, p_cal)
-    small = {k: v for k, v in (shares or {}).items() if k < p and k <= upto}
+    small = small_allocation(shares, p, p_cal)
     if p <= p_cal or p_cal not in small:
         return 1.0
     return max(1.0, (1.0 - small[p_cal]) / (1.0 - share_at(small, p)))

@@ -124,7 +124,7 @@ class PartModel:
     def _draws(self, p: int) -> np.ndarray:
         """The spread p ranks are drawn from: the spread file's at the largest node count <= p
         beyond the calibration, where one measured it; else the calibration runs'."""
-        measured = (host_spread.at(self.spreads, p, max(SMALL, self.p_cal))
+        measured = (host_spread.at(self.spreads, p, self.p_cal)
                     if p > self.p_cal else None)
         return self.rank_dev if measured is None else measured
 

@@ -219,7 +219,8 @@ def _model_table(pred) -> Table:
                          for n, v in (m.get("host_spread") or {}).items()) or "-",
                ", ".join(f"×{v['factor']:.3f} at {n}" for n, v in (m.get("crowd") or {}).items())
                + "".join(f"; live ×{v['factor']:.3f} from {n}"
-                         for n, v in (m.get("growth") or {}).items()) or "-", seconds(m["fixed_s"]), f"{m['window'] * 100:.0f}%", _exchange_words(m)],
+                         for n, v in (m.get("growth") or {}).items()) or "-",
+               seconds(m["fixed_s"]), f"{m['window'] * 100:.0f}%", _exchange_words(m)],
               {"axis": ax["axis"], **m})
     return t
 

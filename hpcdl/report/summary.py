@@ -65,7 +65,8 @@ def _forecast_rows(f: Optional[dict], by_node: bool, drawn: Optional[dict] = Non
                    f"| {r['efficiency']:.0%}{' †' if r.get('above_measured') else ''} "
                    f"| {seconds(r['step_s'])} | "
                    + (f"{seconds(band[0])} – {seconds(band[1])}" if band else "-") + " |")
-    why = list(dict.fromkeys(r["above_measured"] for r in shown if r.get("above_measured")))
+    # one reason, its largest node count's: the rows' differ only in their shares' last digit
+    why = [r["above_measured"] for r in shown if r.get("above_measured")][-1:]
     return out + [""] + [f"  † {w}." for w in why] + ([""] if why else [])
 
 

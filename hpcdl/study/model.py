@@ -380,7 +380,6 @@ class Study:
             return {int(n) for n in table}
         have = held(spread, "spread") & held(loop, "shares")
         from ..costmodel import SMALL          # numpy: not at a login node's import
-        points = list(points)
         want = {(p.nodes, p.ranks_per_node) for p in points
                 if p.ranks > 1 and (p.ranks_per_node == 1 or p.nodes == 1)}
         if self.calibrate_nodes_max:

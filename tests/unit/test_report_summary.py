@@ -77,3 +77,17 @@ def test_a_points_step_over_its_physical_bound_is_the_compute_beside_a_line_rate
     assert abs(over - 2.5) < 1e-9 and abs(serial - 2.5 / 1.9216) < 1e-9
     assert Row("horovod", "none", 4, 1, 4, 64, 256, 2, 1.0, 0.1, "img/s", 2.5,
                compute_s=1.0, gradient_bytes=38_400_000).over_bound is None
+
+
+def test_a_forecast_above_the_measured_gives_its_reason_once():
+    """Rows above the measured efficiency each carry their reason, which differ only in their
+    shares' last digit: the opening table marks each row and says the largest count's reason
+    once."""
+    from hpcdl.report import summary
+    rows = [{"nodes": p, "ranks": p, "efficiency": 0.75, "step_s": 4.0 + p / 100,
+             "band_s": [3.6, 4.6], "above_measured": f"above the measured 73% (8 nodes): "
+             f"exchange {p // 8 + 7}% of its step"} for p in (8, 16, 64)]
+    lines = summary._forecast_rows({"here": rows, "networks": [], "calibrated_nodes": 2}, True)
+    assert sum(" † |" in line for line in lines) == 3
+    reasons = [line for line in lines if line.startswith("  † ")]
+    assert reasons == ["  † above the measured 73% (8 nodes): exchange 15% of its step."]
