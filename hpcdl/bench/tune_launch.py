@@ -200,9 +200,12 @@ def _grads_fn(tf, wl, batch_size: Optional[int]):
     """The workload's forward and backward pass on one per-rank batch (its synthetic batch, else
     the first of its data), as a training step computes it; None without a batch."""
     batch = wl.synthetic
+    n = batch_size or wl.batch_size
     if batch is None and isinstance(wl.train, tuple):
-        n = batch_size or wl.batch_size
         batch = (tf.constant(wl.train[0][:n]), tf.constant(wl.train[1][:n]))
+    elif batch is None and isinstance(wl.train, tf.data.Dataset):
+        # a user's factory: an unbatched dataset of (x, y) pairs, batched as training batches it
+        batch = next(iter(wl.train.batch(n).take(1)), None)
     if batch is None:
         return None
     x, y = batch

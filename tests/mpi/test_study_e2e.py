@@ -5,10 +5,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from hpcdl_testing import ROOT, read_records
+from hpcdl_testing import ROOT, check, mpirun, read_records
 
 STUDY = """
 [study]
@@ -119,3 +120,16 @@ def test_a_study_with_a_forecast_measures_its_allocation_first_and_the_report_dr
     assert pred["spread_bench"]["misses"] == []
     again = hpcdl("study", "run", str(path), "--results-root", str(root))
     assert "[allocation]" not in again and "0 to run" in again
+
+
+def test_the_allocation_of_a_users_own_model_is_measured_on_its_first_batch(tmp_path):
+    """A user's factory gives an unbatched tf.data dataset, no synthetic batch: hpcdl bench
+    allocation times its pass on the dataset's first per-rank batch (real ranks under mpirun),
+    so a study of a user's own model has the spread, loop and growth its forecast draws on."""
+    spread, loop = tmp_path / "spread.json", tmp_path / "loop-cpu.json"
+    env = {"PYTHONPATH": f"{Path(__file__).parent}:{ROOT}"}
+    check(mpirun(2, ["bench", "allocation", "--workload", "userwl:factory", "--rounds", "1",
+                     "--probes", "2", "--seconds", "0.5", "--spread", str(spread),
+                     "--loop", str(loop)], timeout=240, env=env))
+    assert len(json.loads(spread.read_text())["spread"]["2"]) == 1
+    assert json.loads(loop.read_text())["growth"]["1"]["2"]["ratio"] > 0
