@@ -20,8 +20,8 @@ run: setup
 test: setup-slurm
 	HPCDL_OTHER_STACK=none bash scripts/test.sh -m quick -p no:cacheprovider tests
 
-# Every test, both stacks: the whole suite on the default one, then the MPI tests on the other
-# (scripts/test.sh; HPCDL_OTHER_STACK=none for the default stack alone). What CI runs.
+# Every test on the default stack, then the MPI tests marked stacks on the other (scripts/test.sh;
+# HPCDL_OTHER_STACK=none for the default stack alone). What CI runs.
 test-all: setup-slurm
 	bash scripts/test.sh
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Both stacks: the whole suite on the default stack (.venv), then the MPI tests on the other
-# TensorFlow stack (.venv-<stack>; `make test-tf2.15` alone runs only that part). Tests that time
+# Both stacks: the whole suite on the default stack (.venv), then the MPI tests marked stacks on
+# the other TensorFlow stack (.venv-<stack>; tests/hpcdl_testing.py OTHER_STACK says which and
+# why; `make test-tf2.15` runs every MPI test there). Tests that time
 # something run one after the other: side by side on two cores, the ranks of two MPI tests starve
 # each other and timing assertions fail (docs/training.md). Work that times nothing runs beside
 # them in a session of its own at the lowest CPU priority, so that it takes only the CPU they
@@ -73,7 +74,8 @@ t1=$SECONDS
 if wait "$setup_pid"; then
     echo "[test] its set-up: $(tail -n 1 "$venv.setup.log"), beside the suite;" \
          "waited $((SECONDS - t1)) s"
-    PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest tests/mpi -p no:cacheprovider
+    PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest tests/mpi -m stacks \
+        -p no:cacheprovider
     orc=$?
 else
     orc=$?

@@ -1,7 +1,8 @@
 """Put the repository and the test helpers (tests/hpcdl_testing.py) on sys.path for every test,
 and mark every test with its tier, the folder it lives in: unit (no MPI), mpi (real mpirun
 ranks), slurm (real Slurm on the cluster box), box (training on the box's emulated nodes); and
-the quick tier's tests (every unit test, and those named in hpcdl_testing.QUICK) quick.
+the quick tier's tests (every unit test, and those named in hpcdl_testing.QUICK) quick, and
+the MPI tests the other stack runs (hpcdl_testing.OTHER_STACK) stacks.
 ``pytest -m "not mpi and not slurm and not box"`` therefore starts no mpirun and no Slurm."""
 import fcntl
 import os
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl_testing import QUICK, must_run
+from hpcdl_testing import OTHER_STACK, QUICK, must_run
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "mpi", "slurm", "box")
@@ -30,8 +31,11 @@ def pytest_collection_modifyitems(config, items):
         if tier not in TIERS:
             raise pytest.UsageError(f"{rel}: a test lives in one of tests/{{{','.join(TIERS)}}}/")
         item.add_marker(getattr(pytest.mark, tier))
-        if tier == "unit" or f"tests/{rel.as_posix()}::{item.name}" in QUICK:
+        quick = f"tests/{rel.as_posix()}::{item.name}" in QUICK
+        if tier == "unit" or quick:
             item.add_marker(pytest.mark.quick)
+        if tier == "mpi" and (quick or f"tests/{rel.as_posix()}" in OTHER_STACK):
+            item.add_marker(pytest.mark.stacks)
 
 
 @pytest.fixture(autouse=True)
