@@ -31,10 +31,11 @@ def pytest_collection_modifyitems(config, items):
         if tier not in TIERS:
             raise pytest.UsageError(f"{rel}: a test lives in one of tests/{{{','.join(TIERS)}}}/")
         item.add_marker(getattr(pytest.mark, tier))
-        quick = f"tests/{rel.as_posix()}::{item.name}" in QUICK
+        path = f"tests/{rel.as_posix()}"
+        quick = f"{path}::{item.name}" in QUICK
         if tier == "unit" or quick:
             item.add_marker(pytest.mark.quick)
-        if tier == "mpi" and (quick or f"tests/{rel.as_posix()}" in OTHER_STACK):
+        if tier == "mpi" and (quick or path in OTHER_STACK):
             item.add_marker(pytest.mark.stacks)
 
 

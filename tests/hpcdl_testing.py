@@ -126,7 +126,7 @@ QUICK = (
 # The MPI tests `make test-all` runs on the other TensorFlow stack (marked stacks): the quick
 # tier's, one of each training mode and backend, and those of the APIs that changed most between
 # TensorFlow 2.15 and 2.21 (a user's model.fit script, the Keras recorder, checkpoints). The rest
-# drive the same training code through hpcdl's own orchestration; all 77 took 621 s there, and
-# with them the full tier ran past CI's 30 minutes.
+# drive the same training code through hpcdl's own orchestration; running them all there put the
+# full tier past its 30 minutes (results/stacks.md).
 OTHER_STACK = ("tests/mpi/test_keras_recorder.py", "tests/mpi/test_own_script_study.py",
                "tests/mpi/test_resume.py")
