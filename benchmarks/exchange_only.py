@@ -21,6 +21,17 @@ exchange-only session has none of). Errors are (predicted - measured) / measured
       --rounds 1 --iters 3 --out results/exchange-only/exchange-${n}n-100mbit.json; done
     python -m benchmarks.exchange_only results/exchange-only --network 100mbit --inputs 3,4 \\
       > results/exchange-only.txt
+
+The second set: MobileNetV2's 8.9 MB at 150 Mbit/s, held out at 10, 12, 14 and 16 nodes.
+
+    scripts/cluster-box.sh up 16 --link 150mbit --cpus-per-node 0.1 && scripts/cluster-box.sh check
+    eval "$(scripts/cluster-box.sh env | sed 's/^/export /')"; export HPCDL_THREADS=1
+    for n in 3 4 16 12 14 10; do salloc -N$n -n$n --ntasks-per-node=1 --time=30 hpcdl tune \\
+      --study jobs/box-small-mobilenet-290mbit.toml --compression none --knobs algorithm \\
+      --rounds 1 --iters 3 \\
+      --out results/exchange-only-mobilenet-150mbit/exchange-${n}n-150mbit.json; done
+    python -m benchmarks.exchange_only results/exchange-only-mobilenet-150mbit --network 150mbit \\
+      --inputs 3,4 > results/exchange-only-mobilenet-150mbit.txt
 """
 import argparse
 import json
