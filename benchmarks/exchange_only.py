@@ -32,6 +32,9 @@ The second set: MobileNetV2's 8.9 MB at 150 Mbit/s, held out at 10, 12, 14 and 1
       --out results/exchange-only-mobilenet-150mbit/exchange-${n}n-150mbit.json; done
     python -m benchmarks.exchange_only results/exchange-only-mobilenet-150mbit --network 150mbit \\
       --inputs 3,4 > results/exchange-only-mobilenet-150mbit.txt
+
+The third: the same with 125mbit for 150mbit, jobs/box-small-cnn-290mbit.toml (the small CNN's
+4.6 MB) and results/exchange-only-cnn-125mbit for the folder and the .txt.
 """
 import argparse
 import json
