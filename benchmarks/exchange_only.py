@@ -14,27 +14,20 @@ largest input's time unchanged.
 The link shape here has no duplex share (a study fits it on its 2-node training runs, which an
 exchange-only session has none of). Errors are (predicted - measured) / measured.
 
-    scripts/cluster-box.sh up 16 --link 100mbit --cpus-per-node 0.1 && scripts/cluster-box.sh check
+Each set: the link RATE, the STUDY whose workload's gradients are timed and the folder OUT
+(its table is OUT.txt), one box session a set; COUNTS "3 4 16 12" for the first set,
+"3 4 16 12 14 10" for the others:
+
+    #  RATE     STUDY                                  OUT
+    #  100mbit  jobs/box-tuned-widemlp-375mbit.toml    results/exchange-only
+    #  150mbit  jobs/box-small-mobilenet-290mbit.toml  results/exchange-only-mobilenet-150mbit
+    #  125mbit  jobs/box-small-cnn-290mbit.toml        results/exchange-only-cnn-125mbit
+    scripts/cluster-box.sh up 16 --link $RATE --cpus-per-node 0.1 && scripts/cluster-box.sh check
     eval "$(scripts/cluster-box.sh env | sed 's/^/export /')"; export HPCDL_THREADS=1
-    for n in 3 4 16 12; do salloc -N$n -n$n --ntasks-per-node=1 --time=30 hpcdl tune \\
-      --study jobs/box-tuned-widemlp-375mbit.toml --compression none --knobs algorithm \\
-      --rounds 1 --iters 3 --out results/exchange-only/exchange-${n}n-100mbit.json; done
-    python -m benchmarks.exchange_only results/exchange-only --network 100mbit --inputs 3,4 \\
-      > results/exchange-only.txt
-
-The second set: MobileNetV2's 8.9 MB at 150 Mbit/s, held out at 10, 12, 14 and 16 nodes.
-
-    scripts/cluster-box.sh up 16 --link 150mbit --cpus-per-node 0.1 && scripts/cluster-box.sh check
-    eval "$(scripts/cluster-box.sh env | sed 's/^/export /')"; export HPCDL_THREADS=1
-    for n in 3 4 16 12 14 10; do salloc -N$n -n$n --ntasks-per-node=1 --time=30 hpcdl tune \\
-      --study jobs/box-small-mobilenet-290mbit.toml --compression none --knobs algorithm \\
-      --rounds 1 --iters 3 \\
-      --out results/exchange-only-mobilenet-150mbit/exchange-${n}n-150mbit.json; done
-    python -m benchmarks.exchange_only results/exchange-only-mobilenet-150mbit --network 150mbit \\
-      --inputs 3,4 > results/exchange-only-mobilenet-150mbit.txt
-
-The third: the same with 125mbit for 150mbit, jobs/box-small-cnn-290mbit.toml (the small CNN's
-4.6 MB) and results/exchange-only-cnn-125mbit for the folder and the .txt.
+    for n in $COUNTS; do salloc -N$n -n$n --ntasks-per-node=1 --time=30 hpcdl tune \\
+      --study $STUDY --compression none --knobs algorithm --rounds 1 --iters 3 \\
+      --out $OUT/exchange-${n}n-$RATE.json; done
+    python -m benchmarks.exchange_only $OUT --network $RATE --inputs 3,4 > $OUT.txt
 """
 import argparse
 import json
