@@ -7,25 +7,28 @@ gradient tensors through Horovod, every allreduce algorithm, at each node count.
 at the input counts (at most 4 nodes, what a small allocation measures) are the forecast's
 inputs, as a study's are (:func:`hpcdl.model.forecast.anchored`: the model's link shape, scaled
 by what the allocation measured at the largest input count that ran the algorithm, or that
-folds as p does); the files at the larger counts are held out. Beside the forecast, two
+folds as p does; a fold with more steps after it, that count's time plus the added steps at
+the 4-node file's rate); the files at the larger counts are held out. Beside the forecast, two
 baselines: the link alone (the ring's bytes at the payload rate, nothing measured) and the
 largest input's time unchanged.
 
 The link shape here has no duplex share (a study fits it on its 2-node training runs, which an
 exchange-only session has none of). Errors are (predicted - measured) / measured.
 
-Each set: the link RATE, the STUDY whose workload's gradients are timed and the folder OUT
-(its table is OUT.txt), one box session a set; COUNTS "3 4 16 12" for the first set,
-"3 4 16 12 14 10" for the others:
+Each set: the link RATE, the WORKLOAD whose gradients are timed (a study file's, or named) and
+the folder OUT, results/NAME (its table is OUT.txt), one box session a set; COUNTS "3 4 16 12"
+for the first set, "3 4 16 12 14 10" for the others:
 
-    #  RATE     STUDY                                  OUT
-    #  100mbit  jobs/box-tuned-widemlp-375mbit.toml    results/exchange-only
-    #  150mbit  jobs/box-small-mobilenet-290mbit.toml  results/exchange-only-mobilenet-150mbit
-    #  125mbit  jobs/box-small-cnn-290mbit.toml        results/exchange-only-cnn-125mbit
+    #  RATE     NAME                             WORKLOAD
+    #  100mbit  exchange-only                    --study jobs/box-tuned-widemlp-375mbit.toml
+    #  150mbit  exchange-only-mobilenet-150mbit  --study jobs/box-small-mobilenet-290mbit.toml
+    #  125mbit  exchange-only-cnn-125mbit        --study jobs/box-small-cnn-290mbit.toml
+    #  120mbit  exchange-only-cnn1000-120mbit    --workload cnn --model small --num-classes 1000
+    #                                            --image-size 32 (1.5 MB, after the fold's steps)
     scripts/cluster-box.sh up 16 --link $RATE --cpus-per-node 0.1 && scripts/cluster-box.sh check
     eval "$(scripts/cluster-box.sh env | sed 's/^/export /')"; export HPCDL_THREADS=1
     for n in $COUNTS; do salloc -N$n -n$n --ntasks-per-node=1 --time=30 hpcdl tune \\
-      --study $STUDY --compression none --knobs algorithm --rounds 1 --iters 3 \\
+      $WORKLOAD --compression none --knobs algorithm --rounds 1 --iters 3 \\
       --out $OUT/exchange-${n}n-$RATE.json; done
     python -m benchmarks.exchange_only $OUT --network $RATE --inputs 3,4 > $OUT.txt
 """

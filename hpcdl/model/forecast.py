@@ -51,8 +51,9 @@ def anchored(model, anchors: Dict[int, Dict[str, tuple]], p: int, algo: str, s: 
     allocation measured over what the model gives at the largest node count <= p where it was
     measured (:func:`.predict._anchors`): for ``algo`` itself where that count timed it, else
     for the algorithm that count ran. The allocation's own efficiency carries on, the model says
-    how the messages grow. At that count, the measured time itself. (None, "") where the model
-    has no exchange or nothing was measured."""
+    how the messages grow. At that count, the measured time itself. A fold with more steps after
+    it than the count's that folds: :func:`_fold_and_steps`. (None, "") where the model has no
+    exchange or nothing was measured."""
     e = model.exchange(p, algo, s["wire"], s["rate"])
     at = [q for q, algos in anchors.items() if q <= p and algo in algos]
     if e is None or not (at or any(q <= p for q in anchors)):
@@ -63,6 +64,9 @@ def anchored(model, anchors: Dict[int, Dict[str, tuple]], p: int, algo: str, s: 
     m = model.exchange(q, took, s["wire"], s["rate"])
     if not m:
         return e, ""
+    folded = _fold_and_steps(model, anchors, at, p, q, algo, t, source, s) if at else None
+    if folded:
+        return folded
     return e * t / m, (source if q == p and took == algo else
                        f"{source}, x{t / m:.3g} the model's at {q} nodes"
                        + (f" ({took})" if took != algo else ""))
@@ -86,6 +90,33 @@ def _anchor_count(at: List[int], p: int, algo: str) -> int:
         if alike:
             return max(alike)
     return max(at)
+
+
+def _fold_and_steps(model, anchors, at: List[int], p: int, q: int, algo: str, t: float,
+                    source: str, s: dict) -> Optional[tuple]:
+    """A fold at p priced from a folding count q with fewer steps after its fold (3 for 10-14):
+    q's time whole (its fold costs what p's does, the same bytes one way), plus the steps p's
+    power of two adds beyond q's, at what the largest timed power of two c <= p took over the
+    model. None where p adds no step or no power of two was timed (the growth rule then)."""
+    if algo not in FOLDING or not (_fold(p) and _fold(q)) or q >= p:
+        return None
+    low, high = _pow2(q), _pow2(p)
+    c = max((c for c in at if not _fold(c)), default=None)
+    if high <= low or c is None:
+        return None
+    tc, source_c = anchors[c][algo]
+    m_c = model.exchange(c, algo, s["wire"], s["rate"])
+    steps = model.exchange(high, algo, s["wire"], s["rate"]) - model.exchange(
+        low, algo, s["wire"], s["rate"])
+    if not m_c or steps <= 0:
+        return None
+    return t + steps * tc / m_c, (f"{source} (its fold), plus the steps from {low} to {high} "
+                                  f"ranks at x{tc / m_c:.3g} the model's at {c} nodes "
+                                  f"({source_c})")
+
+
+def _pow2(n: int) -> int:
+    return 1 << (int(n).bit_length() - 1)
 
 
 def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, banding: Band, exchange=None,

@@ -473,24 +473,44 @@ def test_the_held_out_exchange_is_priced_from_a_small_allocation_never_from_its_
     assert "within 15% at 0 of 1" in words and "not taken:" in words
 
 
-def test_a_folding_algorithm_is_priced_from_a_small_count_that_folds_as_the_point_does(tmp_path):
-    """Open MPI's Rabenseifner folds the ranks beyond a power of two in: 3 and 6 nodes pay the
-    fold, 4 and 8 do not. Where the allocation runs the fold 1.4x as slowly as the link model
-    knows, the 6-node point is priced from the 3-node file, the 8-node one from the 4-node file:
-    both exact (from 4 alone, 6 would miss the fold's cost)."""
-    extra = {3: 1.4, 6: 1.4}
+def test_a_fold_is_priced_from_a_count_that_folds_and_its_steps_from_a_power_of_two(tmp_path):
+    """Open MPI's Rabenseifner folds the ranks beyond a power of two in and out (the same bytes
+    one way at any count) around the power of two's steps. Where this allocation runs the fold
+    1.8x and the steps 1.3x as slowly as the link model knows, the 6-node point is the 3-node
+    file's time (one fold, one step each way) plus the steps 4 ranks add beyond 2 at the
+    4-node file's rate; the 8-node point the 4-node file grown by the model: both exact. The
+    3-node time grown by the model alone would miss 6 nodes, the 4-node time its fold."""
+    def model(p):
+        both, one = costmodel.link_parts("rabenseifner", MB, p)
+        return (both * 1.9 + one) / (RATE / 8 * allreduce.FRAMING)
+
+    def pow2(p):
+        return 1 << (p.bit_length() - 1)
+
+    taken = {p: 1.3 * model(pow2(p)) + 1.8 * (model(p) - model(pow2(p))) for p in (3, 4, 6, 8)}
+    extra = {p: taken[p] / model(p) for p in taken}
     recs = study(nodes=(1, 2, 6, 8), ex_factor=extra)
-    ex = {p: truth(p, ex_factor=extra)[1] for p in (3, 4, 6, 8)}
     for q in (3, 4):
-        _tuning_file(tmp_path / f"box-{q}n-200mbit.json", q, [("none", DEFAULTS, [ex[q]])])
+        _tuning_file(tmp_path / f"box-{q}n-200mbit.json", q, [("none", DEFAULTS, [taken[q]])])
     bench = predict.Bench(str(tmp_path / "box-{nodes}n-{network}.json"))
     res = predict.of_records(recs, reading.row_key, 2, "weak", bench=bench)
     at = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
     assert at[6]["algorithm"] == at[8]["algorithm"] == "rabenseifner"
     assert "box-3n-200mbit.json" in at[6]["exchange_from"]
+    assert "(its fold), plus the steps from 2 to 4 ranks" in at[6]["exchange_from"]
+    assert "box-4n-200mbit.json" in at[6]["exchange_from"]
     assert "box-4n-200mbit.json" in at[8]["exchange_from"]
     for p in (6, 8):
-        assert at[p]["predicted"]["exchange"] == pytest.approx(ex[p], rel=1e-9)
+        assert at[p]["predicted"]["exchange"] == pytest.approx(taken[p], rel=1e-9)
+    grown = model(6) * taken[3] / model(3)
+    assert abs(grown - taken[6]) / taken[6] > 0.02
+    # no power of two timed: the 3-node time grown by the model, as before
+    (tmp_path / "box-4n-200mbit.json").unlink()
+    res = predict.of_records(recs, reading.row_key, 2, "weak",
+                             bench=predict.Bench(str(tmp_path / "box-{nodes}n-{network}.json")))
+    at = {pt["nodes"]: pt for pt in res["axes"][0]["points"]}
+    assert "its fold" not in at[6]["exchange_from"]
+    assert at[6]["predicted"]["exchange"] == pytest.approx(grown, rel=1e-9)
 
 
 def test_the_forecast_on_the_allocation_starts_from_a_small_allocations_measured_exchange(
