@@ -16,15 +16,16 @@ The link shape here has no duplex share (a study fits it on its 2-node training 
 exchange-only session has none of). Errors are (predicted - measured) / measured.
 
 Each set: the link RATE, the WORKLOAD whose gradients are timed (a study file's, or named) and
-the folder OUT, results/NAME (its table is OUT.txt), one box session a set; COUNTS "3 4 16 12"
-for the first set, "3 4 16 12 14 10" for the others:
+the folder OUT, results/NAME (its table is OUT.txt), one box session a set (the last two
+shared one); COUNTS "3 4 16 12" for the first set, "3 4 16 12 14 10" for the others:
 
     #  RATE     NAME                             WORKLOAD
     #  100mbit  exchange-only                    --study jobs/box-tuned-widemlp-375mbit.toml
     #  150mbit  exchange-only-mobilenet-150mbit  --study jobs/box-small-mobilenet-290mbit.toml
     #  125mbit  exchange-only-cnn-125mbit        --study jobs/box-small-cnn-290mbit.toml
     #  120mbit  exchange-only-cnn1000-120mbit    --workload cnn --model small --num-classes 1000
-    #                                            --image-size 32 (1.5 MB, after the fold's steps)
+    #                                            --image-size 32 (1.5 MB; run after 227ac74)
+    #  120mbit  exchange-only-cnn16k-120mbit     the same with --num-classes 16000 (17 MB)
     scripts/cluster-box.sh up 16 --link $RATE --cpus-per-node 0.1 && scripts/cluster-box.sh check
     eval "$(scripts/cluster-box.sh env | sed 's/^/export /')"; export HPCDL_THREADS=1
     for n in $COUNTS; do salloc -N$n -n$n --ntasks-per-node=1 --time=30 hpcdl tune \\
