@@ -19,14 +19,20 @@ step error move between sessions (a part of the error no correction of a configu
 removes), how much of it the repeats' own noise makes, and what it leaves a predictor with no
 bias at all: its mean absolute error, and the chance that all of a study's points lie within 10%.
 
+With ``--after COMMIT`` the studies whose files were committed before their runs, and whose runs
+came after COMMIT, are pooled apart (read from each record's git_commit and study_sha256 and the
+clone's git): the check of the rules COMMIT set, on points they did not see.
+
 A bias near zero with a large absolute error is noise; a step bias near zero whose parts carry
 opposite biases is cancellation, which the per-part columns show.
 
     python -m benchmarks.heldout_check results/box-cnn-*/ > results/heldout-check.txt
 """
 import argparse
+import hashlib
 import json
 import math
+import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -90,6 +96,55 @@ def summary(points) -> dict:
         "inside": sum(bool(p.get("inside")) for p in points if "inside" in p and p.get("band")),
         "banded": sum(1 for p in points if p.get("band")),
     }
+
+
+def run_after(folder: Path, commit: str, repo: Path = Path(".")) -> Optional[bool]:
+    """Whether every training record of the study ran on a commit that descends from ``commit``
+    and already held the study file with the hash the records carry: the file written, and
+    committed, before its runs, and the runs after that commit. None where the records or git
+    cannot tell (no commit or study file named, a commit not in this clone)."""
+    pairs = set()
+    try:
+        lines = _runs(folder).read_text().splitlines()
+    except OSError:
+        return None
+    for text in lines:
+        rec = json.loads(text)
+        if rec.get("kind") != "train":
+            continue
+        d = rec.get("declared") or {}
+        pairs.add(((rec.get("manifest") or {}).get("git_commit"), d.get("study_file"),
+                   d.get("study_sha256")))
+    if not pairs or any(None in p for p in pairs):
+        return None
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True)
+
+    for ran, path, sha in pairs:
+        if git("cat-file", "-e", f"{ran}^{{commit}}").returncode:
+            return None
+        held = git("show", f"{ran}:{path}")
+        if (git("merge-base", "--is-ancestor", commit, ran).returncode or held.returncode
+                or hashlib.sha256(held.stdout).hexdigest() != sha):
+            return False
+    return True
+
+
+def _print_after(rows, folders, commits) -> None:
+    """Per commit, the studies written before their runs and run after it (:func:`run_after`),
+    apart from the rest: the check of the rules that commit set, on points they did not see."""
+    for commit in commits:
+        after = {f: run_after(f, commit) for f in folders}
+        names = {heldout(f)[0][0] for f, ok in after.items() if ok and heldout(f)}
+        print()
+        print(f"# written, and committed, before their runs, and run after {commit} (each "
+              f"record's git_commit descends from it and holds the study file with the "
+              f"records' study_sha256): {len(names)} studies ({', '.join(sorted(names))}); "
+              f"undecided: {sum(v is None for v in after.values())}")
+        pts = [pt for study, _, pt in rows if study in names]
+        if pts:
+            print(line(f"after {commit}", "all", summary(pts)))
 
 
 def _mae(points, key):
@@ -491,9 +546,12 @@ def _print_one_rank_probes(folders) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("studies", type=Path, nargs="+", help="study results folders (or report.json)")
+    ap.add_argument("--after", action="append", default=[], metavar="COMMIT",
+                    help="pool apart the studies written before their runs and run after COMMIT")
     a = ap.parse_args(argv)
     rows = [r for f in a.studies for r in heldout(f)]
-    print(f"# python -m benchmarks.heldout_check {' '.join(map(str, a.studies))}")
+    print(f"# python -m benchmarks.heldout_check {' '.join(map(str, a.studies))}"
+          + "".join(f" --after {c}" for c in a.after))
     print("# from each study's report.json (hpcdl study report); errors are (predicted - measured)"
           " / measured; parts: compute and exchange each within 15%; band: measured step inside"
           " the report's 90% band")
@@ -513,6 +571,7 @@ def main(argv=None) -> int:
     for backend, pts in sorted(by_backend.items()):
         print(line("all", backend, summary(pts)))
     print(line("all", "all", summary([pt for _, _, pt in rows])))
+    _print_after(rows, a.studies, a.after)
     print()
     print("# by node count, all studies and backends: the mean signed errors and whether the step"
           " errors lean one way more than chance gives (two-sided sign test, as each report "

@@ -85,3 +85,46 @@ def test_what_an_error_that_moves_between_sessions_allows_a_predictor_without_bi
     assert math.isclose(a["all_within"], 0.954499736 ** 12, rel_tol=1e-7)
     assert math.isclose(a["mae"], 0.05 * math.sqrt(2 / math.pi))
     assert math.isclose(a["moves_for_target"], 0.04 / math.sqrt(2 / math.pi))
+
+
+def test_a_study_counts_as_run_after_a_commit_only_if_its_file_was_committed_before_its_runs(
+        tmp_path):
+    """run_after reads git: each record's commit descends from the rule's and already held the
+    study file with the records' hash; a file changed after its commit, a run before the rule,
+    or a commit this clone lacks do not count."""
+    import hashlib
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
+                               "user.email=t@t", *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    (repo / "rule.txt").write_text("rule\n")
+    git("add", "."), git("commit", "-q", "-m", "before the rule")
+    early = git("rev-parse", "HEAD")
+    (repo / "rule.txt").write_text("rule 2\n")
+    git("add", "."), git("commit", "-q", "-m", "the rule")
+    rule = git("rev-parse", "HEAD")
+    (repo / "jobs").mkdir()
+    (repo / "jobs" / "s.toml").write_text("[study]\n")
+    git("add", "."), git("commit", "-q", "-m", "the study file")
+    ran = git("rev-parse", "HEAD")
+    sha = hashlib.sha256(b"[study]\n").hexdigest()
+
+    def study(name, commit, digest):
+        folder = tmp_path / name
+        folder.mkdir()
+        rec = {"kind": "train", "manifest": {"git_commit": commit},
+               "declared": {"study_file": "jobs/s.toml", "study_sha256": digest}}
+        (folder / "runs.jsonl").write_text(json.dumps(rec) + "\n")
+        return folder
+
+    assert heldout_check.run_after(study("ok", ran, sha), rule, repo) is True
+    assert heldout_check.run_after(study("edited", ran, "0" * 64), rule, repo) is False
+    assert heldout_check.run_after(study("early", early, sha), rule, repo) is False
+    assert heldout_check.run_after(study("missing", "f" * 40, sha), rule, repo) is None
