@@ -99,6 +99,12 @@ def wire_bytes(count: int, compression: str = "none") -> int:
 # the forecast prices them, the record compares a node's counters with them (node_bytes), and the
 # benchmark's alpha-beta fit counts them (coefficients).
 
+def power_of_two_below(p: int) -> int:
+    """The largest power of two <= p (p >= 1): the count Open MPI's folding algorithms run their
+    steps on, the ranks beyond it folded in first."""
+    return 1 << (int(p).bit_length() - 1)
+
+
 def link_parts(algorithm: str, n: float, p: int) -> Tuple[float, float]:
     """Bytes one rank's link carries in one allreduce of ``n`` bytes on ``p`` ranks (one rank
     per node), on the slowest rank's path, split in two: those it sends while receiving as much
@@ -110,7 +116,7 @@ def link_parts(algorithm: str, n: float, p: int) -> Tuple[float, float]:
     whole buffer in (n) and the result out (n), one way each."""
     if p <= 1:
         return 0.0, 0.0
-    q = 1 << (int(p).bit_length() - 1)     # the largest power of two <= p
+    q = power_of_two_below(p)
     fold = q < p
     if algorithm in ("ring", "segmented ring"):
         ring = 2.0 * (p - 1) / p * n
@@ -141,7 +147,7 @@ def step_spans(algorithm: str, n: float, p: int) -> List[Tuple[float, int, int]]
     neighbours; a binomial tree's round i is 2^i apart."""
     if p <= 1:
         return []
-    q = 1 << (int(p).bit_length() - 1)
+    q = power_of_two_below(p)
     fold = q < p
     k = int(math.log2(q))
     if algorithm in ("ring", "segmented ring"):

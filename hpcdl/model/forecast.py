@@ -100,7 +100,7 @@ def _fold_and_steps(model, anchors, at: List[int], p: int, q: int, algo: str, t:
     model. None where p adds no step or no power of two was timed (the growth rule then)."""
     if algo not in FOLDING or not (_fold(p) and _fold(q)) or q >= p:
         return None
-    low, high = _pow2(q), _pow2(p)
+    low, high = costmodel.power_of_two_below(q), costmodel.power_of_two_below(p)
     c = max((c for c in at if not _fold(c)), default=None)
     if high <= low or c is None:
         return None
@@ -113,10 +113,6 @@ def _fold_and_steps(model, anchors, at: List[int], p: int, q: int, algo: str, t:
     return t + steps * tc / m_c, (f"{source} (its fold), plus the steps from {low} to {high} "
                                   f"ranks at x{tc / m_c:.3g} the model's at {c} nodes "
                                   f"({source_c})")
-
-
-def _pow2(n: int) -> int:
-    return 1 << (int(n).bit_length() - 1)
 
 
 def _row(model, kind: str, p: int, b1: float, s: dict, algo: str, banding: Band, exchange=None,

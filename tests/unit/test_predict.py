@@ -484,9 +484,7 @@ def test_a_fold_is_priced_from_a_count_that_folds_and_its_steps_from_a_power_of_
         both, one = costmodel.link_parts("rabenseifner", MB, p)
         return (both * 1.9 + one) / (RATE / 8 * allreduce.FRAMING)
 
-    def pow2(p):
-        return 1 << (p.bit_length() - 1)
-
+    pow2 = costmodel.power_of_two_below
     taken = {p: 1.3 * model(pow2(p)) + 1.8 * (model(p) - model(pow2(p))) for p in (3, 4, 6, 8)}
     extra = {p: taken[p] / model(p) for p in taken}
     recs = study(nodes=(1, 2, 6, 8), ex_factor=extra)
