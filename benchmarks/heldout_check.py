@@ -131,18 +131,20 @@ def run_after(folder: Path, commit: str, repo: Path = Path(".")) -> Optional[boo
     return True
 
 
-def _print_after(rows, folders, commits) -> None:
+def _print_after(held: dict, commits) -> None:
     """Per commit, the studies written before their runs and run after it (:func:`run_after`),
-    apart from the rest: the check of the rules that commit set, on points they did not see."""
+    apart from the rest: the check of the rules that commit set, on points they did not see.
+    ``held``: each folder's held-out points, as :func:`heldout` read them."""
     for commit in commits:
-        after = {f: run_after(f, commit) for f in folders}
-        names = {heldout(f)[0][0] for f, ok in after.items() if ok and heldout(f)}
+        after = {f: run_after(f, commit) for f in held}
+        kept = [f for f, ok in after.items() if ok and held[f]]
+        names = sorted({held[f][0][0] for f in kept})
         print()
         print(f"# written, and committed, before their runs, and run after {commit} (each "
               f"record's git_commit descends from it and holds the study file with the "
-              f"records' study_sha256): {len(names)} studies ({', '.join(sorted(names))}); "
+              f"records' study_sha256): {len(names)} studies ({', '.join(names)}); "
               f"undecided: {sum(v is None for v in after.values())}")
-        pts = [pt for study, _, pt in rows if study in names]
+        pts = [pt for f in kept for _, _, pt in held[f]]
         if pts:
             print(line(f"after {commit}", "all", summary(pts)))
 
@@ -549,7 +551,8 @@ def main(argv=None) -> int:
     ap.add_argument("--after", action="append", default=[], metavar="COMMIT",
                     help="pool apart the studies written before their runs and run after COMMIT")
     a = ap.parse_args(argv)
-    rows = [r for f in a.studies for r in heldout(f)]
+    held = {f: heldout(f) for f in a.studies}
+    rows = [r for f in a.studies for r in held[f]]
     print(f"# python -m benchmarks.heldout_check {' '.join(map(str, a.studies))}"
           + "".join(f" --after {c}" for c in a.after))
     print("# from each study's report.json (hpcdl study report); errors are (predicted - measured)"
@@ -571,7 +574,7 @@ def main(argv=None) -> int:
     for backend, pts in sorted(by_backend.items()):
         print(line("all", backend, summary(pts)))
     print(line("all", "all", summary([pt for _, _, pt in rows])))
-    _print_after(rows, a.studies, a.after)
+    _print_after(held, a.after)
     print()
     print("# by node count, all studies and backends: the mean signed errors and whether the step"
           " errors lean one way more than chance gives (two-sided sign test, as each report "
