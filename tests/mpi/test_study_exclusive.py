@@ -20,7 +20,7 @@ repeats = 1
 [workload]
 name = "expmlp"
 global_batch = 200
-steps = 4000
+steps = 40000
 warmup = 5
 num_batches_per_iter = 5
 
