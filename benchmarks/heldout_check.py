@@ -147,6 +147,33 @@ def _print_after(held: dict, commits) -> None:
         pts = [pt for f in kept for _, _, pt in held[f]]
         if pts:
             print(line(f"after {commit}", "all", summary(pts)))
+            _print_hidden_ends(pts)
+
+
+def hidden_ends(points) -> Optional[dict]:
+    """The step's error with each share of the exchange hidden beyond the calibration: none
+    (each point's ``step_if_none``), the middle (its predicted step) and all of the calibration's
+    (``step_if_hidden``): {end: (mean absolute error, points beyond 15%)} and n; None where no
+    point carries both ends."""
+    pts = [p for p in points if p.get("step_if_none") and p.get("step_if_hidden")
+           and (p.get("measured") or {}).get("step") and (p.get("predicted") or {}).get("step")]
+    if not pts:
+        return None
+    out = {"n": len(pts)}
+    for end, key in (("none", "step_if_none"), ("middle", None), ("all", "step_if_hidden")):
+        errs = [abs((p[key] if key else p["predicted"]["step"]) / p["measured"]["step"] - 1)
+                for p in pts]
+        out[end] = (mean(errs), sum(e > 0.15 for e in errs))
+    return out
+
+
+def _print_hidden_ends(points) -> None:
+    h = hidden_ends(points)
+    if h:
+        print(f"  the exchange hidden beyond the calibration, over {h['n']} points: none "
+              f"{_pct(h['none'][0])} ({h['none'][1]} beyond 15%), the middle (the model's) "
+              f"{_pct(h['middle'][0])} ({h['middle'][1]}), all of the calibration's share "
+              f"{_pct(h['all'][0])} ({h['all'][1]})")
 
 
 def _mae(points, key):
@@ -574,6 +601,7 @@ def main(argv=None) -> int:
     for backend, pts in sorted(by_backend.items()):
         print(line("all", backend, summary(pts)))
     print(line("all", "all", summary([pt for _, _, pt in rows])))
+    _print_hidden_ends([pt for _, _, pt in rows])
     _print_after(held, a.after)
     print()
     print("# by node count, all studies and backends: the mean signed errors and whether the step"

@@ -128,3 +128,19 @@ def test_a_study_counts_as_run_after_a_commit_only_if_its_file_was_committed_bef
     assert heldout_check.run_after(study("edited", ran, "0" * 64), rule, repo) is False
     assert heldout_check.run_after(study("early", early, sha), rule, repo) is False
     assert heldout_check.run_after(study("missing", "f" * 40, sha), rule, repo) is None
+
+
+def test_the_step_error_with_none_the_middle_or_all_of_the_share_hidden():
+    """Each end of the hidden share is judged by the steps the report priced it at; a point
+    without both ends is left out rather than counted at the middle."""
+    pts = [{"measured": {"step": 1.0}, "predicted": {"step": 1.1},
+            "step_if_none": 1.3, "step_if_hidden": 0.9},
+           {"measured": {"step": 2.0}, "predicted": {"step": 1.8},
+            "step_if_none": 2.0, "step_if_hidden": 1.6},
+           {"measured": {"step": 1.0}, "predicted": {"step": 5.0}}]
+    h = heldout_check.hidden_ends(pts)
+    assert h["n"] == 2
+    assert h["none"] == (pytest.approx(0.15), 1)
+    assert h["middle"] == (pytest.approx(0.10), 0)
+    assert h["all"] == (pytest.approx(0.15), 1)
+    assert heldout_check.hidden_ends(pts[2:]) is None
