@@ -308,6 +308,7 @@ INPUT_RANGES = {
         ("shares.*.*.median", 0.0, 1.0, True, "a share of a CPU, in [0, 1)"),
         ("shares.*.*.busiest", 0.0, 1.0, True, "a share of a CPU, in [0, 1)"),
         ("shares.*.*.idle_cpu_s_per_s", 0.0, 1e3, True, "CPU seconds per second (>= 0)"),
+        ("window.*.*.share", 0.0, 1.0, True, "a share of the pass, in [0, 1]"),
     ),
     "hpcdl.host-spread/1": (
         ("spread.*.*.*", 0.0, 100.0, False, "a node's compute over the center (> 0, < 100)"),

@@ -18,6 +18,11 @@ node count the forecast draws on (the calibration's and the largest you can get)
   rank's pass alone (the others asleep, before Horovod starts and after it stops) it is how much
   longer a node computes in an n-node training. Run at the calibration's node counts and up to
   4 nodes: the model holds the largest count's beyond it (:mod:`hpcdl.model.loop_share`).
+- **The steps' overlap** (the loop file's ``window``): on several nodes every rank times
+  ``--steps`` training steps a round, the pass and its gradients averaged in one graph as
+  training runs them, each beside the same exchange alone; with the pass beside a live exchange,
+  the share of the pass the step hid exchange behind at n nodes, which the model takes beyond
+  the calibration (:mod:`hpcdl.model.parts`).
 - **Horovod's loop** (a loop file, ``hpcdl.loop-cpu/1``, :mod:`hpcdl.model.loop_share`):
   Horovod started as training starts it, then ``--seconds`` with the main thread asleep and
   ``--seconds`` with it computing (pure Python, one thread); from each thread's CPU time
@@ -53,6 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("measurement")
     m.add_argument("--rounds", type=int, default=3, help="rounds of the spread (3)")
     m.add_argument("--probes", type=int, default=20, help="passes timed per rank and round (20)")
+    m.add_argument("--steps", type=int, default=5,
+                   help="training steps timed per round, each beside its exchange alone (5; 0: "
+                        "none)")
     m.add_argument("--seconds", type=float, default=10.0,
                    help="each window of the loop's CPU, asleep and computing (10)")
     m.add_argument("--spread", default="results/allocation/spread.json",
@@ -211,24 +219,58 @@ def _live(tf, hvd, grads, rounds: int, probes: int) -> List[List[float]]:
     return out
 
 
-def _horovod_phase(tf, grads, seconds: float, rounds: int, probes: int) -> dict:
+def _overlap(tf, hvd, grads, rounds: int, steps: int) -> List[dict]:
+    """Each round's training steps as training runs them: the pass and its gradients averaged
+    one tensor at a time in one graph, as hvd.DistributedGradientTape does (a late layer's
+    exchange starts while earlier ones are differentiated), each after a barrier and followed by
+    the same exchange alone, as a probe times it. With the pass beside a live exchange
+    (:func:`_live`): how much of the exchange a step hid at this node count. (Steps back to
+    back, without the barriers, read far off training's steps on nodes of 0.15 cores: 1.41 s
+    at 3 nodes where training took 1.89 s; docs/decisions.md.)"""
+    def average(gs):
+        return [hvd.allreduce(g, op=hvd.Average) for g in gs]
+    inner = getattr(grads, "python_function", grads)    # one graph, not a call of another
+    step, alone = tf.function(lambda: average(inner())), tf.function(average)
+
+    def barrier():
+        hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="hpcdl.bench.overlap.barrier")
+    gs = grads()
+    step()[-1].numpy()
+    alone(gs)[-1].numpy()
+    out = []
+    for _ in range(rounds):
+        times: Dict[str, List[float]] = {"step": [], "exchange": []}
+        for _ in range(steps):
+            for name, call in (("step", step), ("exchange", lambda: alone(gs))):
+                barrier()
+                t0 = time.perf_counter()
+                call()[-1].numpy()
+                times[name].append(time.perf_counter() - t0)
+        out.append(times)
+    return out
+
+
+def _horovod_phase(tf, grads, seconds: float, rounds: int, probes: int, steps: int) -> dict:
     """Horovod started as training does and one exchange; the passes beside a live exchange
-    (:func:`_live`), then the loop's two windows."""
+    (:func:`_live`), the steps' overlap (:func:`_overlap`, on several ranks), then the loop's
+    two windows."""
     import horovod.tensorflow as hvd
     hvd.init()
     hvd.allreduce(tf.ones([1024]), op=hvd.Average)
     live = _live(tf, hvd, grads, rounds, probes)
+    overlap = _overlap(tf, hvd, grads, rounds, steps) if hvd.size() > 1 and steps else []
     time.sleep(1.0)
     idle = window(seconds)
     busy = window(seconds, _busy)
     hvd.shutdown()
-    return {"idle": idle, "busy": busy, "live": live}
+    return {"idle": idle, "busy": busy, "live": live, "overlap": overlap}
 
 
 def main(opts) -> int:
     from .tune_launch import _grads_fn, _train_opts
-    if min(opts.rounds, opts.probes) < 1 or opts.seconds <= 0:
-        raise UserError("--rounds and --probes must be at least 1, --seconds above 0")
+    if min(opts.rounds, opts.probes) < 1 or opts.seconds <= 0 or opts.steps < 0:
+        raise UserError("--rounds and --probes must be at least 1, --steps at least 0, "
+                        "--seconds above 0")
     layout = cluster.discover()
     threads = cluster.configure_threads(layout)
     cluster.apply_rank_defaults()
@@ -247,11 +289,12 @@ def main(opts) -> int:
         raise UserError(f"workload {targs.workload} has no batch to time its compute on")
     spread = world.gather(_spread_rounds(world, grads, opts.rounds, opts.probes), root=0)
     cpu = world.gather({"host": layout.host, **_horovod_phase(
-        tf, grads, opts.seconds, opts.rounds, opts.probes)}, root=0)
+        tf, grads, opts.seconds, opts.rounds, opts.probes, opts.steps)}, root=0)
     after = _alone(world, grads, opts.probes)     # the host's drift across the Horovod phase
     if layout.rank == 0:
         before = [t for r in spread[0] for t in r["alone"]]
-        _report(opts, layout, spread, cpu, _growth(cpu[0]["live"], before + after))
+        growth = _growth(cpu[0]["live"], before + after)
+        _report(opts, layout, spread, cpu, growth, _window(cpu[0]["overlap"], growth))
     world.Barrier()
     return 0
 
@@ -274,13 +317,29 @@ def _growth(live: List[List[float]], alone: List[float]) -> dict:
             "live_s": statistics.median(t for r in live for t in r)}
 
 
-def _report(opts, layout, spread: List[List[dict]], cpu: List[dict], growth: dict) -> None:
+def _window(overlap: List[dict], growth: dict) -> Optional[dict]:
+    """The share of the first node's pass (beside a live exchange, :func:`_growth`) its steps
+    hid exchange behind: (pass + exchange alone - step) / pass of the medians, in [0, 1], as
+    the model reads a calibration run's (:mod:`hpcdl.model.parts`); None on one rank."""
+    if not overlap:
+        return None
+    step = statistics.median(t for r in overlap for t in r["step"])
+    exchange = statistics.median(t for r in overlap for t in r["exchange"])
+    c = growth["live_s"]
+    return {"share": min(1.0, max(0.0, (c + exchange - step) / c)), "step_s": step,
+            "exchange_s": exchange, "pass_s": c,
+            "rounds": [{"step_s": statistics.median(r["step"]),
+                        "exchange_s": statistics.median(r["exchange"])} for r in overlap]}
+
+
+def _report(opts, layout, spread: List[List[dict]], cpu: List[dict], growth: dict,
+            window: Optional[dict]) -> None:
     """Rank 0: the figures printed and added to the two files."""
     n = layout.size
     machine, facts = machine_of(layout.host)
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     command = (f"hpcdl bench allocation --rounds {opts.rounds} --probes {opts.probes} "
-               f"--seconds {opts.seconds:g} on {n} node(s)")
+               f"--steps {opts.steps} --seconds {opts.seconds:g} on {n} node(s)")
     rounds = [_deviations([rank[r]["together"] for rank in spread]) for r in range(opts.rounds)]
     centers = [statistics.median(v for rank in spread for v in rank[r]["together"])
                for r in range(opts.rounds)]
@@ -300,6 +359,10 @@ def _report(opts, layout, spread: List[List[dict]], cpu: List[dict], growth: dic
           f"{growth['live_s'] * 1e3:.1f} ms, {growth['ratio']:.3f}x alone "
           f"({growth['alone_s'] * 1e3:.1f} ms); by round "
           + ", ".join(f"{r:.3f}x" for r in growth["rounds"]))
+    if window:
+        print(f"overlap: a step took {window['step_s'] * 1e3:.1f} ms, its exchange alone "
+              f"{window['exchange_s'] * 1e3:.1f} ms, the pass {window['pass_s'] * 1e3:.1f} ms: "
+              f"{window['share'] * 100:.0f}% of the pass hid exchange")
     extra = {"time": stamp, "command": command}
     link = (facts or {}).get("link_rate")
     if n > 1:
@@ -316,6 +379,8 @@ def _report(opts, layout, spread: List[List[dict]], cpu: List[dict], growth: dic
     ldoc = merged(Path(opts.loop), LOOP_SCHEMA, machine, n)
     ldoc.setdefault("shares", {}).setdefault(cycle, {})[str(n)] = share
     ldoc.setdefault("growth", {}).setdefault(cycle, {})[str(n)] = growth
+    if window:
+        ldoc.setdefault("window", {}).setdefault(cycle, {})[str(n)] = window
     ldoc.update(extra)
     ldoc["made_for"].update(rounds=1, seconds=opts.seconds, link_rate=link,
                             one_node=layout.num_nodes == 1)

@@ -55,6 +55,15 @@ class LoopShare(MachineFile):
         table = (self.doc.get("growth") or {}).get(costmodel.setting_cycle(setting))
         return {int(n): float(v["ratio"]) for n, v in table.items()} if table else None
 
+    def windows(self, setting: str) -> Optional[Dict[int, float]]:
+        """{nodes: the share of a pass the allocation's training steps hid exchange behind} at
+        the cycle time of ``setting``; None where the file did not measure it (files made
+        before it did: the model's rule for the calibration's share then stands)."""
+        if self.doc is None:
+            return None
+        table = (self.doc.get("window") or {}).get(costmodel.setting_cycle(setting))
+        return {int(n): float(v["share"]) for n, v in table.items()} if table else None
+
 
 def share_at(shares: Dict[int, float], p: int) -> float:
     """The loop's share at ``p`` nodes: measured, else linear in log2 p between the measured node

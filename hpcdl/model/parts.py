@@ -11,10 +11,30 @@ import numpy as np
 from . import host_spread, loop_share
 from .allreduce import duplex_of, on_link
 from ..costmodel import SMALL, link_bytes, pairwise
+from .files import small_allocation
 from .measured import median as _med, summary as _summary
 from .. import costmodel
 
 BEYOND = 0.5     # of the calibration's hidden exchange, beyond it: the middle (docs/decisions.md)
+
+
+def folds_alike(p: int, q: int) -> bool:
+    """Whether p and q nodes are both powers of two or both not: an algorithm of halving and
+    doubling (Rabenseifner, recursive doubling) folds the ranks beyond a power of two onto it
+    first, its steps then wait on one link while the others idle."""
+    return (p & (p - 1) == 0) == (q & (q - 1) == 0)
+
+
+def window_at(windows: Optional[Dict[int, float]], p: int, p_cal: int) -> Optional[float]:
+    """The share of the compute the exchange hides at ``p`` nodes beyond the calibration, as a
+    small allocation's training steps measured it (:mod:`hpcdl.bench.allocation`): its largest
+    count above the calibration that folds as p does (:func:`folds_alike`), else its largest
+    above the calibration; None where it measured none (docs/decisions.md)."""
+    small = {n: w for n, w in small_allocation(windows, p, p_cal).items() if n > p_cal}
+    if not small:
+        return None
+    alike = [n for n in small if folds_alike(n, p)]
+    return small[max(alike or small)]
 
 
 def expected_max(values: Sequence[float], p: int) -> float:
@@ -48,6 +68,7 @@ class PartModel:
                  crowd: Optional[Dict[int, float]] = None,
                  growth: Optional[Dict[int, float]] = None):
         self.fit = fit
+        self.windows: Optional[Dict[int, float]] = None   # a loop file's (:func:`calibrate`)
         self.crowd = crowd
         self.growth = growth
         self.loop = loop
@@ -162,10 +183,17 @@ class PartModel:
         return c + self.fixed + e - self.hidden(p, e, c, share)
 
     def hidden(self, p: int, e: float, c: float, share: Optional[float] = None) -> float:
-        """The exchange hidden behind compute: as at the calibration up to its node count,
-        ``share`` of that beyond it."""
+        """The exchange hidden behind compute: as at the calibration up to its node count;
+        beyond it, ``share`` of that (the band's reading ends), else the share of the compute
+        a small allocation's steps hid (:func:`window_at`), else :data:`BEYOND` of it."""
         full = min(e, self.window * c)
-        return full if p <= self.p_cal else full * (BEYOND if share is None else share)
+        if p <= self.p_cal:
+            return full
+        if share is None:
+            w = window_at(self.windows, p, self.p_cal)
+            if w is not None:
+                return min(e, w * c)
+        return full * (BEYOND if share is None else share)
 
     @property
     def exchange_source(self) -> str:
@@ -184,6 +212,9 @@ class PartModel:
                 "rank_draws": len(self.rank_dev),
                 "rank_max_factor_2": self._expected_max(2),
                 "loop_shares": self.loop,
+                **({"windows": {str(k): v for k, v in sorted(small_allocation(
+                    self.windows, SMALL + 1, self.p_cal).items()) if k > self.p_cal}}
+                   if self.windows else {}),
                 # the entries a prediction beyond the calibration draws on (a small allocation's),
                 # each with what the points above it take from it
                 **({"growth": {str(k): {"measured": v, "factor": host_spread.crowd_factor(
@@ -201,12 +232,16 @@ def calibrate(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = No
          loop: Optional[Dict[int, float]] = None,
          spreads: Optional[Dict[int, np.ndarray]] = None,
          crowd: Optional[Dict[int, float]] = None,
-         growth: Optional[Dict[int, float]] = None) -> PartModel:
-    """The model from the calibration runs: each run's own figures, the medians where pooled."""
+         growth: Optional[Dict[int, float]] = None,
+         windows: Optional[Dict[int, float]] = None) -> PartModel:
+    """The model from the calibration runs: each run's own figures, the medians where pooled;
+    ``windows``: the share of the compute a small allocation's steps hid, by node count."""
     pooled = []
     for p, runs in sorted(cal.items()):
         s = _summary(runs)
         m = {"center": _med(runs, "center"), "step": s["step"], "exchange": s["exchange"],
              "rank_dev": runs.devs()}
         pooled.append({**s, "m": m})
-    return PartModel(pooled, backend, fit, loop, spreads, crowd, growth)
+    model = PartModel(pooled, backend, fit, loop, spreads, crowd, growth)
+    model.windows = windows
+    return model

@@ -24,8 +24,10 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
 - **step** = compute + fixed + exchange − hidden, hidden = min(exchange, window × compute) up to
   the calibrated node count: fixed is the 1-node step beyond its compute, window the share of
   the compute the exchange hid behind at the calibration points (0 for the parameter server,
-  whose step pays the ranks' center). Beyond it the share that hides is not known: between none
-  and as at the calibration, the point takes the middle (:data:`.parts.BEYOND`), the band both ends.
+  whose step pays the ranks' center). Beyond it, the share a small allocation's training steps
+  hid at the count that folds as p does (a loop file's window, :func:`.parts.window_at`); where
+  none measured it, between none and as at the calibration: the middle (:data:`.parts.BEYOND`).
+  The band's reading ends stay none and the calibration's.
 
 Baselines, on the same calibration points: *naive*, efficiency stays at its largest calibrated
 point's; *one-parameter*, the 1-node step plus one β from the largest calibrated point's excess.
@@ -234,11 +236,11 @@ def of_points(pts: Dict[tuple, Runs], nodes_max: int, kind: str,
         if fit is not None:
             fit = {"model": costmodel.algorithm_for(backend, first["compression"]),
                    "gamma_s_per_byte": 0.0, **fit}
-        shares = growth = None
+        shares = growth = windows = None
         if loop is not None and backend == "horovod":
-            growth = loop.growth(first["setting"])
+            growth, windows = loop.growth(first["setting"]), loop.windows(first["setting"])
             shares = None if growth else loop.shares(first["setting"])
-        model = calibrate(cal, backend, fit, shares, spreads, crowd, growth)
+        model = calibrate(cal, backend, fit, shares, spreads, crowd, growth, windows)
         cal_rows = [_summary(v) for _, v in sorted(cal.items())]
         loro += _left_out(cal, backend, fit, shares, spreads, crowd, growth)
         benched, here = _benched(model, axis, backend, by_p, nodes_max, bench)
@@ -317,7 +319,8 @@ def _input_effects(ax: Calibrated, f: dict) -> Dict[str, Optional[float]]:
             out[name] = None
             continue
         args = {"loop": m.loop, "spreads": m.spreads, "crowd": m.crowd, "growth": m.growth, **kw}
-        bare = calibrate(cal, ax.backend, m.fit, **args)
+        bare = calibrate(cal, ax.backend, m.fit, **args,
+                         windows=None if name == "loop" else m.windows)
         b = last["batch_per_rank"]
         e, algo = last["exchange_s"], last["algorithm"]
         s = _summary(ax.by_p[max(ax.by_p)])

@@ -113,6 +113,10 @@ def test_a_study_with_a_forecast_measures_its_allocation_first_and_the_report_dr
     # the first rank's pass beside a live exchange of 2 over alone, each round's too
     grown = loop["growth"]["1"]["2"]
     assert grown["ratio"] > 0 and len(grown["rounds"]) == 2 and grown["alone_s"] > 0
+    # its training steps beside their exchange alone: the share of the pass they hid it behind
+    window = loop["window"]["1"]["2"]
+    assert 0 <= window["share"] <= 1 and window["step_s"] > 0 and window["exchange_s"] > 0
+    assert len(window["rounds"]) == 2
     pred = json.loads((d / "report.json").read_text())["prediction"]
     assert [r["nodes"] for r in pred["forecast"][0]["networks"][0]["rows"]] == [8, 32] \
         or pred["forecast"][0]["left_out"]

@@ -35,3 +35,18 @@ def test_a_file_gains_a_node_count_and_refuses_another_machine(tmp_path):
     path.write_text(json.dumps({"schema": "other"}))
     with pytest.raises(UserError, match="not a hpcdl.loop-cpu/1 file"):
         allocation.merged(path, allocation.LOOP_SCHEMA, "cpu X", 4)
+
+
+def test_the_window_is_the_share_of_the_pass_the_steps_hid_exchange_behind():
+    """(pass + exchange alone - step) / pass of the medians over every round, held in [0, 1];
+    none on one rank (no steps timed)."""
+    growth = {"live_s": 1.0}
+    overlap = [{"step": [1.5, 1.6, 1.4], "exchange": [0.9, 1.0, 1.1]},
+               {"step": [1.5, 1.5, 1.7], "exchange": [1.0, 1.0, 0.8]}]
+    w = allocation._window(overlap, growth)
+    assert w["share"] == pytest.approx(0.5) and w["step_s"] == 1.5 and w["exchange_s"] == 1.0
+    assert [r["step_s"] for r in w["rounds"]] == [1.5, 1.5]
+    slow = [{"step": [2.5], "exchange": [1.0]}]          # the step paid more than both parts
+    assert allocation._window(slow, growth)["share"] == 0.0
+    assert allocation._window([{"step": [0.2], "exchange": [1.0]}], growth)["share"] == 1.0
+    assert allocation._window([], growth) is None

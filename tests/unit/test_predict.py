@@ -842,6 +842,44 @@ def test_compute_beyond_the_calibration_grows_as_the_pass_beside_a_live_exchange
     assert host_spread.crowd_factor({2: 1.2, 4: 1.1}, 8, 2) == 1.0
 
 
+def test_beyond_the_calibration_the_exchange_hides_as_the_allocations_steps_hid_it(tmp_path):
+    """A loop file's window (the share of a pass the allocation's training steps hid exchange
+    behind, by node count) sets the hidden exchange beyond the calibration: at p, the largest
+    count below p of at most 4 nodes above the calibration that folds as p does (both powers of
+    two or both not), else the largest such count; the band's reading ends stay the
+    calibration's (all, none); without the file the middle rule stands."""
+    import json
+    recs = study(nodes=(1, 2, 4, 6, 8), window=0.3)
+    path = Path(_loop_file(tmp_path / "loop.json", {"1": LOOP}))
+    doc = json.loads(path.read_text())
+    doc["window"] = {"1": {str(n): {"share": w} for n, w in
+                           {2: 0.3, 3: 0.05, 4: 0.2, 8: 0.9}.items()}}
+    path.write_text(json.dumps(doc))
+    res = predict.of_records(recs, reading.row_key, 2, "weak", loop=LoopShare(str(path), MACHINE))
+    (ax,) = res["axes"]
+    assert ax["model"]["windows"] == {"3": 0.05, "4": 0.2}
+    taken = {4: 0.05, 6: 0.05, 8: 0.2}          # 4: only 3 below it; 6: 3 folds alike; 8: 4
+    for pt in ax["points"]:
+        if pt["fitted"]:
+            continue
+        c, e = pt["predicted"]["compute"], pt["predicted"]["exchange"]
+        fixed = ax["model"]["fixed_s"]
+        assert pt["predicted"]["step"] == pytest.approx(
+            c + fixed + e - min(e, taken[pt["nodes"]] * c), rel=1e-9)
+        assert pt["step_if_none"] == pytest.approx(c + fixed + e, rel=1e-9)
+    plain = predict.of_records(recs, reading.row_key, 2, "weak", loop=LoopShare(
+        _loop_file(tmp_path / "plain.json", {"1": LOOP}), MACHINE))
+    assert "windows" not in plain["axes"][0]["model"]
+    # the report says which rule took the hidden exchange beyond the calibration
+    from hpcdl.report import forecast as words
+    assert words.windowed(res) and not words.windowed(plain)
+    assert words._forecast_table(res).meta["hidden"].startswith(words.MEASURED_WINDOW)
+    assert words._forecast_table(plain).meta["hidden"].startswith("half the calibration's")
+    assert parts.window_at({3: 0.1, 4: 0.2}, 4, 4) is None          # nothing above 4 nodes
+    assert parts.window_at({2: 0.5}, 8, 2) is None                  # only the calibration's
+    assert parts.window_at({3: 0.1}, 8, 2) == 0.1                   # none alike: the largest
+
+
 def test_the_loops_share_between_measured_node_counts_is_interpolated_and_beyond_them_held():
     # a study at node counts the loop file did not measure (6 nodes; 16 nodes)
     assert loop_share.share_at(LOOP, 4) == 0.165
