@@ -152,7 +152,8 @@ def _print_after(held: dict, commits) -> None:
 
 def hidden_ends(points) -> Optional[dict]:
     """The step's error with each share of the exchange hidden beyond the calibration: none
-    (each point's ``step_if_none``), the middle (its predicted step) and all of the calibration's
+    (each point's ``step_if_none``), the model's (its predicted step: the middle, or the
+    allocation's window where its loop file measured one) and all of the calibration's
     (``step_if_hidden``): {end: (mean absolute error, points beyond 15%)} and n; None where no
     point carries both ends."""
     pts = [p for p in points if p.get("step_if_none") and p.get("step_if_hidden")
@@ -171,7 +172,7 @@ def _print_hidden_ends(points) -> None:
     h = hidden_ends(points)
     if h:
         print(f"  the exchange hidden beyond the calibration, over {h['n']} points: none "
-              f"{_pct(h['none'][0])} ({h['none'][1]} beyond 15%), the middle (the model's) "
+              f"{_pct(h['none'][0])} ({h['none'][1]} beyond 15%), the model's (the middle or the window) "
               f"{_pct(h['middle'][0])} ({h['middle'][1]}), all of the calibration's share "
               f"{_pct(h['all'][0])} ({h['all'][1]})")
 
