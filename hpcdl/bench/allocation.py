@@ -193,6 +193,11 @@ def _alone(world, grads, probes: int) -> List[float]:
     return out
 
 
+def _barrier(tf, hvd, name: str) -> None:
+    """Every rank waits for all: a Horovod allreduce of one number."""
+    hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name=name)
+
+
 def _live(tf, hvd, grads, rounds: int, probes: int) -> List[List[float]]:
     """Each round's passes of this rank beside a live exchange, as a training probe times them:
     the workload's gradients averaged through Horovod, then every rank starting the pass at once
@@ -200,9 +205,6 @@ def _live(tf, hvd, grads, rounds: int, probes: int) -> List[List[float]]:
     @tf.function
     def exchange(gs):
         return hvd.grouped_allreduce(list(gs), op=hvd.Average, name="hpcdl.bench.live")
-
-    def barrier():
-        hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="hpcdl.bench.live.barrier")
     gs = grads()
     exchange(gs)[-1].numpy()
     out = []
@@ -210,7 +212,7 @@ def _live(tf, hvd, grads, rounds: int, probes: int) -> List[List[float]]:
         times = []
         for _ in range(probes):
             exchange(gs)[-1].numpy()
-            barrier()
+            _barrier(tf, hvd, "hpcdl.bench.live.barrier")
             t0 = time.perf_counter()
             gs = grads()
             gs[-1].numpy()
@@ -227,13 +229,10 @@ def _overlap(tf, hvd, grads, rounds: int, steps: int) -> List[dict]:
     (:func:`_live`): how much of the exchange a step hid at this node count. (Steps back to
     back, without the barriers, read far off training's steps on nodes of 0.15 cores: 1.41 s
     at 3 nodes where training took 1.89 s; docs/decisions.md.)"""
-    def average(gs):
+    def average(gs):     # as hpcdl.comm.horovod's average (a room this one may not import)
         return [hvd.allreduce(g, op=hvd.Average) for g in gs]
     inner = getattr(grads, "python_function", grads)    # one graph, not a call of another
     step, alone = tf.function(lambda: average(inner())), tf.function(average)
-
-    def barrier():
-        hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="hpcdl.bench.overlap.barrier")
     gs = grads()
     step()[-1].numpy()
     alone(gs)[-1].numpy()
@@ -242,7 +241,7 @@ def _overlap(tf, hvd, grads, rounds: int, steps: int) -> List[dict]:
         times: Dict[str, List[float]] = {"step": [], "exchange": []}
         for _ in range(steps):
             for name, call in (("step", step), ("exchange", lambda: alone(gs))):
-                barrier()
+                _barrier(tf, hvd, "hpcdl.bench.overlap.barrier")
                 t0 = time.perf_counter()
                 call()[-1].numpy()
                 times[name].append(time.perf_counter() - t0)

@@ -66,9 +66,10 @@ class PartModel:
                  loop: Optional[Dict[int, float]] = None,
                  spreads: Optional[Dict[int, np.ndarray]] = None,
                  crowd: Optional[Dict[int, float]] = None,
-                 growth: Optional[Dict[int, float]] = None):
+                 growth: Optional[Dict[int, float]] = None,
+                 windows: Optional[Dict[int, float]] = None):
         self.fit = fit
-        self.windows: Optional[Dict[int, float]] = None   # a loop file's (:func:`calibrate`)
+        self.windows = windows
         self.crowd = crowd
         self.growth = growth
         self.loop = loop
@@ -212,9 +213,8 @@ class PartModel:
                 "rank_draws": len(self.rank_dev),
                 "rank_max_factor_2": self._expected_max(2),
                 "loop_shares": self.loop,
-                **({"windows": {str(k): v for k, v in sorted(small_allocation(
-                    self.windows, SMALL + 1, self.p_cal).items()) if k > self.p_cal}}
-                   if self.windows else {}),
+                **({"windows": {str(k): v for k, v in sorted(self.windows.items())
+                                if self.p_cal < k <= SMALL}} if self.windows else {}),
                 # the entries a prediction beyond the calibration draws on (a small allocation's),
                 # each with what the points above it take from it
                 **({"growth": {str(k): {"measured": v, "factor": host_spread.crowd_factor(
@@ -242,6 +242,4 @@ def calibrate(cal: Dict[int, List[dict]], backend: str, fit: Optional[dict] = No
         m = {"center": _med(runs, "center"), "step": s["step"], "exchange": s["exchange"],
              "rank_dev": runs.devs()}
         pooled.append({**s, "m": m})
-    model = PartModel(pooled, backend, fit, loop, spreads, crowd, growth)
-    model.windows = windows
-    return model
+    return PartModel(pooled, backend, fit, loop, spreads, crowd, growth, windows)

@@ -760,13 +760,17 @@ LOOP = {1: 0.075, 2: 0.12, 4: 0.165, 8: 0.2}
 MACHINE = "cpu X (family 1 model 1; avx2); box nodes_in_box=8, cpus_per_node=0.2"
 
 
-def _loop_file(path, shares_by_cycle, machine=MACHINE):
+def _loop_file(path, shares_by_cycle, machine=MACHINE, **tables):
+    """A loop file of these shares; ``tables``: more of its tables at the 1 ms cycle, each
+    {name: (field, {nodes: value})} (growth's ratio, window's share)."""
     import json
     path.write_text(json.dumps({
         "schema": "hpcdl.loop-cpu/1", "time": "2026-11-26T18:00:00+00:00",
         "made_for": {"machine": machine, "link_rate": "200mbit", "rounds": 2},
         "shares": {c: {str(n): {"median": v, "busiest": v + 0.05} for n, v in t.items()}
-                   for c, t in shares_by_cycle.items()}}))
+                   for c, t in shares_by_cycle.items()},
+        **{name: {"1": {str(n): {field: v} for n, v in by_n.items()}}
+           for name, (field, by_n) in tables.items()}}))
     return str(path)
 
 
@@ -817,15 +821,11 @@ def test_compute_beyond_the_calibration_grows_as_the_pass_beside_a_live_exchange
     """A loop file's growth (the workload's pass beside a live exchange over alone, by node
     count) takes the place of the loop's share: a point at p grows by growth(k)/growth(p_cal),
     k the largest count below p of at most 4 nodes, held beyond it; never under 1."""
-    import json
     recs = study(loop=LOOP)
     plain = predict.of_records(recs, reading.row_key, 2, "weak")
-    path = Path(_loop_file(tmp_path / "loop.json", {"1": LOOP}))
-    doc = json.loads(path.read_text())
-    doc["growth"] = {"1": {str(n): {"ratio": g} for n, g in
-                           {2: 1.10, 3: 1.15, 4: 1.21, 8: 1.6}.items()}}
-    path.write_text(json.dumps(doc))
-    res = predict.of_records(recs, reading.row_key, 2, "weak", loop=LoopShare(str(path), MACHINE))
+    path = _loop_file(tmp_path / "loop.json", {"1": LOOP},
+                      growth=("ratio", {2: 1.10, 3: 1.15, 4: 1.21, 8: 1.6}))
+    res = predict.of_records(recs, reading.row_key, 2, "weak", loop=LoopShare(path, MACHINE))
     ax = res["axes"][0]
     assert ax["model"]["loop_shares"] is None          # the growth holds the loop's share
     assert set(ax["model"]["growth"]) == {"3", "4"}
@@ -848,14 +848,10 @@ def test_beyond_the_calibration_the_exchange_hides_as_the_allocations_steps_hid_
     count below p of at most 4 nodes above the calibration that folds as p does (both powers of
     two or both not), else the largest such count; the band's reading ends stay the
     calibration's (all, none); without the file the middle rule stands."""
-    import json
     recs = study(nodes=(1, 2, 4, 6, 8), window=0.3)
-    path = Path(_loop_file(tmp_path / "loop.json", {"1": LOOP}))
-    doc = json.loads(path.read_text())
-    doc["window"] = {"1": {str(n): {"share": w} for n, w in
-                           {2: 0.3, 3: 0.05, 4: 0.2, 8: 0.9}.items()}}
-    path.write_text(json.dumps(doc))
-    res = predict.of_records(recs, reading.row_key, 2, "weak", loop=LoopShare(str(path), MACHINE))
+    path = _loop_file(tmp_path / "loop.json", {"1": LOOP},
+                      window=("share", {2: 0.3, 3: 0.05, 4: 0.2, 8: 0.9}))
+    res = predict.of_records(recs, reading.row_key, 2, "weak", loop=LoopShare(path, MACHINE))
     (ax,) = res["axes"]
     assert ax["model"]["windows"] == {"3": 0.05, "4": 0.2}
     taken = {4: 0.05, 6: 0.05, 8: 0.2}          # 4: only 3 below it; 6: 3 folds alike; 8: 4
