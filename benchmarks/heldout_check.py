@@ -161,7 +161,7 @@ def hidden_ends(points) -> Optional[dict]:
     if not pts:
         return None
     out = {"n": len(pts)}
-    for end, key in (("none", "step_if_none"), ("middle", None), ("all", "step_if_hidden")):
+    for end, key in (("none", "step_if_none"), ("model", None), ("all", "step_if_hidden")):
         errs = [abs((p[key] if key else p["predicted"]["step"]) / p["measured"]["step"] - 1)
                 for p in pts]
         out[end] = (mean(errs), sum(e > 0.15 for e in errs))
@@ -172,9 +172,9 @@ def _print_hidden_ends(points) -> None:
     h = hidden_ends(points)
     if h:
         print(f"  the exchange hidden beyond the calibration, over {h['n']} points: none "
-              f"{_pct(h['none'][0])} ({h['none'][1]} beyond 15%), the model's (the middle or the window) "
-              f"{_pct(h['middle'][0])} ({h['middle'][1]}), all of the calibration's share "
-              f"{_pct(h['all'][0])} ({h['all'][1]})")
+              f"{_pct(h['none'][0])} ({h['none'][1]} beyond 15%), the model's (the middle or "
+              f"the window) {_pct(h['model'][0])} ({h['model'][1]}), all of the calibration's "
+              f"share {_pct(h['all'][0])} ({h['all'][1]})")
 
 
 def _mae(points, key):

@@ -141,6 +141,6 @@ def test_the_step_error_with_none_the_middle_or_all_of_the_share_hidden():
     h = heldout_check.hidden_ends(pts)
     assert h["n"] == 2
     assert h["none"] == (pytest.approx(0.15), 1)
-    assert h["middle"] == (pytest.approx(0.10), 0)
+    assert h["model"] == (pytest.approx(0.10), 0)
     assert h["all"] == (pytest.approx(0.15), 1)
     assert heldout_check.hidden_ends(pts[2:]) is None
