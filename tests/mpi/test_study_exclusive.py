@@ -37,10 +37,17 @@ def _env():
     return dict(os.environ, PYTHONPATH=str(ROOT))
 
 
+def _sigint_as_at_a_terminal():
+    # a shell's background job inherits SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler: give the run the disposition a terminal's Ctrl-C meets
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(path, root):
     return subprocess.Popen([sys.executable, "-m", "hpcdl", "study", "run", str(path),
                              "--results-root", str(root)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env(),
+                            preexec_fn=_sigint_as_at_a_terminal)
 
 
 def _processes():
