@@ -290,30 +290,31 @@ def _throughput_problem(rec: dict) -> Optional[str]:
 # sentence as a note (a study's allocation files, which the report names in its first lines).
 
 DAY = 86400.0
-# (path, low, high, low included, what a value must be); a path's "*" is any key or index
+# (path, low, high, which ends are in: "[)" low only, "()" neither, "[]" both, what a value must
+# be); a path's "*" is any key or index
 _SECONDS = "a time in seconds (> 0, under a day)"
 _COST = "a finite number >= 0"
 INPUT_RANGES = {
     "hpcdl.fit/1": tuple(
-        (f"backends.*.{part}{term}", 0.0, math.inf, True, _COST)
+        (f"backends.*.{part}{term}", 0.0, math.inf, "[)", _COST)
         for part in ("", "regimes.*.")
         for term in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte")),
     "hpcdl.tuning/1": (
-        ("bytes", 0.0, 1e13, False, "a gradient size in bytes (> 0)"),
-        ("candidates.*.times_s.*", 0.0, DAY, False, _SECONDS),
-        ("picks.*.default_s", 0.0, DAY, False, _SECONDS),
-        ("picks.*.confirm_times_s.*.*", 0.0, DAY, False, _SECONDS),
+        ("bytes", 0.0, 1e13, "()", "a gradient size in bytes (> 0)"),
+        ("candidates.*.times_s.*", 0.0, DAY, "()", _SECONDS),
+        ("picks.*.default_s", 0.0, DAY, "()", _SECONDS),
+        ("picks.*.confirm_times_s.*.*", 0.0, DAY, "()", _SECONDS),
     ),
     "hpcdl.loop-cpu/1": (
-        ("shares.*.*.median", 0.0, 1.0, True, "a share of a CPU, in [0, 1)"),
-        ("shares.*.*.busiest", 0.0, 1.0, True, "a share of a CPU, in [0, 1)"),
-        ("shares.*.*.idle_cpu_s_per_s", 0.0, 1e3, True, "CPU seconds per second (>= 0)"),
-        ("window.*.*.share", 0.0, 1.0, True, "a share of the pass, in [0, 1]"),
+        ("shares.*.*.median", 0.0, 1.0, "[)", "a share of a CPU, in [0, 1)"),
+        ("shares.*.*.busiest", 0.0, 1.0, "[)", "a share of a CPU, in [0, 1)"),
+        ("shares.*.*.idle_cpu_s_per_s", 0.0, 1e3, "[)", "CPU seconds per second (>= 0)"),
+        ("window.*.*.share", 0.0, 1.0, "[]", "a share of the pass, in [0, 1]"),
     ),
     "hpcdl.host-spread/1": (
-        ("spread.*.*.*", 0.0, 100.0, False, "a node's compute over the center (> 0, < 100)"),
-        ("center.*.*", 0.0, DAY, False, _SECONDS),
-        ("crowd.*.*", 0.0, 100.0, False, "a slowdown computing together (> 0, < 100)"),
+        ("spread.*.*.*", 0.0, 100.0, "()", "a node's compute over the center (> 0, < 100)"),
+        ("center.*.*", 0.0, DAY, "()", _SECONDS),
+        ("crowd.*.*", 0.0, 100.0, "()", "a slowdown computing together (> 0, < 100)"),
     ),
 }
 
@@ -334,20 +335,20 @@ def _input_at(doc, parts: Sequence[str], where: str = "") -> Iterator[Tuple[str,
         yield from _input_at(value, rest, f"{where}.{key}" if where else str(key))
 
 
-def _input_bad(value, low: float, high: float, low_in: bool) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _input_bad(value, low: float, high: float, ends: str) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return True
-    if not math.isfinite(value) or value >= high and math.isfinite(high):
+    if math.isfinite(high) and (value > high if ends[1] == "]" else value >= high):
         return True
-    return value < low if low_in else value <= low
+    return value < low if ends[0] == "[" else value <= low
 
 
 def input_problem(doc: dict, schema: str) -> Optional[str]:
     """The first figure of ``doc`` (a file of ``schema``) that is not finite or not in its range,
     as "KEY = VALUE is not WHAT"; None where every figure is."""
-    for path, low, high, low_in, what in INPUT_RANGES.get(schema, ()):
+    for path, low, high, ends, what in INPUT_RANGES.get(schema, ()):
         for where, value in _input_at(doc, path.split(".")):
-            if _input_bad(value, low, high, low_in):
+            if _input_bad(value, low, high, ends):
                 return f"{where} = {value!r} is not {what}"
     return None
 

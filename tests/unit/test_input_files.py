@@ -74,3 +74,12 @@ def test_the_committed_allocation_files_hold():
 ])
 def test_each_file_kind_has_its_ranges(schema, doc, why):
     assert checks.input_problem(doc, schema).startswith(why)
+
+
+@pytest.mark.parametrize("share, bad", [(0.0, False), (1.0, False), (1.0001, True), (-0.01, True)])
+def test_a_window_of_all_the_pass_is_a_share(share, bad):
+    # the allocation's bench writes the window clamped to [0, 1]: steps that hid the whole pass
+    # read 1.0, and a file holding one is taken (a loop share of 1.0 is not: the loop would
+    # take the whole CPU)
+    doc = {"window": {"1": {"3": {"share": share}}}}
+    assert (checks.input_problem(doc, "hpcdl.loop-cpu/1") is not None) == bad
