@@ -152,19 +152,26 @@ def _print_after(held: dict, commits) -> None:
 
 def hidden_ends(points) -> Optional[dict]:
     """The step's error with each share of the exchange hidden beyond the calibration: none
-    (each point's ``step_if_none``), the model's (its predicted step: the middle, or the
-    allocation's window where its loop file measured one) and all of the calibration's
-    (``step_if_hidden``): {end: (mean absolute error, points beyond 15%)} and n; None where no
-    point carries both ends."""
+    (each point's ``step_if_none``), the model's (its predicted step: the middle) and all of the
+    calibration's (``step_if_hidden``): {end: (mean absolute error, points beyond 15%)} and n;
+    and, over the points whose loop file measured a window, the model's and the window's
+    (``step_if_window``) as ``windowed``; None where no point carries both ends."""
     pts = [p for p in points if p.get("step_if_none") and p.get("step_if_hidden")
            and (p.get("measured") or {}).get("step") and (p.get("predicted") or {}).get("step")]
     if not pts:
         return None
+
+    def err(sel, key):
+        errs = [abs((p[key] if key else p["predicted"]["step"]) / p["measured"]["step"] - 1)
+                for p in sel]
+        return mean(errs), sum(e > 0.15 for e in errs)
+
     out = {"n": len(pts)}
     for end, key in (("none", "step_if_none"), ("model", None), ("all", "step_if_hidden")):
-        errs = [abs((p[key] if key else p["predicted"]["step"]) / p["measured"]["step"] - 1)
-                for p in pts]
-        out[end] = (mean(errs), sum(e > 0.15 for e in errs))
+        out[end] = err(pts, key)
+    win = [p for p in pts if p.get("step_if_window")]
+    out["windowed"] = None if not win else {"n": len(win), "model": err(win, None),
+                                            "window": err(win, "step_if_window")}
     return out
 
 
@@ -172,9 +179,14 @@ def _print_hidden_ends(points) -> None:
     h = hidden_ends(points)
     if h:
         print(f"  the exchange hidden beyond the calibration, over {h['n']} points: none "
-              f"{_pct(h['none'][0])} ({h['none'][1]} beyond 15%), the model's (the middle or "
-              f"the window) {_pct(h['model'][0])} ({h['model'][1]}), all of the calibration's "
+              f"{_pct(h['none'][0])} ({h['none'][1]} beyond 15%), the model's "
+              f"{_pct(h['model'][0])} ({h['model'][1]}), all of the calibration's "
               f"share {_pct(h['all'][0])} ({h['all'][1]})")
+        w = h["windowed"]
+        if w:
+            print(f"  where a loop file measured the window, over {w['n']} points: the model's "
+                  f"{_pct(w['model'][0])} ({w['model'][1]}), the window's "
+                  f"{_pct(w['window'][0])} ({w['window'][1]})")
 
 
 def _mae(points, key):

@@ -26,10 +26,11 @@ def folds_alike(p: int, q: int) -> bool:
 
 
 def window_at(windows: Optional[Dict[int, float]], p: int, p_cal: int) -> Optional[float]:
-    """The share of the compute the exchange hides at ``p`` nodes beyond the calibration, as a
+    """The share of the compute the exchange hid at ``p`` nodes beyond the calibration, as a
     small allocation's training steps measured it (:mod:`hpcdl.bench.allocation`): its largest
     count above the calibration that folds as p does (:func:`folds_alike`), else its largest
-    above the calibration; None where it measured none (docs/decisions.md)."""
+    above the calibration; None where it measured none. Shown beside each point, not taken
+    (docs/decisions.md)."""
     small = {n: w for n, w in small_allocation(windows, p, p_cal).items() if n > p_cal}
     if not small:
         return None
@@ -172,28 +173,29 @@ class PartModel:
         return None
 
     def step(self, p: int, b: float, algorithm: str, wire: float, rate: float,
-             exchange: Optional[float] = None, share: Optional[float] = None
-             ) -> Optional[float]:
+             exchange: Optional[float] = None, share: Optional[float] = None,
+             window: Optional[float] = None) -> Optional[float]:
         """The step, its exchange from the model or ``exchange`` where given (a bench's);
         ``share``: beyond the calibration, of the calibration's hidden exchange (1: as much
-        hid, the band's lower edge; 0: none, its upper edge; default :data:`BEYOND`)."""
+        hid, the band's lower edge; 0: none, its upper edge; default :data:`BEYOND`);
+        ``window``: beyond it, that share of the compute hides exchange instead (the step a
+        small allocation's window would give: shown beside, not the model's)."""
         e = self.exchange(p, algorithm, wire, rate) if exchange is None else exchange
         if e is None:
             return None
         c = self.center(p, b) if self.backend == "ps" else self.compute(p, b)
-        return c + self.fixed + e - self.hidden(p, e, c, share)
+        return c + self.fixed + e - self.hidden(p, e, c, share, window)
 
-    def hidden(self, p: int, e: float, c: float, share: Optional[float] = None) -> float:
+    def hidden(self, p: int, e: float, c: float, share: Optional[float] = None,
+               window: Optional[float] = None) -> float:
         """The exchange hidden behind compute: as at the calibration up to its node count;
-        beyond it, ``share`` of that (the band's reading ends), else the share of the compute
-        a small allocation's steps hid (:func:`window_at`), else :data:`BEYOND` of it."""
+        beyond it, ``share`` of that (the band's reading ends), else :data:`BEYOND` of it
+        (docs/decisions.md: why not the allocation's window, which ``window`` takes)."""
         full = min(e, self.window * c)
         if p <= self.p_cal:
             return full
-        if share is None:
-            w = window_at(self.windows, p, self.p_cal)
-            if w is not None:
-                return min(e, w * c)
+        if window is not None:
+            return min(e, window * c)
         return full * (BEYOND if share is None else share)
 
     @property

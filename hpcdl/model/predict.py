@@ -24,10 +24,10 @@ The parts, for p ranks (one per node) at per-rank batch b, from the calibration 
 - **step** = compute + fixed + exchange − hidden, hidden = min(exchange, window × compute) up to
   the calibrated node count: fixed is the 1-node step beyond its compute, window the share of
   the compute the exchange hid behind at the calibration points (0 for the parameter server,
-  whose step pays the ranks' center). Beyond it, the share a small allocation's training steps
-  hid at the count that folds as p does (a loop file's window, :func:`.parts.window_at`); where
-  none measured it, between none and as at the calibration: the middle (:data:`.parts.BEYOND`).
-  The band's reading ends stay none and the calibration's.
+  whose step pays the ranks' center). Beyond it, between none and as at the calibration: the
+  middle (:data:`.parts.BEYOND`); the band's reading ends are those two. Where a loop file
+  measured the share a small allocation's training steps hid (:func:`.parts.window_at`), the
+  step it would give stands beside the point (``step_if_window``), not taken.
 
 Baselines, on the same calibration points: *naive*, efficiency stays at its largest calibrated
 point's; *one-parameter*, the 1-node step plus one β from the largest calibrated point's excess.
@@ -53,7 +53,7 @@ from . import forecast as _forecast
 from .baselines import band_quantile, naive, noise, one_parameter, scores
 from .baselines import relative_error as _err
 from .measured import Runs, points as _points, spread, summary as _summary
-from .parts import PartModel, calibrate, expected_max, folds
+from .parts import PartModel, calibrate, expected_max, folds, window_at
 from .. import costmodel
 
 NOMINAL = 0.90                 # the band's nominal coverage
@@ -175,6 +175,7 @@ def _point(model: PartModel, p: int, runs: Runs, fitted: bool, benched: tuple,
     s = _summary(runs)
     own = model.exchange(p, s["algorithm"], s["wire"], s["rate"])
     ex, source = benched
+    w = window_at(model.windows, p, model.p_cal)
     pred = {"compute": model.compute(p, s["batch"]),
             "exchange": own if ex is None else ex,
             "step": model.step(p, s["batch"], s["algorithm"], s["wire"], s["rate"], ex)}
@@ -188,6 +189,8 @@ def _point(model: PartModel, p: int, runs: Runs, fitted: bool, benched: tuple,
                 p, s["batch"], s["algorithm"], s["wire"], s["rate"], ex, share=1.0),
             "step_if_none": model.step(
                 p, s["batch"], s["algorithm"], s["wire"], s["rate"], ex, share=0.0),
+            **({} if w is None else {"step_if_window": model.step(
+                p, s["batch"], s["algorithm"], s["wire"], s["rate"], ex, window=w)}),
             "error": {k: _err(pred[k], s[k]) for k in pred},
             "naive": naive(cal_rows, p, s["batch"], kind),
             "one_parameter": one_parameter(cal_rows, p, s["batch"], s["wire"], backend)}

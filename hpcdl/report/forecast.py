@@ -18,16 +18,6 @@ def _beyond() -> str:
     return {0.5: "half", 1.0: "all of", 0.0: "none of"}.get(share, f"{share:.0%} of")
 
 
-MEASURED_WINDOW = ("as much of the compute hides exchange as the allocation's training steps "
-                   "hid at the small node count that folds alike (the loop file's window)")
-
-
-def windowed(pred) -> bool:
-    """Whether an axis takes the hidden exchange beyond its calibration from the allocation's
-    training steps (:func:`hpcdl.model.parts.window_at`)."""
-    return any(ax["model"].get("windows") for ax in pred.get("axes", []))
-
-
 def _no_effect() -> str:
     """The share of every step under which a network shows no effect
     (:data:`hpcdl.model.forecast.NETWORK_EFFECT`), as a percentage."""
@@ -38,10 +28,8 @@ def _forecast_table(pred) -> Table:
     t = Table("forecast", "MODEL forecast at larger node counts",
               ["axis", "network", "nodes", "allreduce", "compute (ms)", "exchange (ms)",
                "step (ms)", "band (ms)", "throughput", "efficiency"],
-              meta={"kind": "model", "hidden": (
-                  MEASURED_WINDOW if windowed(pred) else
-                  f"{_beyond()} the calibration's hidden exchange beyond it")
-                  + "; band: from all of it to none"})
+              meta={"kind": "model", "hidden": f"{_beyond()} the calibration's hidden exchange "
+                                                  "beyond it; band: from all of it to none"})
     for f in pred["forecast"]:
         nets = [("this allocation", f["here"])] + [(n["label"], n["rows"])
                                                    for n in f["networks"]]
@@ -65,8 +53,7 @@ def _forecast_markdown(pred, by_name) -> List[str]:
             f"Calibrated on at most {f0['calibrated_nodes']} node(s): on this allocation the "
             f"exchange from {f0['exchange_here']}; on a named network the messages at SimGrid "
             f"SMPI's prices for a fat tree of it; beyond the calibration "
-            + (MEASURED_WINDOW if windowed(pred) else
-               f"{_beyond()} the exchange it hid taken as hidden")
+            + f"{_beyond()} the exchange it hid taken as hidden"
             + ". Each cell: efficiency, step (its band, on this allocation); every figure and band in `forecast.csv` (how: docs/reading-a-report.md).",
             ""] + _forecast_grid(pred) + [""] + (
         [(f"One column stands for {', '.join(left)}" if any(

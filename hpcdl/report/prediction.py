@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional
 
-from .forecast import MEASURED_WINDOW, _beyond, _forecast_markdown, _no_effect, windowed
+from .forecast import _beyond, _forecast_markdown, _no_effect
 from .table import _f, _ms, Table
 from ..analysis.units import seconds
 from ..costmodel import SMALL
@@ -269,9 +269,8 @@ def _prediction_markdown(pred, by_name) -> List[str]:
     held = pred.get("held_out", True)
     lines = [lines[0], lines[1], lines[2] + " Compute, exchange and step each from the "
              "calibration runs (how, and the band: docs/reading-a-report.md)" + (
-                 "; beyond the calibration " + (
-                     MEASURED_WINDOW if windowed(pred) else
-                     f"{_beyond()} the exchange hidden there is taken as hidden")
+                 f"; beyond the calibration {_beyond()} the exchange hidden there is taken "
+                 "as hidden"
                  + ". Baselines: **naive** (efficiency stays at the largest calibrated "
                  "point's) and **one-β** (the 1-node step plus one β)." if held else "."), "",
              by_name["prediction-vs-measured"].markdown(_held_rows(pred), drop=_dropped(pred)),

@@ -136,11 +136,15 @@ def test_the_step_error_with_none_the_middle_or_all_of_the_share_hidden():
     pts = [{"measured": {"step": 1.0}, "predicted": {"step": 1.1},
             "step_if_none": 1.3, "step_if_hidden": 0.9},
            {"measured": {"step": 2.0}, "predicted": {"step": 1.8},
-            "step_if_none": 2.0, "step_if_hidden": 1.6},
+            "step_if_none": 2.0, "step_if_hidden": 1.6, "step_if_window": 2.4},
            {"measured": {"step": 1.0}, "predicted": {"step": 5.0}}]
     h = heldout_check.hidden_ends(pts)
     assert h["n"] == 2
     assert h["none"] == (pytest.approx(0.15), 1)
     assert h["model"] == (pytest.approx(0.10), 0)
     assert h["all"] == (pytest.approx(0.15), 1)
+    # the window's step (shown beside, not taken) is judged on the points that carry it only
+    assert h["windowed"] == {"n": 1, "model": (pytest.approx(0.10), 0),
+                             "window": (pytest.approx(0.20), 1)}
+    assert heldout_check.hidden_ends(pts[:1])["windowed"] is None
     assert heldout_check.hidden_ends(pts[2:]) is None

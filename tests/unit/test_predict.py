@@ -842,35 +842,40 @@ def test_compute_beyond_the_calibration_grows_as_the_pass_beside_a_live_exchange
     assert host_spread.crowd_factor({2: 1.2, 4: 1.1}, 8, 2) == 1.0
 
 
-def test_beyond_the_calibration_the_exchange_hides_as_the_allocations_steps_hid_it(tmp_path):
-    """A loop file's window (the share of a pass the allocation's training steps hid exchange
-    behind, by node count) sets the hidden exchange beyond the calibration: at p, the largest
-    count below p of at most 4 nodes above the calibration that folds as p does (both powers of
-    two or both not), else the largest such count; the band's reading ends stay the
-    calibration's (all, none); without the file the middle rule stands."""
+def test_beyond_the_calibration_half_the_hidden_exchange_hides_and_the_window_stands_beside(
+        tmp_path):
+    """Beyond the calibration the step takes half the exchange the calibration hid
+    (parts.BEYOND), whether or not a loop file measured a window; the window's step (the share
+    of a pass the allocation's training steps hid, at the largest count below p of at most 4
+    nodes above the calibration that folds as p does, else the largest) stands beside each
+    point as ``step_if_window``, not taken (docs/decisions.md)."""
     recs = study(nodes=(1, 2, 4, 6, 8), window=0.3)
     path = _loop_file(tmp_path / "loop.json", {"1": LOOP},
                       window=("share", {2: 0.3, 3: 0.05, 4: 0.2, 8: 0.9}))
     res = predict.of_records(recs, reading.row_key, 2, "weak", loop=LoopShare(path, MACHINE))
-    (ax,) = res["axes"]
-    assert ax["model"]["windows"] == {"3": 0.05, "4": 0.2}
-    taken = {4: 0.05, 6: 0.05, 8: 0.2}          # 4: only 3 below it; 6: 3 folds alike; 8: 4
-    for pt in ax["points"]:
-        if pt["fitted"]:
-            continue
-        c, e = pt["predicted"]["compute"], pt["predicted"]["exchange"]
-        fixed = ax["model"]["fixed_s"]
-        assert pt["predicted"]["step"] == pytest.approx(
-            c + fixed + e - min(e, taken[pt["nodes"]] * c), rel=1e-9)
-        assert pt["step_if_none"] == pytest.approx(c + fixed + e, rel=1e-9)
     plain = predict.of_records(recs, reading.row_key, 2, "weak", loop=LoopShare(
         _loop_file(tmp_path / "plain.json", {"1": LOOP}), MACHINE))
-    assert "windows" not in plain["axes"][0]["model"]
-    # the report says which rule took the hidden exchange beyond the calibration
+    (ax,), (bare,) = res["axes"], plain["axes"]
+    assert ax["model"]["windows"] == {"3": 0.05, "4": 0.2}
+    assert "windows" not in bare["model"]
+    taken = {4: 0.05, 6: 0.05, 8: 0.2}          # 4: only 3 below it; 6: 3 folds alike; 8: 4
+    w, fixed = ax["model"]["window"], ax["model"]["fixed_s"]
+    for pt, base in zip(ax["points"], bare["points"]):
+        assert pt["predicted"] == base["predicted"]         # the window changes no prediction
+        if pt["fitted"]:
+            assert "step_if_window" not in pt
+            continue
+        c, e = pt["predicted"]["compute"], pt["predicted"]["exchange"]
+        assert pt["predicted"]["step"] == pytest.approx(
+            c + fixed + e - parts.BEYOND * min(e, w * c), rel=1e-9)
+        assert pt["step_if_window"] == pytest.approx(
+            c + fixed + e - min(e, taken[pt["nodes"]] * c), rel=1e-9)
+        assert pt["step_if_none"] == pytest.approx(c + fixed + e, rel=1e-9)
+        assert "step_if_window" not in base
+    # the report names the middle rule, with or without a window measured
     from hpcdl.report import forecast as words
-    assert words.windowed(res) and not words.windowed(plain)
-    assert words._forecast_table(res).meta["hidden"].startswith(words.MEASURED_WINDOW)
-    assert words._forecast_table(plain).meta["hidden"].startswith("half the calibration's")
+    for pred in (res, plain):
+        assert words._forecast_table(pred).meta["hidden"].startswith("half the calibration's")
     assert parts.window_at({3: 0.1, 4: 0.2}, 4, 4) is None          # nothing above 4 nodes
     assert parts.window_at({2: 0.5}, 8, 2) is None                  # only the calibration's
     assert parts.window_at({3: 0.1}, 8, 2) == 0.1                   # none alike: the largest
