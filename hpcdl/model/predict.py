@@ -322,8 +322,7 @@ def _input_effects(ax: Calibrated, f: dict) -> Dict[str, Optional[float]]:
             out[name] = None
             continue
         args = {"loop": m.loop, "spreads": m.spreads, "crowd": m.crowd, "growth": m.growth, **kw}
-        bare = calibrate(cal, ax.backend, m.fit, **args,
-                         windows=None if name == "loop" else m.windows)
+        bare = calibrate(cal, ax.backend, m.fit, **args)
         b = last["batch_per_rank"]
         e, algo = last["exchange_s"], last["algorithm"]
         s = _summary(ax.by_p[max(ax.by_p)])
