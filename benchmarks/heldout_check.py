@@ -73,7 +73,34 @@ def heldout(folder: Path):
     for axis in (doc.get("prediction") or {}).get("axes") or []:
         for pt in axis.get("points") or []:
             if pt.get("fitted") is False and pt.get("error"):
-                out.append((name, axis.get("backend") or "?", pt))
+                grown = _growth_factor(axis.get("model") or {}, pt.get("nodes"))
+                out.append((name, axis.get("backend") or "?",
+                            pt if grown is None else {**pt, "growth_factor": grown}))
+    return out
+
+
+def _growth_factor(model: dict, nodes) -> Optional[float]:
+    """The growth the model carried to a point beyond the calibration: the loop file's at the
+    largest count it lists at or below the point's (report.json's ``model.growth``); None where
+    the axis had no growth table or the point is not beyond it."""
+    table = {int(k): v.get("factor") for k, v in (model.get("growth") or {}).items()}
+    below = [k for k in table if nodes and k <= nodes]
+    return float(table[max(below)]) if below and table[max(below)] else None
+
+
+def growth_ends(points) -> Optional[dict]:
+    """The compute's error with the growth the model carried and with none (the predicted
+    compute over that growth): {end: (mean absolute error, points beyond 15%)} and n, over the
+    points that carry a growth; None where none does."""
+    pts = [p for p in points if p.get("growth_factor") and (p.get("measured") or {}).get("compute")
+           and (p.get("predicted") or {}).get("compute")]
+    if not pts:
+        return None
+    out = {"n": len(pts)}
+    for end, div in (("carried", False), ("none", True)):
+        errs = [abs(p["predicted"]["compute"] / (p["growth_factor"] if div else 1.0)
+                    / p["measured"]["compute"] - 1) for p in pts]
+        out[end] = (mean(errs), sum(e > 0.15 for e in errs))
     return out
 
 
@@ -176,6 +203,11 @@ def hidden_ends(points) -> Optional[dict]:
 
 
 def _print_hidden_ends(points) -> None:
+    g = growth_ends(points)
+    if g:
+        print(f"  the compute's growth beyond the calibration, over {g['n']} points whose loop "
+              f"file measured it: carried {_pct(g['carried'][0])} ({g['carried'][1]} beyond 15%), "
+              f"none {_pct(g['none'][0])} ({g['none'][1]})")
     h = hidden_ends(points)
     if h:
         print(f"  the exchange hidden beyond the calibration, over {h['n']} points: none "

@@ -6,7 +6,10 @@ compared with the median of the point's *other* repeats, as :mod:`hpcdl.model.me
 them. A model that knew every point's true figure would still differ from one run by about this
 much; a target of "every point within X%" is out of reach where the repeats themselves spread
 further. Also printed: the 1-node compute of each study in the order its jobs ran, i.e. how far
-the host drifted during the study.
+the host drifted during the study; and every study's repeats pooled by the box's cores per node,
+the floor under a held-out point of that setting (a prediction from one calibration run, checked
+against one run, differs by about what two runs of one point do). Computes shorter than the box's
+CPU period (the eX MLP's) are left out of the pool: they are quota slices, not a workload's pass.
 
     python -m benchmarks.noise_floor [results/box-*]
 """
@@ -16,6 +19,7 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +30,9 @@ from hpcdl.model.measured import measured
 PARTS = (("step", 0.10), ("compute", 0.15), ("exchange", 0.15))
 
 
-def _points(path: Path):
+def _points(path: Path, setting: Optional[dict] = None):
+    """{(axis, nodes): each repeat's started time and parts}; ``setting``, when given, gets the
+    first record's box cores per node and CPU period."""
     groups = defaultdict(list)
     for rec in checks.scan(path, checks.train_record_problem).records:
         if rec.get("kind", "train") != "train" or rec.get("status", "ok") != "ok":
@@ -35,6 +41,10 @@ def _points(path: Path):
         if m is None:
             continue
         key = (axis_name(*record_axis(rec)), int((rec.get("layout") or {}).get("nodes") or 1))
+        mach = rec.get("machine") or {}
+        if setting is not None and not setting and mach.get("kind") == "box":
+            setting.update(cores=mach.get("cpus_per_node"), period_s=(mach.get("cpu_period_us")
+                                                                      or 0) / 1e6)
         groups[key].append({"started": (rec.get("manifest") or {}).get("started") or rec.get("time"),
                             **{p: m[p] for p, _ in PARTS}})
     return groups
@@ -59,10 +69,16 @@ def main(argv=None) -> int:
           "repeats")
     print(f"#{'study':>22} {'part':>9} {'repeats':>7} {'within':>7} {'tol':>4} {'p90':>6} "
           f"{'max':>6}  worst point")
+    pooled: Dict[float, Dict[str, List[float]]] = defaultdict(lambda: defaultdict(list))
+    studies: Dict[float, set] = defaultdict(set)
     for folder in folders:
-        groups = _points(folder / "runs.jsonl")
+        setting: dict = {}
+        groups = _points(folder / "runs.jsonl", setting)
         if not groups:
             continue
+        if setting.get("cores") is not None:
+            _pool(groups, setting, pooled[setting["cores"]], studies[setting["cores"]],
+                  folder.name)
         for part, tol in PARTS:
             devs, worst = [], (0.0, "")
             for (axis, nodes), runs in sorted(groups.items()):
@@ -85,7 +101,36 @@ def main(argv=None) -> int:
             print(f" {folder.name:>22} 1-node compute in the order run (ms): "
                   + " ".join(f"{c * 1e3:.0f}" for c in cs)
                   + f"  (max/min {max(cs) / min(cs):.2f})")
+    _print_pooled(pooled, studies)
     return 0
+
+
+def _pool(groups, setting: dict, into: Dict[str, List[float]], names: set, name: str) -> None:
+    """Add a study's repeat deviations to its setting's pool, leaving out points whose compute
+    is shorter than the box's CPU period."""
+    for runs in groups.values():
+        if min((r["compute"] or 0) for r in runs) < setting.get("period_s", 0):
+            continue
+        for part, _ in PARTS:
+            d = _loo([r[part] for r in runs])
+            into[part] += d
+            if d:
+                names.add(name)
+
+
+def _print_pooled(pooled, studies) -> None:
+    print("# pooled by the box's cores per node: each repeat against its point's other repeats")
+    for cores in sorted(pooled):
+        for part, _ in PARTS:
+            devs = sorted(pooled[cores][part])
+            if not devs:
+                continue
+            p90 = devs[min(len(devs) - 1, int(0.9 * len(devs)))]
+            within = ", ".join(f"{sum(d <= t for d in devs) / len(devs):.0%} within {t:.0%}"
+                               for t in (0.10, 0.15))
+            print(f" {cores} cores/node, {len(studies[cores])} studies {part:>9} {len(devs):>5} "
+                  f"repeats: {within}, median {statistics.median(devs):.1%}, p90 {p90:.1%}, "
+                  f"max {devs[-1]:.1%}")
 
 
 if __name__ == "__main__":

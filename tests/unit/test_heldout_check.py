@@ -148,3 +148,22 @@ def test_the_step_error_with_none_the_middle_or_all_of_the_share_hidden():
                              "window": (pytest.approx(0.20), 1)}
     assert heldout_check.hidden_ends(pts[:1])["windowed"] is None
     assert heldout_check.hidden_ends(pts[2:]) is None
+
+
+def test_the_compute_with_the_growth_carried_and_with_none():
+    """A point beyond the calibration carries the growth of the loop file's largest count at or
+    below it; its compute is judged with that growth and without it."""
+    model = {"growth": {"3": {"factor": 1.1, "measured": 1.3}, "4": {"factor": 1.2,
+                                                                        "measured": 1.4}}}
+    assert heldout_check._growth_factor(model, 3) == pytest.approx(1.1)
+    assert heldout_check._growth_factor(model, 7) == pytest.approx(1.2)
+    assert heldout_check._growth_factor(model, 2) is None
+    assert heldout_check._growth_factor({}, 7) is None
+    pts = [{"measured": {"compute": 1.2}, "predicted": {"compute": 1.2}, "growth_factor": 1.2},
+           {"measured": {"compute": 1.0}, "predicted": {"compute": 1.32}, "growth_factor": 1.1},
+           {"measured": {"compute": 1.0}, "predicted": {"compute": 9.0}}]
+    g = heldout_check.growth_ends(pts)
+    assert g["n"] == 2
+    assert g["carried"] == (pytest.approx(0.16), 1)
+    assert g["none"] == (pytest.approx((1 / 6 + 0.2) / 2), 2)
+    assert heldout_check.growth_ends(pts[2:]) is None
