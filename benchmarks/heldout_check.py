@@ -40,7 +40,7 @@ from statistics import mean, median, pstdev
 from typing import NamedTuple, Optional
 
 from hpcdl import machine, records
-from hpcdl.model import baselines
+from hpcdl.model import baselines, host_spread
 from hpcdl.model.floor import SQRT_2_PI
 from hpcdl.model.measured import probe_slack
 
@@ -80,12 +80,15 @@ def heldout(folder: Path):
 
 
 def _growth_factor(model: dict, nodes) -> Optional[float]:
-    """The growth the model carried to a point beyond the calibration: the loop file's at the
-    largest count it lists at or below the point's (report.json's ``model.growth``); None where
-    the axis had no growth table or the point is not beyond it."""
+    """The growth the model carried to a point beyond the calibration: report.json's
+    ``model.growth`` factor of the count the point drew on, by the model's own rule
+    (:func:`hpcdl.model.host_spread.at`: the largest count below it); None where the axis had
+    no growth table or the point drew on none of its counts."""
     table = {int(k): v.get("factor") for k, v in (model.get("growth") or {}).items()}
-    below = [k for k in table if nodes and k <= nodes]
-    return float(table[max(below)]) if below and table[max(below)] else None
+    if not table or not nodes:
+        return None
+    got = host_spread.at(table, int(nodes), int(model.get("calibrated_p") or 1))
+    return float(got) if got else None
 
 
 def growth_ends(points) -> Optional[dict]:

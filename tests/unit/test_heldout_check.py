@@ -151,12 +151,14 @@ def test_the_step_error_with_none_the_middle_or_all_of_the_share_hidden():
 
 
 def test_the_compute_with_the_growth_carried_and_with_none():
-    """A point beyond the calibration carries the growth of the loop file's largest count at or
-    below it; its compute is judged with that growth and without it."""
-    model = {"growth": {"3": {"factor": 1.1, "measured": 1.3}, "4": {"factor": 1.2,
-                                                                        "measured": 1.4}}}
-    assert heldout_check._growth_factor(model, 3) == pytest.approx(1.1)
+    """A point beyond the calibration carries the growth of the loop file's largest count below
+    it, as the model draws (report.json lists each count's factor for the points above it); its
+    compute is judged with that growth and without it."""
+    model = {"calibrated_p": 2, "growth": {"3": {"factor": 1.1, "measured": 1.3},
+                                           "4": {"factor": 1.2, "measured": 1.4}}}
+    assert heldout_check._growth_factor(model, 4) == pytest.approx(1.1)
     assert heldout_check._growth_factor(model, 7) == pytest.approx(1.2)
+    assert heldout_check._growth_factor(model, 3) is None
     assert heldout_check._growth_factor(model, 2) is None
     assert heldout_check._growth_factor({}, 7) is None
     pts = [{"measured": {"compute": 1.2}, "predicted": {"compute": 1.2}, "growth_factor": 1.2},
