@@ -50,6 +50,11 @@ def _points(path: Path, setting: Optional[dict] = None):
     return groups
 
 
+def _p90(devs):
+    """The 90th percentile of sorted deviations (the nearest rank at or above it)."""
+    return devs[min(len(devs) - 1, int(0.9 * len(devs)))]
+
+
 def _loo(values):
     """|x_k / median(others) - 1| for each repeat k."""
     out = []
@@ -90,7 +95,7 @@ def main(argv=None) -> int:
             if not devs:
                 continue
             devs.sort()
-            p90 = devs[min(len(devs) - 1, int(0.9 * len(devs)))]
+            p90 = _p90(devs)
             inside = sum(d <= tol for d in devs)
             print(f" {folder.name:>22} {part:>9} {len(devs):>7} {inside / len(devs):>6.0%} "
                   f"{tol:>4.0%} {p90:>6.1%} {devs[-1]:>6.1%}  {worst[1]}")
@@ -125,7 +130,7 @@ def _print_pooled(pooled, studies) -> None:
             devs = sorted(pooled[cores][part])
             if not devs:
                 continue
-            p90 = devs[min(len(devs) - 1, int(0.9 * len(devs)))]
+            p90 = _p90(devs)
             within = ", ".join(f"{sum(d <= t for d in devs) / len(devs):.0%} within {t:.0%}"
                                for t in (0.10, 0.15))
             print(f" {cores} cores/node, {len(studies[cores])} studies {part:>9} {len(devs):>5} "
