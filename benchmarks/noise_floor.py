@@ -19,21 +19,21 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from hpcdl import checks
+from hpcdl import checks, machine
 from hpcdl.analysis.reading import axis_name, record_axis
 from hpcdl.model.measured import measured
 
 PARTS = (("step", 0.10), ("compute", 0.15), ("exchange", 0.15))
 
 
-def _points(path: Path, setting: Optional[dict] = None):
-    """{(axis, nodes): each repeat's started time and parts}; ``setting``, when given, gets the
-    first record's box cores per node and CPU period."""
-    groups = defaultdict(list)
+def _points(path: Path):
+    """({(axis, nodes): each repeat's started time and parts}, the first box record's cores per
+    node and CPU period, {} where no record ran on a box)."""
+    groups, setting = defaultdict(list), {}
     for rec in checks.scan(path, checks.train_record_problem).records:
         if rec.get("kind", "train") != "train" or rec.get("status", "ok") != "ok":
             continue
@@ -41,13 +41,13 @@ def _points(path: Path, setting: Optional[dict] = None):
         if m is None:
             continue
         key = (axis_name(*record_axis(rec)), int((rec.get("layout") or {}).get("nodes") or 1))
-        mach = rec.get("machine") or {}
-        if setting is not None and not setting and mach.get("kind") == "box":
-            setting.update(cores=mach.get("cpus_per_node"), period_s=(mach.get("cpu_period_us")
-                                                                      or 0) / 1e6)
+        mach = machine.of_record(rec)      # older records name the box in a section of its own
+        if not setting and mach.get("kind") == "box":
+            setting = {"cores": mach.get("cpus_per_node"),
+                       "period_s": (mach.get("cpu_period_us") or 0) / 1e6}
         groups[key].append({"started": (rec.get("manifest") or {}).get("started") or rec.get("time"),
                             **{p: m[p] for p, _ in PARTS}})
-    return groups
+    return groups, setting
 
 
 def _p90(devs):
@@ -77,8 +77,7 @@ def main(argv=None) -> int:
     pooled: Dict[float, Dict[str, List[float]]] = defaultdict(lambda: defaultdict(list))
     studies: Dict[float, set] = defaultdict(set)
     for folder in folders:
-        setting: dict = {}
-        groups = _points(folder / "runs.jsonl", setting)
+        groups, setting = _points(folder / "runs.jsonl")
         if not groups:
             continue
         if setting.get("cores") is not None:
